@@ -1,0 +1,73 @@
+"""Read the engine config a trace header needs from a live vLLM scheduler.
+
+Every field is read with a getattr default: names drift between vLLM releases
+(0.32 CPU, 0.33 CUDA), and a missing field must never stop the server.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tracer.methods import is_separate_pass, query_rows_per_request
+
+
+def _get(obj: Any, *names: str, default: Any = None) -> Any:
+    for name in names:
+        value = getattr(obj, name, None)
+        if value is not None:
+            return value
+    return default
+
+
+def _plain(value: Any) -> Any:
+    """Enums (SchedulingPolicy) and the like become their plain value."""
+    return getattr(value, "value", value)
+
+
+def describe_scheduler(sched: Any) -> dict[str, Any]:
+    """The header's `config` block for a vLLM v1 Scheduler instance."""
+    vcfg = getattr(sched, "vllm_config", None)
+    scfg = _get(sched, "scheduler_config") or getattr(vcfg, "scheduler_config", None)
+    spec = getattr(vcfg, "speculative_config", None)
+    cache = _get(sched, "cache_config") or getattr(vcfg, "cache_config", None)
+    model = getattr(vcfg, "model_config", None)
+
+    batched = _get(scfg, "max_num_batched_tokens")
+    method = _get(spec, "method") if spec is not None else None
+    k = int(_get(spec, "num_speculative_tokens", default=0) or 0) if spec is not None else 0
+    draft_slots = int(getattr(spec, "max_num_new_slots_for_drafting", 0) or 0) if spec else 0
+    lookahead = int(getattr(vcfg, "num_lookahead_tokens", 0) or 0) if spec is not None else 0
+    draft_hf = getattr(getattr(spec, "draft_model_config", None), "hf_config", None)
+    anchor = bool(getattr(draft_hf, "sample_from_anchor", True))
+    kv_blocks = _get(getattr(sched, "kv_cache_config", None), "num_blocks")
+
+    return {
+        "max_num_batched_tokens": batched,
+        "max_num_scheduled_tokens": _get(sched, "max_num_scheduled_tokens")
+        or _get(scfg, "max_num_scheduled_tokens", default=batched),
+        "max_num_seqs": _get(scfg, "max_num_seqs"),
+        # The admission cap the waiting loop checks (0.33 lowers it for DFlash/DSpark).
+        "max_num_active_seqs": _get(sched, "max_num_active_reqs")
+        or _get(scfg, "max_num_active_seqs", "max_num_seqs"),
+        "spec_method": method,
+        "num_speculative_tokens": k,
+        "draft_slots": draft_slots,
+        "query_rows_per_req": query_rows_per_request(method, k, sample_from_anchor=anchor),
+        "num_lookahead_tokens": lookahead,
+        # The model runner sizes input_ids/positions (and the drafters their own
+        # buffers) to max_num_batched_tokens rows.
+        "buffer_capacity": batched,
+        "scheduling_policy": str(_plain(_get(sched, "policy") or _get(scfg, "policy", default="fcfs"))),
+        "async_scheduling": bool(_get(scfg, "async_scheduling", default=False)),
+        "block_size": _get(sched, "block_size") or _get(cache, "block_size"),
+        "num_kv_blocks": kv_blocks,
+        "max_model_len": _get(sched, "max_model_len") or _get(model, "max_model_len"),
+        "model": _get(model, "served_model_name", "model"),
+    }
+
+
+def regime_of(config: dict[str, Any]) -> str:
+    """Which budget regime a stock scheduler with this config runs under."""
+    if not is_separate_pass(config.get("spec_method")):
+        return "shared" if config.get("draft_slots") else "none"
+    return "additive" if config.get("draft_slots") else "cap"

@@ -1,0 +1,32 @@
+"""What each speculative-decoding method asks of the input buffers (DESIGN.md §2).
+
+Shared-buffer methods put their draft rows into the target pass (additive
+reservation is right). Separate-pass methods run their query rows in a second,
+sequential forward with its own buffer, so reserving them against the target
+budget is a double reservation.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+SEPARATE_PASS_METHODS: Final = frozenset({"dflash", "dspark"})
+
+
+def is_separate_pass(method: str | None) -> bool:
+    return method in SEPARATE_PASS_METHODS
+
+
+def query_rows_per_request(
+    method: str | None, num_spec_tokens: int, *, sample_from_anchor: bool = True
+) -> int:
+    """Rows each request needs in a separate drafter pass; 0 for shared-buffer methods.
+
+    DFlash queries a bonus token plus K masks (K+1). DSpark samples from the anchor
+    by default (K rows); its fill-in layout needs K+1.
+    """
+    if method == "dflash":
+        return num_spec_tokens + 1
+    if method == "dspark":
+        return num_spec_tokens if sample_from_anchor else num_spec_tokens + 1
+    return 0

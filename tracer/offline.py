@@ -1,0 +1,255 @@
+"""Drive vLLM's real v1 Scheduler offline: no GPU, no model weights, no server.
+
+Built as vLLM's own scheduler tests build it (a model dir holding only
+config.json, skip_tokenizer_init, one full-attention KV cache group), and
+driven with deterministic model outputs. The tests and the what-if replay use
+this; it imports vLLM lazily so `tracer` stays importable without it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# A tiny Llama: only its config is read; the scheduler never loads weights.
+_TARGET_CONFIG: dict[str, Any] = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 2,
+    "head_dim": 32,
+    "num_hidden_layers": 2,
+    "vocab_size": 1024,
+    "max_position_embeddings": 131072,
+    "torch_dtype": "float32",
+}
+# Draft configs per method. DFlash/DSpark drafts are recognised by method and
+# architecture; their weights are never needed to schedule.
+_DRAFT_CONFIGS: dict[str, dict[str, Any]] = {
+    "draft_model": {"num_hidden_layers": 1},
+    "dflash": {
+        "architectures": ["DFlashDraftModel"],
+        "model_type": "qwen3",
+        "num_hidden_layers": 1,
+        "dflash_config": {"target_layer_ids": [0, 1], "mask_token_id": 0},
+    },
+    "dspark": {
+        "architectures": ["Qwen3DSparkModel"],
+        "model_type": "qwen3",
+        "num_hidden_layers": 1,
+        "dspark_target_layer_ids": [0, 1],
+        "mask_token_id": 0,
+    },
+}
+SAMPLED_TOKEN = 7  # every sampled and drafted token; never EOS (ignore_eos is set)
+
+
+@dataclass
+class EngineSpec:
+    """The engine knobs a scheduler run depends on (and a what-if can override)."""
+
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 16
+    max_model_len: int = 65536
+    method: str | None = None  # None, "ngram", "draft_model", "dflash", "dspark"
+    num_speculative_tokens: int = 0
+    block_size: int = 16
+    num_kv_blocks: int = 10_000
+    scheduling_policy: str = "fcfs"
+    long_prefill_token_threshold: int = 0
+    enable_prefix_caching: bool = False
+    extra_draft_config: dict[str, Any] = field(default_factory=dict)
+
+
+def _model_dir(root: Path, name: str, config: dict[str, Any]) -> Path:
+    path = root / name
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps(config, sort_keys=True))
+    return path
+
+
+def build_vllm_config(spec: EngineSpec, workdir: Path | None = None) -> Any:
+    from vllm.config import (
+        CacheConfig,
+        ModelConfig,
+        ParallelConfig,
+        SchedulerConfig,
+        SpeculativeConfig,
+        VllmConfig,
+    )
+
+    root = Path(workdir or tempfile.mkdtemp(prefix="schedscope-model-"))
+    target = _model_dir(root, "target", _TARGET_CONFIG)
+    model_config = ModelConfig(
+        model=str(target),
+        dtype="float32",
+        seed=0,
+        skip_tokenizer_init=True,
+        max_model_len=spec.max_model_len,
+    )
+    scheduler_config = SchedulerConfig(
+        max_num_seqs=spec.max_num_seqs,
+        max_num_batched_tokens=spec.max_num_batched_tokens,
+        max_model_len=spec.max_model_len,
+        enable_chunked_prefill=True,
+        long_prefill_token_threshold=spec.long_prefill_token_threshold,
+        policy=spec.scheduling_policy,
+        is_encoder_decoder=False,
+    )
+    cache_config = CacheConfig(
+        block_size=spec.block_size,
+        cache_dtype="auto",
+        enable_prefix_caching=spec.enable_prefix_caching,
+    )
+    speculative_config = None
+    if spec.method is not None:
+        draft: str | None = None
+        if spec.method in _DRAFT_CONFIGS:
+            draft_cfg = {**_TARGET_CONFIG, **_DRAFT_CONFIGS[spec.method], **spec.extra_draft_config}
+            draft = str(_model_dir(root, f"draft-{spec.method}", draft_cfg))
+        kwargs: dict[str, Any] = {}
+        if spec.method == "ngram":
+            kwargs = {"prompt_lookup_max": 3, "prompt_lookup_min": 1}
+        speculative_config = SpeculativeConfig(
+            method=spec.method,
+            model=draft,
+            num_speculative_tokens=spec.num_speculative_tokens,
+            target_model_config=model_config,
+            target_parallel_config=ParallelConfig(),
+            **kwargs,
+        )
+    vllm_config = VllmConfig(
+        scheduler_config=scheduler_config,
+        model_config=model_config,
+        cache_config=cache_config,
+        speculative_config=speculative_config,
+    )
+    cache_config.num_gpu_blocks = spec.num_kv_blocks
+    return vllm_config
+
+
+def build_scheduler(spec: EngineSpec, scheduler_cls: type | None = None, workdir: Path | None = None) -> Any:
+    """A real vLLM Scheduler (or subclass) for `spec`, with a KV cache of num_kv_blocks."""
+    import torch
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    vllm_config = build_vllm_config(spec, workdir)
+    kv_cache_config = KVCacheConfig(
+        num_blocks=spec.num_kv_blocks,
+        kv_cache_tensors=[],
+        kv_cache_groups=[
+            KVCacheGroupSpec(
+                ["layer"],
+                FullAttentionSpec(
+                    block_size=spec.block_size, num_kv_heads=1, head_size=1, dtype=torch.float32
+                ),
+            )
+        ],
+    )
+    cls = scheduler_cls or Scheduler
+    return cls(
+        vllm_config=vllm_config,
+        kv_cache_config=kv_cache_config,
+        log_stats=True,
+        structured_output_manager=StructuredOutputManager(vllm_config),
+        block_size=spec.block_size,
+    )
+
+
+_hasher: Any = None
+
+
+def make_request(
+    req_id: str, prompt_len: int, max_tokens: int, *, priority: int = 0, arrival_time: float = 0.0
+) -> Any:
+    """A request with a prompt unique to its id (so no accidental prefix sharing)."""
+    global _hasher
+    from vllm.sampling_params import SamplingParams
+    from vllm.utils.hashing import sha256
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+    from vllm.v1.request import Request
+
+    if _hasher is None:
+        init_none_hash(sha256)
+        _hasher = sha256
+    seed = int.from_bytes(hashlib.blake2b(req_id.encode(), digest_size=4).digest(), "little")
+    prompt = [(seed + i) % 1000 + 10 for i in range(prompt_len)]
+    params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, temperature=0.0)
+    return Request(
+        request_id=req_id,
+        prompt_token_ids=prompt,
+        sampling_params=params,
+        pooling_params=None,
+        priority=priority,
+        arrival_time=arrival_time,
+        block_hasher=get_request_block_hasher(16, sha256),
+    )
+
+
+# accept(req_id, step, num_drafts_scheduled) -> drafts accepted (0..num_drafts_scheduled)
+AcceptFn = Callable[[str, int, int], int]
+
+
+def accept_all(req_id: str, step: int, num_drafts: int) -> int:
+    return num_drafts
+
+
+class Driver:
+    """Steps a scheduler the way EngineCore does, with deterministic model outputs."""
+
+    def __init__(self, sched: Any, accept: AcceptFn = accept_all) -> None:
+        self.sched = sched
+        self.accept = accept
+        spec = sched.vllm_config.speculative_config
+        self.num_drafts = int(getattr(spec, "num_speculative_tokens", 0) or 0) if spec else 0
+        self.step_index = 0
+
+    def model_output(self, out: Any) -> Any:
+        from vllm.v1.outputs import ModelRunnerOutput
+
+        req_ids = list(out.num_scheduled_tokens)
+        sampled: list[list[int]] = []
+        for rid in req_ids:
+            req = self.sched.requests[rid]
+            # num_computed_tokens already counts this step's tokens; a request still
+            # short of its known tokens is mid-prefill and samples nothing.
+            if req.num_computed_tokens < req.num_tokens:
+                sampled.append([])
+                continue
+            drafts = len(out.scheduled_spec_decode_tokens.get(rid, ()))
+            accepted = max(0, min(drafts, self.accept(rid, self.step_index, drafts)))
+            sampled.append([SAMPLED_TOKEN] * (accepted + 1))
+        return ModelRunnerOutput(
+            req_ids=req_ids,
+            req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
+            sampled_token_ids=sampled,
+        )
+
+    def step(self) -> tuple[Any, Any]:
+        self.step_index += 1
+        out = self.sched.schedule()
+        runner_output = self.model_output(out)
+        self.sched.update_from_output(out, runner_output)
+        if self.num_drafts:
+            self._propose_drafts()
+        return out, runner_output
+
+    def _propose_drafts(self) -> None:
+        from vllm.v1.outputs import DraftTokenIds
+
+        ids = [r.request_id for r in self.sched.running if not r.is_finished()]
+        drafts = [[SAMPLED_TOKEN] * self.num_drafts for _ in ids]
+        self.sched.update_draft_token_ids(DraftTokenIds(req_ids=ids, draft_token_ids=drafts))
+
+    def run(self, max_steps: int = 100_000) -> Iterator[tuple[Any, Any]]:
+        while self.sched.has_requests() and self.step_index < max_steps:
+            yield self.step()

@@ -1,0 +1,265 @@
+"""The recorder: cheap snapshots on the scheduler thread, records built on the writer's.
+
+Data flows one way: vLLM -> Recorder.before/after_schedule (tuples of ints and
+ids) -> TraceWriter queue -> build_* on the writer thread -> orjson line.
+
+A step's record waits for its update_from_output() so it can carry the tokens
+each request sampled (accepted drafts + 1); runner records join it by step.
+No vLLM import happens here: everything is read off the objects vLLM passes in.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections import OrderedDict
+from itertools import chain, islice
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from tracer import __version__, schema
+from tracer.engine_config import describe_scheduler, regime_of
+from tracer.writer import TraceWriter, open_sink
+
+logger = logging.getLogger("schedscope.recorder")
+
+ENV_TRACE = "SCHEDSCOPE_TRACE"
+ENV_QUEUE = "SCHEDSCOPE_QUEUE"
+
+# A step whose update_from_output never arrives is written without outcomes
+# once this many newer steps are pending (async scheduling keeps one or two).
+MAX_PENDING = 16
+
+# The one recorder of this process, for the model-runner hook to find.
+ACTIVE: Recorder | None = None
+
+
+def trace_path_from_env() -> Path | None:
+    """The trace path named by SCHEDSCOPE_TRACE; `{pid}` is replaced (one file per engine)."""
+    raw = os.environ.get(ENV_TRACE, "").strip()
+    if not raw:
+        return None
+    return Path(raw.replace("{pid}", str(os.getpid())))
+
+
+def _vllm_version() -> str | None:
+    try:
+        import vllm
+
+        return str(getattr(vllm, "__version__", None))
+    except Exception:
+        return None
+
+
+class Recorder:
+    """Turns scheduler calls into trace records; every public method is exception-safe
+    at the call site (the scheduler wrapper catches and counts)."""
+
+    def __init__(self, writer: TraceWriter, config: dict[str, Any], *, policy: str, scheduler_cls: str):
+        self.writer = writer
+        self.config = config
+        self.draft_slots = int(config.get("draft_slots") or 0)
+        self.q = int(config.get("query_rows_per_req") or 0)
+        self.target_cap = int(config.get("max_num_scheduled_tokens") or 0)
+        self.input_cap = int(config.get("max_num_batched_tokens") or 0)
+        self.buffer_cap = config.get("buffer_capacity")
+        self.step = 0
+        self.steps_built = 0
+        self.errors = 0
+        self._pending: OrderedDict[int, list[Any]] = OrderedDict()
+        self._closed = False
+        writer.emit(
+            {
+                "kind": schema.HEADER,
+                "schema": schema.SCHEMA_VERSION,
+                "schedscope_version": __version__,
+                "vllm_version": _vllm_version(),
+                "scheduler_cls": scheduler_cls,
+                "policy": policy,
+                "regime": regime_of(config),
+                "start_time": time.time(),
+                "t0": time.monotonic(),
+                "pid": os.getpid(),
+                "config": config,
+            }
+        )
+
+    @classmethod
+    def for_scheduler(
+        cls, sched: Any, path: str | Path, *, policy: str = "stock", max_queue: int | None = None
+    ) -> Recorder:
+        queue = max_queue or int(os.environ.get(ENV_QUEUE, "65536"))
+        path = Path(path)
+        if path.suffix != ".gz" and path.exists():
+            path.unlink()  # one run per file; `{pid}` in the path keeps engines apart
+        writer = TraceWriter(open_sink(path), encode_record, max_queue=queue)
+        name = f"{type(sched).__module__}.{type(sched).__qualname__}"
+        return cls(writer, describe_scheduler(sched), policy=policy, scheduler_cls=name)
+
+    # -- scheduler thread: snapshots only ----------------------------------------------
+    def before_schedule(self, sched: Any) -> tuple[list[tuple[str, int]], list[tuple[str, int]], int]:
+        """Each candidate's demand (tokens still needed, before clipping)."""
+        running = [
+            (r.request_id, r.num_tokens_with_spec + r.num_output_placeholders - r.num_computed_tokens)
+            for r in sched.running
+        ]
+        # The waiting loop drains KV-holding requests (e.g. async loads) first.
+        queues = [q for q in (getattr(sched, "kv_holding_waiting", None), sched.waiting) if q]
+        n_waiting = sum(map(len, queues))
+        limit = schema.WAITING_DEMAND_LIMIT
+        waiting = [
+            (r.request_id, r.num_tokens - r.num_computed_tokens)
+            for r in islice(chain.from_iterable(queues), limit)
+        ]
+        return running, waiting, max(0, n_waiting - limit)
+
+    def after_schedule(self, sched: Any, out: Any, pre: Any, t_start: float, dt_ns: int) -> None:
+        self.step += 1
+        cached = out.scheduled_cached_reqs
+        resumed = getattr(cached, "resumed_req_ids", None)
+        if resumed is None:  # older releases flagged resumption per entry
+            flags = getattr(cached, "resumed_from_preemption", ()) or ()
+            resumed = {rid for rid, f in zip(cached.req_ids, flags) if f}
+        kv = getattr(sched, "kv_cache_manager", None)
+        raw: list[Any] = [
+            self.step,
+            t_start,
+            dt_ns,
+            out.total_num_scheduled_tokens,
+            dict(out.num_scheduled_tokens),
+            [r.req_id for r in out.scheduled_new_reqs],
+            list(cached.req_ids),
+            set(resumed),
+            dict(getattr(out, "scheduled_spec_decode_tokens", None) or {}),
+            list(getattr(out, "preempted_req_ids", None) or ()),
+            list(getattr(out, "finished_req_ids", None) or ()),
+            *_request_counts(sched),
+            float(getattr(kv, "usage", 0.0) or 0.0),
+            pre,
+            None,  # sampled tokens per request, from update_from_output
+        ]
+        self._pending[id(out)] = raw
+        while len(self._pending) > MAX_PENDING:
+            self._emit_step(self._pending.popitem(last=False)[1])
+
+    def after_update(self, out: Any, runner_output: Any) -> None:
+        raw = self._pending.pop(id(out), None)
+        if raw is None:
+            return
+        req_ids = getattr(runner_output, "req_ids", None) or ()
+        sampled = getattr(runner_output, "sampled_token_ids", None)
+        if isinstance(sampled, list) and len(sampled) == len(req_ids):
+            raw[-1] = dict(zip(req_ids, map(len, sampled)))
+        # Steps finish in order: an older step still pending will never get its update.
+        while self._pending:
+            key, oldest = next(iter(self._pending.items()))
+            if oldest[0] > raw[0]:
+                break
+            del self._pending[key]
+            self._emit_step(oldest)
+        self._emit_step(raw)
+
+    def step_of(self, out: Any) -> int | None:
+        """The step index of a SchedulerOutput still in flight (for the runner hook)."""
+        raw = self._pending.get(id(out))
+        return raw[0] if raw is not None else None
+
+    def runner(self, step: int | None, pass_: str, rows: int, cap: int | None, reqs: int | None) -> None:
+        self.writer.emit(("runner", step, pass_, rows, cap, reqs, os.getpid()))
+
+    def _emit_step(self, raw: list[Any]) -> None:
+        self.writer.emit(("step", self, raw))
+
+    def fail(self, where: str) -> None:
+        """Called by the wrappers when tracer code raised: log once, keep serving."""
+        self.errors += 1
+        if self.errors == 1:
+            logger.exception("schedscope: tracer error in %s; the server is unaffected", where)
+
+    def close(self, timeout: float = 5.0) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for raw in self._pending.values():
+            self._emit_step(raw)
+        self._pending.clear()
+        self.writer.shutdown(timeout, last=self._footer)
+
+    def _footer(self) -> dict[str, Any]:
+        return {
+            "kind": schema.FOOTER,
+            "steps_written": self.steps_built,
+            "records_dropped": self.writer.dropped,
+            "errors": self.errors + self.writer.errors,
+            "end_time": time.time(),
+            "writer_failure": self.writer.failed,
+        }
+
+    # -- writer thread: build and encode -----------------------------------------------
+    def build_step(self, raw: list[Any]) -> dict[str, Any]:
+        (step, t, dt_ns, total, num_sched, new_ids, cached_ids, resumed, spec, preempted,
+         finished, n_running, n_waiting, kv, pre, sampled) = raw
+        running_pre, waiting_pre, truncated = pre if pre is not None else ((), (), 0)
+        demand = dict(running_pre)
+        demand.update(waiting_pre)
+
+        def entry(rid: str) -> list[Any]:
+            return [rid, num_sched.get(rid, 0), len(spec.get(rid, ())), demand.get(rid, -1)]
+
+        n = len(num_sched)
+        reserved = n * self.draft_slots
+        input_used = total + reserved
+        scheduled = set(num_sched)
+        record: dict[str, Any] = {
+            "kind": schema.STEP,
+            "step": step,
+            "t": t,
+            "sched_us": dt_ns / 1000.0,
+            "target": {"cap": self.target_cap, "used": total, "left": self.target_cap - total},
+            "input": {
+                "cap": self.input_cap,
+                "used": input_used,
+                "reserved": reserved,
+                "left": self.input_cap - input_used,
+            },
+            "query": (
+                {"per_req": self.q, "rows": self.q * n, "cap": self.buffer_cap} if self.q else None
+            ),
+            "new": [entry(r) for r in new_ids],
+            "resumed": [entry(r) for r in cached_ids if r in resumed],
+            "running": [entry(r) for r in cached_ids if r not in resumed],
+            "preempted": preempted,
+            "finished": finished,
+            "waiting_demand": [[r, d] for r, d in waiting_pre if r not in scheduled],
+            "waiting_demand_truncated": truncated,
+            "num_waiting": n_waiting,
+            "num_running": n_running,
+            "kv_usage": round(kv, 6),
+            "sampled": sampled,
+        }
+        self.steps_built += 1
+        return record
+
+
+def _request_counts(sched: Any) -> tuple[int, int]:
+    """(running, waiting), waiting including KV-holding requests where vLLM has them."""
+    counts = getattr(sched, "get_request_counts", None)
+    if counts is not None:
+        running, waiting = counts()
+        return int(running), int(waiting)
+    return len(sched.running), len(sched.waiting)
+
+
+def encode_record(item: Any) -> bytes:
+    """Writer-thread encoder: dicts as they are, step/runner tuples built first."""
+    if isinstance(item, tuple):
+        if item[0] == "step":
+            item = item[1].build_step(item[2])
+        else:
+            _, step, pass_, rows, cap, reqs, pid = item
+            item = {"kind": schema.RUNNER, "step": step, "pass": pass_, "rows": rows,
+                    "cap": cap, "reqs": reqs, "pid": pid}
+    return orjson.dumps(item, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS)

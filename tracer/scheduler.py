@@ -1,0 +1,105 @@
+"""Tracing scheduler classes for `vllm serve --scheduler-cls`.
+
+    vllm serve MODEL --scheduler-cls tracer.scheduler.TracingScheduler
+    (or tracer.scheduler.TracingAsyncScheduler with async scheduling)
+
+Recording is on when SCHEDSCOPE_TRACE names an output file; without it these
+classes are a pass-through. Tracer errors are logged once and counted, never
+raised into vLLM, and the scheduling decisions are vLLM's own, untouched.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import time
+from typing import Any
+
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+from vllm.v1.core.sched.scheduler import Scheduler
+
+from tracer import recorder as _recorder
+from tracer import runner_hook
+
+logger = logging.getLogger("schedscope.scheduler")
+
+
+class TracingMixin:
+    """Wraps schedule(), update_from_output() and shutdown() of a vLLM scheduler."""
+
+    SCHEDSCOPE_POLICY = "stock"
+    _schedscope: _recorder.Recorder | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        path = _recorder.trace_path_from_env()
+        if path is None:
+            return
+        try:
+            rec = _recorder.Recorder.for_scheduler(self, path, policy=self.SCHEDSCOPE_POLICY)
+        except Exception:
+            logger.exception("schedscope: cannot record to %s; serving without a trace", path)
+            return
+        self._schedscope = rec
+        _recorder.ACTIVE = rec
+        atexit.register(rec.close)
+        try:
+            runner_hook.install()
+        except Exception:
+            rec.fail("runner hook install")
+        logger.info("schedscope: recording scheduler steps to %s", path)
+
+    def schedule(self, *args: Any, **kwargs: Any) -> Any:
+        rec = self._schedscope
+        if rec is None:
+            return super().schedule(*args, **kwargs)  # type: ignore[misc]
+        try:
+            pre = rec.before_schedule(self)
+        except Exception:
+            rec.fail("before schedule()")
+            pre = None
+        t_start = time.monotonic()
+        t0 = time.perf_counter_ns()
+        out = super().schedule(*args, **kwargs)  # type: ignore[misc]
+        dt_ns = time.perf_counter_ns() - t0
+        try:
+            rec.after_schedule(self, out, pre, t_start, dt_ns)
+        except Exception:
+            rec.fail("after schedule()")
+        return out
+
+    def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
+        result = super().update_from_output(scheduler_output, model_runner_output)  # type: ignore[misc]
+        rec = self._schedscope
+        if rec is not None:
+            try:
+                rec.after_update(scheduler_output, model_runner_output)
+            except Exception:
+                rec.fail("update_from_output()")
+        return result
+
+    def shutdown(self) -> None:
+        try:
+            super().shutdown()  # type: ignore[misc]
+        finally:
+            self.close_trace()
+
+    def close_trace(self, timeout: float = 5.0) -> None:
+        """Flush and finish the trace (footer included); safe to call twice."""
+        rec = self._schedscope
+        if rec is None:
+            return
+        try:
+            rec.close(timeout)
+        except Exception:
+            logger.exception("schedscope: error while closing the trace")
+        if _recorder.ACTIVE is rec:
+            _recorder.ACTIVE = None
+
+
+class TracingScheduler(TracingMixin, Scheduler):
+    """vLLM's synchronous Scheduler, traced."""
+
+
+class TracingAsyncScheduler(TracingMixin, AsyncScheduler):
+    """vLLM's AsyncScheduler, traced."""

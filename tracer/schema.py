@@ -1,0 +1,99 @@
+"""Trace format v1: record kinds, versions and the defaults a reader fills in.
+
+This module is the single source of truth for the on-disk format. The writer
+builds records with these keys, the reader validates and defaults them, and
+docs/trace-format.md describes them. Keep the three in step.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+SCHEMA_VERSION: Final = "1.0"
+SCHEMA_MAJOR: Final = 1
+SCHEMA_MINOR: Final = 0
+
+HEADER: Final = "header"
+STEP: Final = "step"
+RUNNER: Final = "runner"
+FOOTER: Final = "footer"
+KINDS: Final = (HEADER, STEP, RUNNER, FOOTER)
+
+# Engine config keys in the header, with the default a reader assumes when an
+# older trace lacks one. None means "unknown".
+CONFIG_DEFAULTS: Final[dict[str, Any]] = {
+    "max_num_batched_tokens": None,
+    "max_num_scheduled_tokens": None,
+    "max_num_seqs": None,
+    "max_num_active_seqs": None,
+    "spec_method": None,
+    "num_speculative_tokens": 0,
+    "draft_slots": 0,
+    "query_rows_per_req": 0,
+    "num_lookahead_tokens": 0,
+    "buffer_capacity": None,
+    "scheduling_policy": "fcfs",
+    "async_scheduling": False,
+    "block_size": None,
+    "num_kv_blocks": None,
+    "max_model_len": None,
+    "model": None,
+}
+
+HEADER_DEFAULTS: Final[dict[str, Any]] = {
+    "schedscope_version": None,
+    "vllm_version": None,
+    "scheduler_cls": None,
+    "policy": "stock",
+    "regime": None,
+    "start_time": None,
+    "pid": None,
+}
+
+# Step keys. Required keys have no default: a step without them is malformed.
+STEP_REQUIRED: Final = ("step", "t", "target", "input")
+STEP_DEFAULTS: Final[dict[str, Any]] = {
+    "sched_us": 0.0,
+    "query": None,
+    "new": [],
+    "resumed": [],
+    "running": [],
+    "preempted": [],
+    "finished": [],
+    "waiting_demand": [],
+    "waiting_demand_truncated": 0,
+    "num_waiting": 0,
+    "num_running": 0,
+    "kv_usage": 0.0,
+    "sampled": None,
+}
+BUDGET_KEYS: Final = {"target": ("cap", "used", "left"), "input": ("cap", "used", "left")}
+
+RUNNER_REQUIRED: Final = ("step", "pass", "rows")
+RUNNER_DEFAULTS: Final[dict[str, Any]] = {"cap": None, "reqs": None, "pid": None}
+RUNNER_PASSES: Final = ("target", "draft")
+
+FOOTER_DEFAULTS: Final[dict[str, Any]] = {
+    "steps_written": 0,
+    "records_dropped": 0,
+    "errors": 0,
+    "end_time": None,
+}
+
+# Per-request entries of "new", "resumed" and "running":
+# [req_id, tokens, spec_tokens, demand], demand being the tokens the request
+# still needed before schedule() clipped it (-1 when unknown).
+REQ_FIELDS: Final = ("id", "tokens", "spec", "demand")
+# Entries of "waiting_demand": [req_id, demand].
+WAITING_FIELDS: Final = ("id", "demand")
+# How many not-admitted waiting requests a step lists (queue order). The budget
+# model needs only the head of the queue; the rest is counted.
+WAITING_DEMAND_LIMIT: Final = 32
+
+
+def parse_version(value: object) -> tuple[int, int]:
+    """Split "MAJOR.MINOR" into ints; raises ValueError on anything else."""
+    if not isinstance(value, str):
+        raise ValueError(f"schema version must be a string like '1.0', got {value!r}")
+    major, _, minor = value.partition(".")
+    return int(major), int(minor or 0)

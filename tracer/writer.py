@@ -1,0 +1,168 @@
+"""Background trace writer: emit() never blocks, a daemon thread encodes and writes.
+
+Modelled on OpenTelemetry's BatchProcessor. The scheduler thread only appends
+a cheap tuple to a bounded deque; when the deque is full the item is dropped
+and counted. Encoding (orjson) and I/O happen on the writer thread. A write
+error (a full disk, a closed pipe) stops writing for good and counts every
+later record as dropped, so the file ends at a clean or torn line, never with
+garbage in the middle.
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+logger = logging.getLogger("schedscope.writer")
+
+Encoder = Callable[[Any], "bytes | None"]
+
+
+def open_sink(path: str | Path) -> IO[bytes]:
+    """Open a trace file for appending; `.gz` is compressed transparently."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix == ".gz":
+        return gzip.open(path, "ab", compresslevel=3)
+    return open(path, "ab", buffering=0)
+
+
+class TraceWriter:
+    """Bounded, non-blocking queue in front of a sink, drained by a daemon thread."""
+
+    def __init__(
+        self,
+        sink: IO[bytes],
+        encode: Encoder,
+        *,
+        max_queue: int = 65_536,
+        interval_s: float = 0.02,
+        name: str = "schedscope-writer",
+    ) -> None:
+        self._sink = sink
+        self._encode = encode
+        self._max_queue = max_queue
+        self._interval_s = interval_s
+        self._queue: deque[Any] = deque()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._flushed = threading.Condition()
+        self._emitted = 0  # items accepted by emit(), scheduler thread only
+        self._done = 0  # items handled (written, dropped or failed), writer thread only
+        # Producer and consumer count drops separately, so neither races the other.
+        self._dropped_emit = 0
+        self._dropped_write = 0
+        self.errors = 0
+        self.records_written = 0
+        self.failed: str | None = None
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    # -- producer side: must stay cheap and never block -------------------------
+    def emit(self, item: Any) -> bool:
+        """Queue one item; drop and count it if the queue is full or closed."""
+        if self._closed or len(self._queue) >= self._max_queue:
+            self._dropped_emit += 1
+            if self._dropped_emit == 1:
+                logger.warning("schedscope: trace queue full or closed, dropping records")
+            return False
+        self._queue.append(item)
+        self._emitted += 1
+        return True
+
+    @property
+    def dropped(self) -> int:
+        return self._dropped_emit + self._dropped_write
+
+    # -- control -----------------------------------------------------------------
+    def force_flush(self, timeout: float = 5.0) -> bool:
+        """Wait until everything emitted so far is written; False on timeout."""
+        target = self._emitted
+        self._wake.set()
+        deadline = time.monotonic() + timeout
+        with self._flushed:
+            while self._done < target and self._thread.is_alive():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._flushed.wait(min(left, 0.05))
+        return self._done >= target or not self._thread.is_alive()
+
+    def shutdown(self, timeout: float = 5.0, last: Callable[[], Any] | None = None) -> None:
+        """Drain, write `last()` (the footer, built after the drain so its counts
+        are final) if given, and close the sink. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            logger.warning("schedscope: writer did not drain within %.1fs", timeout)
+            return
+        if last is not None:
+            self._write_batch([last()])
+        try:
+            self._sink.close()
+        except OSError as exc:
+            self._fail(exc)
+        if self.dropped:
+            logger.warning("schedscope: %d trace records dropped", self.dropped)
+
+    # -- consumer side -------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            self._wake.wait(self._interval_s)
+            self._wake.clear()
+            self._drain()
+            if self._stop.is_set() and not self._queue:
+                return
+
+    def _drain(self) -> None:
+        queue = self._queue
+        while queue:
+            batch = []
+            while queue and len(batch) < 4096:
+                batch.append(queue.popleft())
+            self._write_batch(batch)
+            with self._flushed:
+                self._done += len(batch)
+                self._flushed.notify_all()
+
+    def _write_batch(self, batch: list[Any]) -> None:
+        if self.failed is not None:
+            self._dropped_write += len(batch)
+            return
+        chunks = []
+        for item in batch:
+            try:
+                data = self._encode(item)
+            except Exception:  # a bad record must not stop the trace
+                self.errors += 1
+                if self.errors == 1:
+                    logger.exception("schedscope: could not encode a trace record")
+                continue
+            if data is not None:
+                chunks.append(data)
+        if not chunks:
+            return
+        try:
+            self._sink.write(b"".join(chunks))
+            self._sink.flush()
+        except (OSError, ValueError) as exc:
+            self._dropped_write += len(chunks)
+            self._fail(exc)
+            return
+        self.records_written += len(chunks)
+
+    def _fail(self, exc: BaseException) -> None:
+        if self.failed is None:
+            self.failed = f"{type(exc).__name__}: {exc}"
+            logger.error("schedscope: trace writing stopped (%s); later records are dropped", exc)

@@ -1,0 +1,1 @@
+"""schedscope tui view. Not built yet: see the open issue for the tui app."""
