@@ -60,9 +60,7 @@ def _build_tokenizer(vocab_size: int) -> Any:
     )
     tok.train_from_iterator(_CORPUS, trainer)
     if tok.get_vocab_size() != vocab_size:
-        raise ValueError(
-            f"corpus only yields {tok.get_vocab_size()} tokens, asked {vocab_size}"
-        )
+        raise ValueError(f"corpus only yields {tok.get_vocab_size()} tokens, asked {vocab_size}")
     # Llama-style: prepend BOS.
     tok.post_processor = processors.TemplateProcessing(
         single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", 1)]
@@ -144,7 +142,9 @@ class LiveServer:
     def request(self, method: str, path: str, body: Any = None, timeout: float = 60) -> Any:
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(
-            self.base_url + path, data=data, method=method,
+            self.base_url + path,
+            data=data,
+            method=method,
             headers={"Content-Type": "application/json"},
         )
         with urllib.request.urlopen(req, timeout=timeout) as resp:
@@ -153,8 +153,7 @@ class LiveServer:
 
     def complete(self, prompt: str, max_tokens: int, **kw: Any) -> dict[str, Any]:
         """POST /v1/completions, greedy unless overridden."""
-        body = {"model": self.model, "prompt": prompt, "max_tokens": max_tokens,
-                "temperature": 0.0, **kw}
+        body = {"model": self.model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0, **kw}
         return self.request("POST", "/v1/completions", body)
 
     def complete_many(
@@ -171,7 +170,7 @@ class LiveServer:
             text = resp.read().decode()
         total = 0.0
         for line in text.splitlines():
-            if line.startswith(name) and line[len(name):len(name) + 1] in ("{", " "):
+            if line.startswith(name) and line[len(name) : len(name) + 1] in ("{", " "):
                 total += float(line.rsplit(" ", 1)[1])
         return total
 
@@ -180,10 +179,8 @@ class LiveServer:
         if self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                pass
         # Kill stragglers even if the leader already exited (orphaned children).
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
@@ -193,17 +190,21 @@ class LiveServer:
 
 
 def server_command(model_dir: Path, port: int, extra_args: Sequence[str] = ()) -> list[str]:
+    # fmt: off
     return [
         sys.executable, "-m", "tracer.launch", "serve", str(model_dir),
         "--host", "127.0.0.1", "--port", str(port),
         "--dtype", "float32",  # CPU: no bf16 surprises with the tiny model
         "--enforce-eager",  # skip torch.compile: saves minutes on 2 cores
         "--block-size", "32",  # CPU kernels want a multiple of 32 (default 128)
-        # vLLM only sees ~9 GiB on the memory node; size the KV cache explicitly.
+        # Explicit 64 MiB KV cache (65k tokens): left on auto, the CPU worker
+        # claims most of the NUMA node's memory, or fails when it is in use.
+        # (Equivalent: env VLLM_CPU_KVCACHE_SPACE=<GiB>, which overrides this.)
         "--kv-cache-memory-bytes", str(64 * 1024 * 1024),
         "--max-model-len", "1024",
         *extra_args,
     ]
+    # fmt: on
 
 
 @contextlib.contextmanager
@@ -225,9 +226,7 @@ def start_server(
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",
         # So `tracer` (launcher, scheduler class) imports in all three processes.
-        "PYTHONPATH": os.pathsep.join(
-            [str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
-        ),
+        "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
         **(env or {}),
     }
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -236,7 +235,11 @@ def start_server(
         log.write(("$ " + " ".join(cmd) + "\n").encode())
         log.flush()
         proc = subprocess.Popen(
-            cmd, cwd=REPO_ROOT, env=full_env, stdout=log, stderr=subprocess.STDOUT,
+            cmd,
+            cwd=REPO_ROOT,
+            env=full_env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # own process group: one killpg stops all
         )
@@ -245,18 +248,14 @@ def start_server(
         deadline = time.monotonic() + timeout
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(
-                    f"vllm serve exited with {proc.returncode}; log tail:\n{_tail(log_path)}"
-                )
+                raise RuntimeError(f"vllm serve exited with {proc.returncode}; log tail:\n{_tail(log_path)}")
             try:
                 server.request("GET", "/health", timeout=2)
                 break
             except (urllib.error.URLError, OSError, ValueError):
                 pass  # not listening yet, or 5xx while the engine starts
             if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"vllm serve not ready after {timeout}s; log tail:\n{_tail(log_path)}"
-                )
+                raise TimeoutError(f"vllm serve not ready after {timeout}s; log tail:\n{_tail(log_path)}")
             time.sleep(0.5)
         yield server
     finally:

@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from live_support import LiveServer, build_tiny_llama, start_server
 
 pytestmark = pytest.mark.live
@@ -22,8 +21,7 @@ PROMPTS = [
     "One two three four five six seven eight nine ten",
     "Each request gets a number of tokens from the token budget.",
 ]
-NGRAM = {"method": "ngram", "num_speculative_tokens": 3,
-         "prompt_lookup_max": 3, "prompt_lookup_min": 1}
+NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
 
 
 @pytest.fixture(scope="session")
@@ -66,9 +64,7 @@ def test_ngram_concurrent_completions(ngram_server: LiveServer) -> None:
     assert ngram_server.metric("vllm:spec_decode_num_draft_tokens_total") > 0
 
 
-def test_draft_model_completions(
-    target_model: Path, draft_model: Path, models_dir: Path
-) -> None:
+def test_draft_model_completions(target_model: Path, draft_model: Path, models_dir: Path) -> None:
     spec = {"method": "draft_model", "model": str(draft_model), "num_speculative_tokens": 2}
     with start_server(
         target_model,

@@ -234,9 +234,10 @@ class Driver:
             sampled_token_ids=sampled,
         )
 
-    def step(self) -> tuple[Any, Any]:
+    def step(self, schedule: Callable[[], Any] | None = None) -> tuple[Any, Any]:
+        """One engine step; `schedule` replaces sched.schedule (tests wrap it to probe)."""
         self.step_index += 1
-        out = self.sched.schedule()
+        out = (schedule or self.sched.schedule)()
         runner_output = self.model_output(out)
         self.sched.update_from_output(out, runner_output)
         if self.num_drafts:
@@ -253,3 +254,46 @@ class Driver:
     def run(self, max_steps: int = 100_000) -> Iterator[tuple[Any, Any]]:
         while self.sched.has_requests() and self.step_index < max_steps:
             yield self.step()
+
+
+@dataclass(frozen=True)
+class RequestSpec:
+    """One synthetic request: it arrives before engine step `arrival_step` (1-based)."""
+
+    id: str
+    prompt_len: int
+    max_tokens: int
+    arrival_step: int = 1
+    priority: int = 0
+
+
+def run_workload(
+    sched: Any,
+    requests: list[RequestSpec],
+    *,
+    accept: AcceptFn = accept_all,
+    schedule: Callable[[Any], Any] | None = None,
+    max_steps: int = 100_000,
+) -> list[tuple[Any, Any]]:
+    """Feed `requests` at their arrival steps and step until all finish.
+
+    `schedule(sched)` replaces sched.schedule() when given (tests probe with it).
+    Returns (SchedulerOutput, ModelRunnerOutput) per step.
+    """
+    driver = Driver(sched, accept)
+    pending = sorted(requests, key=lambda r: r.arrival_step)
+    results = []
+    while driver.step_index < max_steps:
+        upcoming = driver.step_index + 1
+        while pending and pending[0].arrival_step <= upcoming:
+            r = pending.pop(0)
+            sched.add_request(
+                make_request(r.id, r.prompt_len, r.max_tokens, priority=r.priority, arrival_time=float(upcoming))
+            )
+        if not sched.has_requests():
+            if not pending:
+                break
+            driver.step_index = pending[0].arrival_step - 1  # idle until the next arrival
+            continue
+        results.append(driver.step(None if schedule is None else lambda: schedule(sched)))
+    return results

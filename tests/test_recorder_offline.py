@@ -1,0 +1,181 @@
+"""The recorder on vLLM's real Scheduler, driven offline with deterministic outputs.
+
+Ground truth for budgets is vLLM itself: probe_schedule reads the final
+`token_budget` / `input_budget` locals of Scheduler.schedule as it returns.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import probe_schedule
+from tracer.offline import EngineSpec, RequestSpec, build_scheduler, run_workload
+from tracer.reader import load
+
+pytestmark = pytest.mark.vllm
+
+SCENARIOS: dict[str, tuple[EngineSpec, list[RequestSpec]]] = {
+    # The motivating fault: DFlash K=7 on vLLM 0.32 reserves 7 draft slots per
+    # request against the 8,192-token input budget.
+    "dflash": (
+        EngineSpec(method="dflash", num_speculative_tokens=7, max_num_batched_tokens=8192),
+        [RequestSpec("long", 32768, 4), *(RequestSpec(f"s{i}", 100, 6, arrival_step=2) for i in range(3))],
+    ),
+    # ngram with a KV cache small enough to force preemption and resumption.
+    "ngram": (
+        EngineSpec(method="ngram", num_speculative_tokens=3, max_num_batched_tokens=256, num_kv_blocks=40),
+        [RequestSpec(f"r{i}", 60 + 10 * i, 30) for i in range(6)],
+    ),
+    # draft_model reserves one slot per request (shared buffer: additive is right).
+    "draft_model": (
+        EngineSpec(method="draft_model", num_speculative_tokens=2, max_num_batched_tokens=512),
+        [RequestSpec(f"d{i}", 200, 12, arrival_step=1 + i) for i in range(5)],
+    ),
+}
+
+
+def _accept(req_id: str, step: int, drafts: int) -> int:
+    return step % (drafts + 1)  # a deterministic mix of full, partial and no acceptance
+
+
+def _run(name: str, cls: type | None = None, probe: bool = False) -> tuple[Any, list[Any], list[dict]]:
+    spec, requests = SCENARIOS[name]
+    sched = build_scheduler(spec, cls)
+    budgets: list[dict[str, int]] = []
+
+    def schedule(s: Any) -> Any:
+        out, seen = probe_schedule(s)
+        budgets.append(seen)
+        return out
+
+    steps = run_workload(sched, requests, accept=_accept, schedule=schedule if probe else None)
+    sched.shutdown()
+    return sched, steps, budgets
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_recorded_budgets_equal_vllm(name: str, trace_env: Path) -> None:
+    from tracer.scheduler import TracingScheduler
+
+    _, steps, budgets = _run(name, TracingScheduler, probe=True)
+    trace = load(trace_env)
+    assert len(trace) == len(steps) == len(budgets)
+    assert trace.footer is not None and trace.footer["records_dropped"] == 0
+    assert trace.footer["steps_written"] == len(steps)
+    col = trace.columns
+    for i, ((out, _), vllm) in enumerate(zip(steps, budgets)):
+        assert col["target_used"][i] == out.total_num_scheduled_tokens
+        assert col["target_left"][i] == vllm["token_budget"], f"step {i + 1}"
+        assert col["input_left"][i] == vllm["input_budget"], f"step {i + 1}"
+        record = trace.step(i)
+        tokens = {e[0]: e[1] for e in record["new"] + record["resumed"] + record["running"]}
+        assert tokens == dict(out.num_scheduled_tokens)
+        spec_lens = {e[0]: e[2] for e in record["new"] + record["resumed"] + record["running"] if e[2]}
+        assert spec_lens == {k: len(v) for k, v in out.scheduled_spec_decode_tokens.items() if v}
+        assert sorted(record["preempted"]) == sorted(out.preempted_req_ids)
+        assert sorted(record["finished"]) == sorted(out.finished_req_ids)
+
+
+def test_dflash_long_prefill_reserves_seven_slots(trace_env: Path) -> None:
+    from tracer.scheduler import TracingScheduler
+
+    _run("dflash", TracingScheduler)
+    trace = load(trace_env)
+    cfg = trace.config
+    assert (cfg["spec_method"], cfg["num_speculative_tokens"], cfg["draft_slots"]) == ("dflash", 7, 7)
+    assert cfg["query_rows_per_req"] == 8 and trace.header["regime"] == "additive"
+    first = trace.step(0)
+    assert first["target"] == {"cap": 8192, "used": 8185, "left": 7}
+    assert first["input"] == {"cap": 8192, "used": 8192, "reserved": 7, "left": 0}
+    assert first["query"] == {"per_req": 8, "rows": 8, "cap": 8192}
+    # Demand before clipping: the whole 32k prompt, then what is left of it.
+    assert first["new"] == [["long", 8185, 0, 32768]]
+    assert trace.step(1)["running"] == [["long", 8185, 0, 32768 - 8185]]
+    # The short requests arrived in step 2 and were held back: listed with their demand.
+    assert trace.step(1)["waiting_demand"] == [["s0", 100], ["s1", 100], ["s2", 100]]
+    full = trace.columns["target_used"][:4]
+    assert list(full) == [8185] * 4
+
+
+def test_preemption_and_resumption_are_recorded(trace_env: Path) -> None:
+    from tracer.scheduler import TracingScheduler
+
+    _, steps, _ = _run("ngram", TracingScheduler)
+    trace = load(trace_env)
+    preempted = [rid for out, _ in steps for rid in out.preempted_req_ids]
+    assert preempted, "the scenario must preempt"
+    assert int(trace.columns["n_preempted"].sum()) == len(preempted)
+    resumed = [e[0] for rec in trace.steps() for e in rec["resumed"]]
+    assert sorted(resumed) == sorted(preempted)
+    # Sampled tokens per request add up to max_tokens (30) for every request.
+    sampled: dict[str, int] = {}
+    for rec in trace.steps():
+        for rid, n in (rec["sampled"] or {}).items():
+            sampled[rid] = sampled.get(rid, 0) + n
+    assert sampled == {f"r{i}": 30 for i in range(6)}
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_tracing_changes_nothing(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    from tracer.scheduler import TracingScheduler
+
+    monkeypatch.delenv("SCHEDSCOPE_TRACE", raising=False)
+    _, stock, _ = _run(name, Scheduler)
+    monkeypatch.setenv("SCHEDSCOPE_TRACE", str(tmp_path / "t.jsonl"))
+    _, traced, _ = _run(name, TracingScheduler)
+    assert len(stock) == len(traced)
+    for i, ((a, _), (b, _)) in enumerate(zip(stock, traced)):
+        assert a == b, f"SchedulerOutput differs at step {i + 1}"
+    assert len(load(tmp_path / "t.jsonl")) == len(traced)
+
+
+def test_pass_through_without_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tracer.scheduler import TracingScheduler
+
+    monkeypatch.delenv("SCHEDSCOPE_TRACE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    sched, steps, _ = _run("draft_model", TracingScheduler)
+    assert sched._schedscope is None
+    assert steps and not list(tmp_path.iterdir())
+
+
+def test_tracer_error_never_reaches_vllm(
+    trace_env: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    from tracer.recorder import Recorder
+    from tracer.scheduler import TracingScheduler
+
+    def boom(self: Recorder, *args: Any) -> None:
+        raise RuntimeError("injected tracer fault")
+
+    monkeypatch.setattr(Recorder, "before_schedule", boom)
+    monkeypatch.setattr(Recorder, "after_update", boom)
+    with caplog.at_level(logging.ERROR, logger="schedscope"):
+        _, traced, _ = _run("ngram", TracingScheduler)
+    monkeypatch.delenv("SCHEDSCOPE_TRACE")
+    _, stock, _ = _run("ngram", Scheduler)
+    assert [a for a, _ in traced] == [b for b, _ in stock]
+    faults = [r for r in caplog.records if "tracer error" in r.getMessage()]
+    assert len(faults) == 1, "logged once, not per step"
+    trace = load(trace_env)
+    assert trace.footer["errors"] == 2 * len(traced)
+    assert len(trace) == len(traced)  # steps still recorded, without demand or outcomes
+    assert trace.step(0)["sampled"] is None and trace.step(0)["new"][0][3] == -1
+
+
+def test_async_scheduler_class_records(trace_env: Path) -> None:
+    from tracer.scheduler import TracingAsyncScheduler
+
+    _, steps, _ = _run("draft_model", TracingAsyncScheduler)
+    trace = load(trace_env)
+    assert trace.header["scheduler_cls"].endswith("TracingAsyncScheduler")
+    assert len(trace) == len(steps)
+    assert list(trace.columns["target_used"]) == [o.total_num_scheduled_tokens for o, _ in steps]
