@@ -67,7 +67,7 @@ def test_recorded_budgets_equal_vllm(name: str, trace_env: Path) -> None:
     assert trace.footer is not None and trace.footer["records_dropped"] == 0
     assert trace.footer["steps_written"] == len(steps)
     col = trace.columns
-    for i, ((out, _), vllm) in enumerate(zip(steps, budgets)):
+    for i, ((out, _), vllm) in enumerate(zip(steps, budgets, strict=True)):
         assert col["target_used"][i] == out.total_num_scheduled_tokens
         assert col["target_left"][i] == vllm["token_budget"], f"step {i + 1}"
         assert col["input_left"][i] == vllm["input_budget"], f"step {i + 1}"
@@ -130,7 +130,7 @@ def test_tracing_changes_nothing(name: str, tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setenv("SCHEDSCOPE_TRACE", str(tmp_path / "t.jsonl"))
     _, traced, _ = _run(name, TracingScheduler)
     assert len(stock) == len(traced)
-    for i, ((a, _), (b, _)) in enumerate(zip(stock, traced)):
+    for i, ((a, _), (b, _)) in enumerate(zip(stock, traced, strict=True)):
         assert a == b, f"SchedulerOutput differs at step {i + 1}"
     assert len(load(tmp_path / "t.jsonl")) == len(traced)
 

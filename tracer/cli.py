@@ -10,8 +10,12 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from tracer import __version__
+
+if TYPE_CHECKING:
+    from tracer.reader import Trace
 
 EPILOG = """\
 examples:
@@ -30,7 +34,7 @@ def _progress(done: int, total: int) -> None:
         print(f"\rloading {done / total:6.1%}", end="" if done < total else "\n", file=sys.stderr)
 
 
-def _load(args: argparse.Namespace):  # noqa: ANN202 - returns tracer.reader.Trace
+def _load(args: argparse.Namespace) -> Trace:
     from tracer.reader import load
 
     return load(args.trace, strict=not args.lenient, progress=_progress)

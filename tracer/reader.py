@@ -59,11 +59,29 @@ class Torn:
 
 # Step columns: name -> (dtype, missing value).
 _INT_COLS = (
-    "step", "target_cap", "target_used", "target_left", "input_cap", "input_used",
-    "input_reserved", "input_left", "query_per_req", "query_rows", "query_cap",
-    "n_new", "n_resumed", "n_running", "n_preempted", "n_finished", "new_tokens",
-    "resumed_tokens", "running_tokens", "spec_tokens", "sampled_tokens",
-    "num_waiting", "num_running",
+    "step",
+    "target_cap",
+    "target_used",
+    "target_left",
+    "input_cap",
+    "input_used",
+    "input_reserved",
+    "input_left",
+    "query_per_req",
+    "query_rows",
+    "query_cap",
+    "n_new",
+    "n_resumed",
+    "n_running",
+    "n_preempted",
+    "n_finished",
+    "new_tokens",
+    "resumed_tokens",
+    "running_tokens",
+    "spec_tokens",
+    "sampled_tokens",
+    "num_waiting",
+    "num_running",
 )
 _FLOAT_COLS = ("t", "sched_us", "kv_usage")
 RUNNER_COLS = ("target_rows", "target_cap", "draft_rows", "draft_cap")
@@ -113,8 +131,10 @@ def _int(record: dict[str, Any], key: str, sub: str | None, path: str, line: int
 
 
 def _req_list(record: dict[str, Any], key: str, path: str, line: int) -> list[Any]:
-    value = record.get(key, ())
-    if not isinstance(value, list) or any(not isinstance(e, list) or len(e) < 2 for e in value):
+    value = record.get(key, [])
+    if not isinstance(value, list) or any(
+        not isinstance(e, list) or len(e) < 2 or type(e[1]) is not int for e in value
+    ):
         raise TraceError(path, "expected a list of [id, tokens, ...] entries", line=line, field=key)
     return value
 
@@ -185,14 +205,17 @@ class TraceBuilder:
             self._problem(TraceError(self.path, f"not a JSON record ({exc})", line=line))
             return
         if not isinstance(record, dict) or not isinstance(record.get("kind"), str):
-            self._problem(TraceError(self.path, "a record must be an object with a 'kind'", line=line, field="kind"))
+            self._problem(
+                TraceError(self.path, "a record must be an object with a 'kind'", line=line, field="kind")
+            )
             return
         kind = record["kind"]
         if self.header is None:
             if kind != schema.HEADER:
                 # Without a header nothing can be interpreted: always fatal.
-                raise TraceError(self.path, f"the first record must be a header, got {kind!r}", line=line,
-                                 field="kind")
+                raise TraceError(
+                    self.path, f"the first record must be a header, got {kind!r}", line=line, field="kind"
+                )
             self.header = self._parse_header(record, line)
             return
         try:
@@ -249,9 +272,9 @@ class TraceBuilder:
         c["t"].append(float(t))
         c["sched_us"].append(float(r.get("sched_us") or 0.0))
         c["kv_usage"].append(float(r.get("kv_usage") or 0.0))
-        for name, value in zip(("target_cap", "target_used", "target_left"), target):
+        for name, value in zip(("target_cap", "target_used", "target_left"), target, strict=True):
             c[name].append(value)
-        for name, value in zip(("input_cap", "input_used", "input_left"), inp):
+        for name, value in zip(("input_cap", "input_used", "input_left"), inp, strict=True):
             c[name].append(value)
         c["input_reserved"].append(int(reserved or 0))
         c["query_per_req"].append(int(query.get("per_req") or 0))
@@ -299,7 +322,7 @@ class TraceBuilder:
             for step, values in self._runner.items():
                 i = index.get(step)
                 if i is not None:
-                    for name, value in zip(RUNNER_COLS, values):
+                    for name, value in zip(RUNNER_COLS, values, strict=True):
                         runner[name][i] = value
         return Trace(
             path=self.path,

@@ -122,7 +122,7 @@ class Recorder:
         resumed = getattr(cached, "resumed_req_ids", None)
         if resumed is None:  # older releases flagged resumption per entry
             flags = getattr(cached, "resumed_from_preemption", ()) or ()
-            resumed = {rid for rid, f in zip(cached.req_ids, flags) if f}
+            resumed = {rid for rid, f in zip(cached.req_ids, flags, strict=False) if f}
         kv = getattr(sched, "kv_cache_manager", None)
         raw: list[Any] = [
             self.step,
@@ -152,7 +152,7 @@ class Recorder:
         req_ids = getattr(runner_output, "req_ids", None) or ()
         sampled = getattr(runner_output, "sampled_token_ids", None)
         if isinstance(sampled, list) and len(sampled) == len(req_ids):
-            raw[-1] = dict(zip(req_ids, map(len, sampled)))
+            raw[-1] = dict(zip(req_ids, map(len, sampled), strict=False))
         # Steps finish in order: an older step still pending will never get its update.
         while self._pending:
             key, oldest = next(iter(self._pending.items()))
@@ -200,8 +200,24 @@ class Recorder:
 
     # -- writer thread: build and encode -----------------------------------------------
     def build_step(self, raw: list[Any]) -> dict[str, Any]:
-        (step, t, dt_ns, total, num_sched, new_ids, cached_ids, resumed, spec, preempted,
-         finished, n_running, n_waiting, kv, pre, sampled) = raw
+        (
+            step,
+            t,
+            dt_ns,
+            total,
+            num_sched,
+            new_ids,
+            cached_ids,
+            resumed,
+            spec,
+            preempted,
+            finished,
+            n_running,
+            n_waiting,
+            kv,
+            pre,
+            sampled,
+        ) = raw
         running_pre, waiting_pre, truncated = pre if pre is not None else ((), (), 0)
         demand = dict(running_pre)
         demand.update(waiting_pre)
@@ -225,9 +241,7 @@ class Recorder:
                 "reserved": reserved,
                 "left": self.input_cap - input_used,
             },
-            "query": (
-                {"per_req": self.q, "rows": self.q * n, "cap": self.buffer_cap} if self.q else None
-            ),
+            "query": ({"per_req": self.q, "rows": self.q * n, "cap": self.buffer_cap} if self.q else None),
             "new": [entry(r) for r in new_ids],
             "resumed": [entry(r) for r in cached_ids if r in resumed],
             "running": [entry(r) for r in cached_ids if r not in resumed],
@@ -260,6 +274,13 @@ def encode_record(item: Any) -> bytes:
             item = item[1].build_step(item[2])
         else:
             _, step, pass_, rows, cap, reqs, pid = item
-            item = {"kind": schema.RUNNER, "step": step, "pass": pass_, "rows": rows,
-                    "cap": cap, "reqs": reqs, "pid": pid}
+            item = {
+                "kind": schema.RUNNER,
+                "step": step,
+                "pass": pass_,
+                "rows": rows,
+                "cap": cap,
+                "reqs": reqs,
+                "pid": pid,
+            }
     return orjson.dumps(item, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS)
