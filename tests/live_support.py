@@ -174,19 +174,31 @@ class LiveServer:
                 total += float(line.rsplit(" ", 1)[1])
         return total
 
-    def stop(self, timeout: float = 20) -> int | None:
-        """SIGTERM the whole group (API server, EngineCore, worker), then SIGKILL."""
+    def stop(self, timeout: float = 30) -> int | None:
+        """SIGTERM the whole group (API server, EngineCore, worker) and wait for all
+        of it: EngineCore outlives the API server while it shuts down (and the
+        tracer writes its footer). SIGKILL what is left at the deadline."""
+        deadline = time.monotonic() + timeout
         if self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGTERM)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout)
-        # Kill stragglers even if the leader already exited (orphaned children).
+        while time.monotonic() < deadline and _group_alive(self.proc.pid):
+            time.sleep(0.1)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(5)
         return self.proc.returncode
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def server_command(model_dir: Path, port: int, extra_args: Sequence[str] = ()) -> list[str]:

@@ -13,33 +13,11 @@ from typing import Any
 import pytest
 
 from tests.conftest import probe_schedule
-from tracer.offline import EngineSpec, RequestSpec, build_scheduler, run_workload
+from tracer.offline import build_scheduler, run_workload
 from tracer.reader import load
+from tracer.scenarios import SCENARIOS, mixed_accept
 
 pytestmark = pytest.mark.vllm
-
-SCENARIOS: dict[str, tuple[EngineSpec, list[RequestSpec]]] = {
-    # The motivating fault: DFlash K=7 on vLLM 0.32 reserves 7 draft slots per
-    # request against the 8,192-token input budget.
-    "dflash": (
-        EngineSpec(method="dflash", num_speculative_tokens=7, max_num_batched_tokens=8192),
-        [RequestSpec("long", 32768, 4), *(RequestSpec(f"s{i}", 100, 6, arrival_step=2) for i in range(3))],
-    ),
-    # ngram with a KV cache small enough to force preemption and resumption.
-    "ngram": (
-        EngineSpec(method="ngram", num_speculative_tokens=3, max_num_batched_tokens=256, num_kv_blocks=40),
-        [RequestSpec(f"r{i}", 60 + 10 * i, 30) for i in range(6)],
-    ),
-    # draft_model reserves one slot per request (shared buffer: additive is right).
-    "draft_model": (
-        EngineSpec(method="draft_model", num_speculative_tokens=2, max_num_batched_tokens=512),
-        [RequestSpec(f"d{i}", 200, 12, arrival_step=1 + i) for i in range(5)],
-    ),
-}
-
-
-def _accept(req_id: str, step: int, drafts: int) -> int:
-    return step % (drafts + 1)  # a deterministic mix of full, partial and no acceptance
 
 
 def _run(name: str, cls: type | None = None, probe: bool = False) -> tuple[Any, list[Any], list[dict]]:
@@ -52,7 +30,7 @@ def _run(name: str, cls: type | None = None, probe: bool = False) -> tuple[Any, 
         budgets.append(seen)
         return out
 
-    steps = run_workload(sched, requests, accept=_accept, schedule=schedule if probe else None)
+    steps = run_workload(sched, requests, accept=mixed_accept, schedule=schedule if probe else None)
     sched.shutdown()
     return sched, steps, budgets
 
@@ -83,7 +61,7 @@ def test_recorded_budgets_equal_vllm(name: str, trace_env: Path) -> None:
 def test_dflash_long_prefill_reserves_seven_slots(trace_env: Path) -> None:
     from tracer.scheduler import TracingScheduler
 
-    _run("dflash", TracingScheduler)
+    _run("dflash_k7", TracingScheduler)
     trace = load(trace_env)
     cfg = trace.config
     assert (cfg["spec_method"], cfg["num_speculative_tokens"], cfg["draft_slots"]) == ("dflash", 7, 7)
@@ -104,7 +82,7 @@ def test_dflash_long_prefill_reserves_seven_slots(trace_env: Path) -> None:
 def test_preemption_and_resumption_are_recorded(trace_env: Path) -> None:
     from tracer.scheduler import TracingScheduler
 
-    _, steps, _ = _run("ngram", TracingScheduler)
+    _, steps, _ = _run("ngram_preempt", TracingScheduler)
     trace = load(trace_env)
     preempted = [rid for out, _ in steps for rid in out.preempted_req_ids]
     assert preempted, "the scenario must preempt"
@@ -159,9 +137,9 @@ def test_tracer_error_never_reaches_vllm(
     monkeypatch.setattr(Recorder, "before_schedule", boom)
     monkeypatch.setattr(Recorder, "after_update", boom)
     with caplog.at_level(logging.ERROR, logger="schedscope"):
-        _, traced, _ = _run("ngram", TracingScheduler)
+        _, traced, _ = _run("ngram_preempt", TracingScheduler)
     monkeypatch.delenv("SCHEDSCOPE_TRACE")
-    _, stock, _ = _run("ngram", Scheduler)
+    _, stock, _ = _run("ngram_preempt", Scheduler)
     assert [a for a, _ in traced] == [b for b, _ in stock]
     faults = [r for r in caplog.records if "tracer error" in r.getMessage()]
     assert len(faults) == 1, "logged once, not per step"

@@ -33,8 +33,8 @@ ENV_QUEUE = "SCHEDSCOPE_QUEUE"
 # once this many newer steps are pending (async scheduling keeps one or two).
 MAX_PENDING = 16
 
-# The one recorder of this process, for the model-runner hook to find.
-ACTIVE: Recorder | None = None
+# The runner hook attaches its per-pass notes to the ModelRunnerOutput under this name.
+RUNNER_NOTES_ATTR = "_schedscope_runner"
 
 
 def trace_path_from_env() -> Path | None:
@@ -153,6 +153,8 @@ class Recorder:
         sampled = getattr(runner_output, "sampled_token_ids", None)
         if isinstance(sampled, list) and len(sampled) == len(req_ids):
             raw[-1] = dict(zip(req_ids, map(len, sampled), strict=False))
+        for note in getattr(runner_output, RUNNER_NOTES_ATTR, None) or ():
+            self.writer.emit(("runner", raw[0], *note))
         # Steps finish in order: an older step still pending will never get its update.
         while self._pending:
             key, oldest = next(iter(self._pending.items()))
@@ -161,14 +163,6 @@ class Recorder:
             del self._pending[key]
             self._emit_step(oldest)
         self._emit_step(raw)
-
-    def step_of(self, out: Any) -> int | None:
-        """The step index of a SchedulerOutput still in flight (for the runner hook)."""
-        raw = self._pending.get(id(out))
-        return raw[0] if raw is not None else None
-
-    def runner(self, step: int | None, pass_: str, rows: int, cap: int | None, reqs: int | None) -> None:
-        self.writer.emit(("runner", step, pass_, rows, cap, reqs, os.getpid()))
 
     def _emit_step(self, raw: list[Any]) -> None:
         self.writer.emit(("step", self, raw))
@@ -273,7 +267,7 @@ def encode_record(item: Any) -> bytes:
         if item[0] == "step":
             item = item[1].build_step(item[2])
         else:
-            _, step, pass_, rows, cap, reqs, pid = item
+            _, step, pass_, rows, cap, reqs = item
             item = {
                 "kind": schema.RUNNER,
                 "step": step,
@@ -281,6 +275,5 @@ def encode_record(item: Any) -> bytes:
                 "rows": rows,
                 "cap": cap,
                 "reqs": reqs,
-                "pid": pid,
             }
     return orjson.dumps(item, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS)

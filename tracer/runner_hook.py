@@ -1,11 +1,16 @@
 """Model-runner hook: input-buffer occupancy of the target pass and the drafter pass.
 
-Installed by the tracing scheduler (same process under vLLM's default `uni`
-executor) and by the `vllm.general_plugins` entry point (every process). It
-patches GPUModelRunner at class level, so the CPU runner, a subclass, is
-covered too. Records join their step through the recorder's map of
-SchedulerOutputs in flight; a worker in another process (the `mp` executor,
-TP > 1) has no recorder and records nothing. See docs/trace-format.md.
+The model runner often lives in another process than the scheduler (on CPU
+vLLM always uses the `mp` executor: EngineCore and a Worker process). So the
+hook writes nothing itself. It notes what each pass was handed, and attaches
+those notes to the step's ModelRunnerOutput as `_schedscope_runner`. Pickle
+carries instance attributes, so the notes travel back to EngineCore, where
+the recorder's update_from_output() hook turns them into `runner` records of
+the right step. One writer, one file, no step-number guessing.
+
+Installed in every process by the `vllm.general_plugins` entry point (when
+SCHEDSCOPE_TRACE is set), and by the tracing scheduler for the `uni` executor.
+It patches GPUModelRunner at class level, which covers the CPU runner too.
 """
 
 from __future__ import annotations
@@ -18,9 +23,12 @@ from tracer import recorder as _recorder
 
 logger = logging.getLogger("schedscope.runner_hook")
 
+ATTR = _recorder.RUNNER_NOTES_ATTR
 _PATCHED = "_schedscope_patched"
-# Step whose drafter pass is running (the runner thread is single: no lock needed).
-_draft_step: int | None = None
+# (pass, rows, capacity, requests) noted since the current step's execute_model.
+# The runner calls execute_model/sample_tokens from one thread: no lock needed.
+_notes: list[tuple[str, int, int | None, int | None]] = []
+_failures = 0
 
 
 def register() -> None:
@@ -35,13 +43,20 @@ def install() -> bool:
         from vllm.v1.worker.gpu_model_runner import GPUModelRunner
     except Exception:  # no vLLM, or a build without the GPU runner module
         return False
-    if getattr(GPUModelRunner, _PATCHED, False):
+    if GPUModelRunner.__dict__.get(_PATCHED, False):
         return True
     GPUModelRunner.execute_model = _wrap_execute(GPUModelRunner.execute_model)
-    if hasattr(GPUModelRunner, "propose_draft_token_ids"):
-        GPUModelRunner.propose_draft_token_ids = _wrap_propose(GPUModelRunner.propose_draft_token_ids)
+    if hasattr(GPUModelRunner, "sample_tokens"):
+        GPUModelRunner.sample_tokens = _wrap_sample(GPUModelRunner.sample_tokens)
     setattr(GPUModelRunner, _PATCHED, True)
     return True
+
+
+def _fault(where: str) -> None:
+    global _failures
+    _failures += 1
+    if _failures == 1:
+        logger.exception("schedscope: runner hook error in %s; the model runs unaffected", where)
 
 
 def _rows(buffer: Any) -> int | None:
@@ -53,40 +68,53 @@ def _rows(buffer: Any) -> int | None:
     return None
 
 
+def _attach(output: Any) -> Any:
+    """Hand the notes to the output that goes back to the scheduler; clear them."""
+    if not _notes or output is None:
+        return output
+    notes = list(_notes)
+    _notes.clear()
+    get_output = getattr(output, "get_output", None)
+    try:
+        if callable(get_output):  # AsyncModelRunnerOutput: attach to what it yields
+
+            def get_output_with_notes() -> Any:
+                result = get_output()
+                setattr(result, ATTR, notes)
+                return result
+
+            output.get_output = get_output_with_notes
+        else:
+            setattr(output, ATTR, notes)
+    except Exception:  # slotted or frozen outputs: lose the notes, not the step
+        _fault("attach")
+    return output
+
+
 def _wrap_execute(orig: Any) -> Any:
     @functools.wraps(orig)
     def execute_model(self: Any, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
-        rec = _recorder.ACTIVE
-        if rec is not None:
-            try:
-                cap = _rows(getattr(self, "input_ids", None)) or getattr(self, "max_num_tokens", None)
-                rec.runner(
-                    rec.step_of(scheduler_output),
-                    "target",
-                    int(scheduler_output.total_num_scheduled_tokens),
-                    cap,
-                    len(scheduler_output.num_scheduled_tokens),
-                )
-                _patch_drafter(self)
-            except Exception:
-                rec.fail("runner hook (target pass)")
-        return orig(self, scheduler_output, *args, **kwargs)
+        try:
+            _notes.clear()
+            cap = _rows(getattr(self, "input_ids", None)) or getattr(self, "max_num_tokens", None)
+            rows = int(scheduler_output.total_num_scheduled_tokens)
+            _notes.append(("target", rows, cap, len(scheduler_output.num_scheduled_tokens)))
+            _patch_drafter(self)
+        except Exception:
+            _fault("execute_model")
+        output = orig(self, scheduler_output, *args, **kwargs)
+        # Some paths (nothing scheduled, pooling models) return the output here.
+        return _attach(output) if output is not None and hasattr(output, "req_ids") else output
 
     return execute_model
 
 
-def _wrap_propose(orig: Any) -> Any:
+def _wrap_sample(orig: Any) -> Any:
     @functools.wraps(orig)
-    def propose_draft_token_ids(self: Any, scheduler_output: Any, *args: Any, **kwargs: Any) -> Any:
-        global _draft_step
-        rec = _recorder.ACTIVE
-        _draft_step = rec.step_of(scheduler_output) if rec is not None else None
-        try:
-            return orig(self, scheduler_output, *args, **kwargs)
-        finally:
-            _draft_step = None
+    def sample_tokens(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return _attach(orig(self, *args, **kwargs))
 
-    return propose_draft_token_ids
+    return sample_tokens
 
 
 def _patch_drafter(runner: Any) -> None:
@@ -99,17 +127,16 @@ def _patch_drafter(runner: Any) -> None:
 
     @functools.wraps(orig)
     def propose(*args: Any, **kwargs: Any) -> Any:
-        rec = _recorder.ACTIVE
         tokens = kwargs.get("target_token_ids")
         # Only model-based drafters run a forward pass over a token buffer;
-        # ngram and suffix proposers take none and record nothing.
-        if rec is not None and tokens is not None:
+        # ngram and suffix proposers take none and note nothing.
+        if tokens is not None:
             try:
-                positions = kwargs.get("next_token_ids")
-                reqs = int(positions.shape[0]) if getattr(positions, "shape", None) else None
-                rec.runner(_draft_step, "draft", int(tokens.shape[0]), cap, reqs)
+                nexts = kwargs.get("next_token_ids")
+                reqs = int(nexts.shape[0]) if getattr(nexts, "shape", None) else None
+                _notes.append(("draft", int(tokens.shape[0]), cap, reqs))
             except Exception:
-                rec.fail("runner hook (draft pass)")
+                _fault("drafter.propose")
         return orig(*args, **kwargs)
 
     drafter.propose = propose

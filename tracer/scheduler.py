@@ -11,6 +11,7 @@ raised into vLLM, and the scheduling decisions are vLLM's own, untouched.
 from __future__ import annotations
 
 import atexit
+import functools
 import logging
 import time
 from typing import Any
@@ -41,12 +42,12 @@ class TracingMixin:
             logger.exception("schedscope: cannot record to %s; serving without a trace", path)
             return
         self._schedscope = rec
-        _recorder.ACTIVE = rec
         atexit.register(rec.close)
         try:
             runner_hook.install()
+            _close_trace_first_on_engine_shutdown()
         except Exception:
-            rec.fail("runner hook install")
+            rec.fail("hook install")
         logger.info("schedscope: recording scheduler steps to %s", path)
 
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
@@ -93,8 +94,33 @@ class TracingMixin:
             rec.close(timeout)
         except Exception:
             logger.exception("schedscope: error while closing the trace")
-        if _recorder.ACTIVE is rec:
-            _recorder.ACTIVE = None
+
+
+def _close_trace_first_on_engine_shutdown() -> None:
+    """Finish the trace when EngineCore starts tearing down, not after.
+
+    EngineCore.shutdown() stops the model executor (waiting for the worker to
+    exit) before it calls scheduler.shutdown(), and EngineCore dies with its
+    parent API server, so on SIGTERM the footer would often never be written.
+    The busy loop has exited by then, so every step is complete.
+    """
+    try:
+        from vllm.v1.engine.core import EngineCore
+    except Exception:
+        return
+    if EngineCore.__dict__.get("_schedscope_patched"):
+        return
+    orig = EngineCore.shutdown
+
+    @functools.wraps(orig)
+    def shutdown(self: Any) -> Any:
+        close = getattr(getattr(self, "scheduler", None), "close_trace", None)
+        if callable(close):
+            close()
+        return orig(self)
+
+    EngineCore.shutdown = shutdown
+    EngineCore._schedscope_patched = True
 
 
 class TracingScheduler(TracingMixin, Scheduler):

@@ -70,7 +70,7 @@ STEP_DEFAULTS: Final[dict[str, Any]] = {
 BUDGET_KEYS: Final = {"target": ("cap", "used", "left"), "input": ("cap", "used", "left")}
 
 RUNNER_REQUIRED: Final = ("step", "pass", "rows")
-RUNNER_DEFAULTS: Final[dict[str, Any]] = {"cap": None, "reqs": None, "pid": None}
+RUNNER_DEFAULTS: Final[dict[str, Any]] = {"cap": None, "reqs": None}
 RUNNER_PASSES: Final = ("target", "draft")
 
 FOOTER_DEFAULTS: Final[dict[str, Any]] = {
