@@ -84,7 +84,7 @@ def _per_request(trace: Trace) -> dict[str, dict[str, int]]:
     sampled tokens, and steps that sampled."""
     reqs: dict[str, dict[str, int]] = {}
     for rec in trace.steps():
-        for rid, tokens, spec, demand in rec["new"]:
+        for rid, _, _, demand in rec["new"]:
             reqs[rid] = {"demand": demand, "tokens": 0, "spec": 0, "sampled": 0, "sampling_steps": 0}
         for rid, tokens, spec, _ in rec["new"] + rec["resumed"] + rec["running"]:
             reqs[rid]["tokens"] += tokens
