@@ -58,25 +58,35 @@ def test_recorded_budgets_equal_vllm(name: str, trace_env: Path) -> None:
         assert sorted(record["finished"]) == sorted(out.finished_req_ids)
 
 
-def test_dflash_long_prefill_reserves_seven_slots(trace_env: Path) -> None:
+def _vllm_minor() -> tuple[int, int]:
+    import vllm
+
+    major, minor = vllm.__version__.split(".")[:2]
+    return int(major), int(minor)
+
+
+def test_dflash_long_prefill_budgets(trace_env: Path) -> None:
+    """0.32 charges DFlash K=7 draft slots per request (additive: 8,185 target
+    tokens a step); 0.33 charges none and caps admission instead (8,192)."""
     from tracer.scheduler import TracingScheduler
 
+    slots, regime = (7, "additive") if _vllm_minor() < (0, 33) else (0, "cap")
     _run("dflash_k7", TracingScheduler)
     trace = load(trace_env)
     cfg = trace.config
-    assert (cfg["spec_method"], cfg["num_speculative_tokens"], cfg["draft_slots"]) == ("dflash", 7, 7)
-    assert cfg["query_rows_per_req"] == 8 and trace.header["regime"] == "additive"
+    assert (cfg["spec_method"], cfg["num_speculative_tokens"], cfg["draft_slots"]) == ("dflash", 7, slots)
+    assert cfg["query_rows_per_req"] == 8 and trace.header["regime"] == regime
     first = trace.step(0)
-    assert first["target"] == {"cap": 8192, "used": 8185, "left": 7}
-    assert first["input"] == {"cap": 8192, "used": 8192, "reserved": 7, "left": 0}
+    used = 8192 - slots
+    assert first["target"] == {"cap": 8192, "used": used, "left": slots}
+    assert first["input"] == {"cap": 8192, "used": 8192, "reserved": slots, "left": 0}
     assert first["query"] == {"per_req": 8, "rows": 8, "cap": 8192}
     # Demand before clipping: the whole 32k prompt, then what is left of it.
-    assert first["new"] == [["long", 8185, 0, 32768]]
-    assert trace.step(1)["running"] == [["long", 8185, 0, 32768 - 8185]]
+    assert first["new"] == [["long", used, 0, 32768]]
+    assert trace.step(1)["running"] == [["long", used, 0, 32768 - used]]
     # The short requests arrived in step 2 and were held back: listed with their demand.
     assert trace.step(1)["waiting_demand"] == [["s0", 100], ["s1", 100], ["s2", 100]]
-    full = trace.columns["target_used"][:4]
-    assert list(full) == [8185] * 4
+    assert list(trace.columns["target_used"][:4]) == [used] * 4
 
 
 def test_preemption_and_resumption_are_recorded(trace_env: Path) -> None:

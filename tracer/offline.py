@@ -78,6 +78,7 @@ def _model_dir(root: Path, name: str, config: dict[str, Any]) -> Path:
 def build_vllm_config(spec: EngineSpec, workdir: Path | None = None) -> Any:
     from vllm.config import (
         CacheConfig,
+        DeviceConfig,
         ModelConfig,
         ParallelConfig,
         SchedulerConfig,
@@ -130,6 +131,8 @@ def build_vllm_config(spec: EngineSpec, workdir: Path | None = None) -> Any:
         model_config=model_config,
         cache_config=cache_config,
         speculative_config=speculative_config,
+        # Explicit: a CUDA build on a machine without a GPU cannot infer a device.
+        device_config=DeviceConfig(device="cpu"),
     )
     cache_config.num_gpu_blocks = spec.num_kv_blocks
     return vllm_config

@@ -70,6 +70,7 @@ class Recorder:
         self.steps_built = 0
         self.errors = 0
         self._pending: OrderedDict[int, list[Any]] = OrderedDict()
+        self._preempted: set[str] = set()  # ids preempted and not yet back
         self._closed = False
         writer.emit(
             {
@@ -123,6 +124,16 @@ class Recorder:
         if resumed is None:  # older releases flagged resumption per entry
             flags = getattr(cached, "resumed_from_preemption", ()) or ()
             resumed = {rid for rid, f in zip(cached.req_ids, flags, strict=False) if f}
+        resumed = set(resumed)
+        new_ids = [r.req_id for r in out.scheduled_new_reqs]
+        preempted = list(getattr(out, "preempted_req_ids", None) or ())
+        finished = list(getattr(out, "finished_req_ids", None) or ())
+        if self._preempted:
+            # The V2 model runner (0.33 with Triton) re-sends resumed requests as new.
+            resumed.update(rid for rid in new_ids if rid in self._preempted)
+            self._preempted.difference_update(resumed)
+            self._preempted.difference_update(finished)
+        self._preempted.update(preempted)
         kv = getattr(sched, "kv_cache_manager", None)
         raw: list[Any] = [
             self.step,
@@ -130,12 +141,12 @@ class Recorder:
             dt_ns,
             out.total_num_scheduled_tokens,
             dict(out.num_scheduled_tokens),
-            [r.req_id for r in out.scheduled_new_reqs],
+            new_ids,
             list(cached.req_ids),
-            set(resumed),
+            resumed,
             dict(getattr(out, "scheduled_spec_decode_tokens", None) or {}),
-            list(getattr(out, "preempted_req_ids", None) or ()),
-            list(getattr(out, "finished_req_ids", None) or ()),
+            preempted,
+            finished,
             *_request_counts(sched),
             float(getattr(kv, "usage", 0.0) or 0.0),
             pre,
@@ -236,8 +247,8 @@ class Recorder:
                 "left": self.input_cap - input_used,
             },
             "query": ({"per_req": self.q, "rows": self.q * n, "cap": self.buffer_cap} if self.q else None),
-            "new": [entry(r) for r in new_ids],
-            "resumed": [entry(r) for r in cached_ids if r in resumed],
+            "new": [entry(r) for r in new_ids if r not in resumed],
+            "resumed": [entry(r) for r in (*new_ids, *cached_ids) if r in resumed],
             "running": [entry(r) for r in cached_ids if r not in resumed],
             "preempted": preempted,
             "finished": finished,
