@@ -97,30 +97,49 @@ class TracingMixin:
 
 
 def _close_trace_first_on_engine_shutdown() -> None:
-    """Finish the trace when EngineCore starts tearing down, not after.
+    """Finish the trace as soon as EngineCore stops stepping, not at the end of teardown.
 
-    EngineCore.shutdown() stops the model executor (waiting for the worker to
-    exit) before it calls scheduler.shutdown(), and EngineCore dies with its
-    parent API server, so on SIGTERM the footer would often never be written.
-    The busy loop has exited by then, so every step is complete.
+    On SIGTERM, EngineCore leaves its busy loop, resets SIGTERM to the default
+    action, then stops the model executor (waiting for the worker) before it
+    calls scheduler.shutdown(). A second SIGTERM (from the API server's process
+    manager, or Ctrl-C reaching the whole group) or the API server's exit kills it
+    in that window, and the footer would be lost. Every step is complete once the
+    busy loop has returned, so the trace is closed right there.
     """
     try:
-        from vllm.v1.engine.core import EngineCore
+        from vllm.v1.engine import core
     except Exception:
         return
-    if EngineCore.__dict__.get("_schedscope_patched"):
-        return
-    orig = EngineCore.shutdown
+    for cls_name, method in (
+        ("EngineCoreProc", "run_busy_loop"),
+        ("DPEngineCoreProc", "run_busy_loop"),
+        ("EngineCore", "shutdown"),
+    ):
+        cls = getattr(core, cls_name, None)
+        if cls is None or method not in cls.__dict__ or cls.__dict__.get(f"_schedscope_{method}"):
+            continue
+        setattr(cls, method, _closing_trace_first(cls.__dict__[method]))
+        setattr(cls, f"_schedscope_{method}", True)
 
+
+def _closing_trace_first(orig: Any) -> Any:
     @functools.wraps(orig)
-    def shutdown(self: Any) -> Any:
-        close = getattr(getattr(self, "scheduler", None), "close_trace", None)
-        if callable(close):
-            close()
-        return orig(self)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if orig.__name__ == "shutdown":
+            _close_engine_trace(self)
+            return orig(self, *args, **kwargs)
+        try:
+            return orig(self, *args, **kwargs)
+        finally:
+            _close_engine_trace(self)
 
-    EngineCore.shutdown = shutdown
-    EngineCore._schedscope_patched = True
+    return wrapper
+
+
+def _close_engine_trace(engine: Any) -> None:
+    close = getattr(getattr(engine, "scheduler", None), "close_trace", None)
+    if callable(close):
+        close()
 
 
 class TracingScheduler(TracingMixin, Scheduler):
