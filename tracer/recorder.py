@@ -252,6 +252,10 @@ class Recorder:
             "running": [entry(r) for r in cached_ids if r not in resumed],
             "preempted": preempted,
             "finished": finished,
+            # Running requests left out of this step (budget spent, or nothing to do).
+            "unscheduled": [
+                [r, d] for r, d in running_pre if r not in scheduled and d > 0 and r not in preempted
+            ],
             "waiting_demand": [[r, d] for r, d in waiting_pre if r not in scheduled],
             "waiting_demand_truncated": truncated,
             "num_waiting": n_waiting,

@@ -60,6 +60,7 @@ STEP_DEFAULTS: Final[dict[str, Any]] = {
     "running": [],
     "preempted": [],
     "finished": [],
+    "unscheduled": [],
     "waiting_demand": [],
     "waiting_demand_truncated": 0,
     "num_waiting": 0,

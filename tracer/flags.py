@@ -1,0 +1,231 @@
+"""Flag detectors: accounting faults found in a trace, each with the numbers behind
+it and one sentence a user can act on. All budget reasoning comes from
+tracer.budget; this module only decides what is worth a flag.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tracer.budget import BudgetAnalysis, analyze
+from tracer.reader import Trace
+
+ADDITIVE = "additive-double-reservation"
+QUERY_OVERFLOW = "query-overflow"
+SHARED_OVERFLOW = "shared-buffer-overflow"
+NEGATIVE = "negative-budget"
+PREEMPTION_LEAK = "preemption-budget-leak"
+CAP_BINDING = "admission-cap-binding"
+KINDS = (ADDITIVE, QUERY_OVERFLOW, SHARED_OVERFLOW, NEGATIVE, PREEMPTION_LEAK, CAP_BINDING)
+
+SEVERITY = {
+    ADDITIVE: "warning",
+    QUERY_OVERFLOW: "error",
+    SHARED_OVERFLOW: "error",
+    NEGATIVE: "error",
+    PREEMPTION_LEAK: "error",
+    CAP_BINDING: "info",
+}
+
+
+@dataclass(frozen=True)
+class Flag:
+    step: int
+    kind: str
+    severity: str
+    message: str
+    numbers: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class FlagReport:
+    flags: list[Flag]
+    analysis: BudgetAnalysis
+
+    @property
+    def tokens_lost(self) -> int:
+        return sum(f.numbers.get("tokens_lost", 0) for f in self.flags if f.kind == ADDITIVE)
+
+    def counts(self) -> dict[str, int]:
+        return dict(Counter(f.kind for f in self.flags))
+
+    def by_step(self) -> dict[int, list[Flag]]:
+        out: dict[int, list[Flag]] = {}
+        for f in self.flags:
+            out.setdefault(f.step, []).append(f)
+        return out
+
+
+def detect(trace: Trace, analysis: BudgetAnalysis | None = None) -> FlagReport:
+    analysis = analysis or analyze(trace)
+    flags: list[Flag] = []
+    for finder in (_additive, _query_overflow, _shared_overflow, _negative, _preemption_leak, _cap_binding):
+        flags.extend(finder(trace, analysis))
+    flags.sort(key=lambda f: (f.step, KINDS.index(f.kind)))
+    return FlagReport(flags, analysis)
+
+
+def _steps(trace: Trace, mask: np.ndarray) -> list[int]:
+    return [int(i) for i in np.flatnonzero(mask)]
+
+
+def _additive(trace: Trace, a: BudgetAnalysis) -> list[Flag]:
+    m = a.model
+    if not m.separate_pass:
+        return []
+    col = trace.columns
+    out = []
+    for i in _steps(trace, a.withheld > 0):
+        lost = int(a.withheld[i])
+        excess = int(a.excess[i])
+        used = int(col["target_used"][i])
+        bound = "" if a.exact[i] else "at most "
+        out.append(
+            Flag(
+                step=int(col["step"][i]),
+                kind=ADDITIVE,
+                severity=SEVERITY[ADDITIVE],
+                message=(
+                    f"{m.method} K={m.k} was charged {excess} draft slots against the target input budget, "
+                    f"but its {m.q} query rows per request run in a separate pass with their own buffer: "
+                    f"this withheld {bound}{lost} target tokens ({used} scheduled instead of {used + lost}). "
+                    "Keep a separate query budget (policy 'separate') instead of the additive reservation."
+                ),
+                numbers={
+                    "tokens_lost": lost,
+                    "exact": bool(a.exact[i]),
+                    "reserved": int(a.reserved[i]),
+                    "needed": int(a.needed[i]),
+                    "target_used": used,
+                    "target_cap": int(col["target_cap"][i]),
+                    "input_used": int(col["input_used"][i]),
+                    "input_cap": int(col["input_cap"][i]),
+                },
+            )
+        )
+    return out
+
+
+def _query_overflow(trace: Trace, a: BudgetAnalysis) -> list[Flag]:
+    if not a.model.separate_pass or not a.model.q:
+        return []
+    col = trace.columns
+    over = (a.query_cap > 0) & (a.query_rows > a.query_cap)
+    return [
+        Flag(
+            int(col["step"][i]),
+            QUERY_OVERFLOW,
+            SEVERITY[QUERY_OVERFLOW],
+            f"{int(a.query_rows[i])} query rows exceed the drafter buffer of {int(a.query_cap[i])}: bound "
+            f"admission so that requests × {a.model.q} ≤ {int(a.query_cap[i])}.",
+            {"query_rows": int(a.query_rows[i]), "query_cap": int(a.query_cap[i]), "per_req": a.model.q},
+        )
+        for i in _steps(trace, over)
+    ]
+
+
+def _shared_overflow(trace: Trace, a: BudgetAnalysis) -> list[Flag]:
+    m = a.model
+    if m.separate_pass or not m.draft_slots or not m.buffer_capacity:
+        return []
+    col = trace.columns
+    rows = col["target_used"] + a.needed
+    over = rows > m.buffer_capacity
+    drafted = trace.runner["draft_rows"] > trace.runner["draft_cap"]
+    over |= drafted & (trace.runner["draft_cap"] >= 0)
+    return [
+        Flag(
+            int(col["step"][i]),
+            SHARED_OVERFLOW,
+            SEVERITY[SHARED_OVERFLOW],
+            f"target tokens plus {m.method} draft rows ({int(rows[i])}) exceed the shared input buffer of "
+            f"{m.buffer_capacity}: the reservation must stay additive for this method.",
+            {"rows": int(rows[i]), "buffer_capacity": m.buffer_capacity},
+        )
+        for i in _steps(trace, over)
+    ]
+
+
+def _negative(trace: Trace, a: BudgetAnalysis) -> list[Flag]:
+    col = trace.columns
+    out = []
+    for name in ("target", "input"):
+        for i in _steps(trace, col[f"{name}_left"] < 0):
+            out.append(
+                Flag(
+                    int(col["step"][i]),
+                    NEGATIVE,
+                    SEVERITY[NEGATIVE],
+                    f"the {name} budget ended the step at {int(col[f'{name}_left'][i])}: the scheduler handed "
+                    f"out more than its {int(col[f'{name}_cap'][i])}; its final assert would fail.",
+                    {"budget": name, "left": int(col[f"{name}_left"][i]), "cap": int(col[f"{name}_cap"][i])},
+                )
+            )
+    return out
+
+
+def _preemption_leak(trace: Trace, a: BudgetAnalysis) -> list[Flag]:
+    """A request preempted in a step must hold none of that step's budget."""
+    col = trace.columns
+    out = []
+    mismatch = col["input_used"] != col["target_used"] + col["input_reserved"]
+    suspects = (col["n_preempted"] > 0) | mismatch
+    for i in _steps(trace, suspects):
+        rec = trace.step(i)
+        entries = rec["new"] + rec["resumed"] + rec["running"]
+        held = {e[0]: e[1] for e in entries}
+        leaked = [rid for rid in rec["preempted"] if rid in held]
+        charged = sum(held.values())
+        if not leaked and not mismatch[i] and charged == rec["target"]["used"]:
+            continue
+        out.append(
+            Flag(
+                int(col["step"][i]),
+                PREEMPTION_LEAK,
+                SEVERITY[PREEMPTION_LEAK],
+                f"preempted request(s) {', '.join(leaked) or '?'} still hold this step's budget "
+                f"({sum(held.get(r, 0) for r in leaked)} tokens): restore both the target and the "
+                "input/query budget when preempting a request scheduled earlier in the step.",
+                {"leaked": leaked, "target_used": rec["target"]["used"], "charged": charged},
+            )
+        )
+    return out
+
+
+def _cap_binding(trace: Trace, a: BudgetAnalysis) -> list[Flag]:
+    cfg = trace.config
+    cap, seqs = cfg.get("max_num_active_seqs"), cfg.get("max_num_seqs")
+    if not cap or not seqs or cap >= seqs:
+        return []  # no admission cap below the runner's own slots
+    col = trace.columns
+    binding = (
+        (col["num_running"] >= cap)
+        & (col["num_waiting"] > 0)
+        & (col["input_left"] > 0)
+        & (col["target_left"] > 0)
+        & (col["n_preempted"] == 0)
+    )
+    return [
+        Flag(
+            int(col["step"][i]),
+            CAP_BINDING,
+            SEVERITY[CAP_BINDING],
+            f"the admission cap of {cap} running requests kept {int(col['num_waiting'][i])} waiting while "
+            f"{int(col['input_left'][i])} input rows were free; a per-step query budget would admit "
+            "more as long as their query rows fit.",
+            {
+                "cap": cap,
+                "num_running": int(col["num_running"][i]),
+                "num_waiting": int(col["num_waiting"][i]),
+                "input_left": int(col["input_left"][i]),
+            },
+        )
+        for i in _steps(trace, binding)
+    ]
