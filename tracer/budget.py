@@ -142,10 +142,7 @@ def analyze(trace: Trace) -> BudgetAnalysis:
         result = simulate_without_excess(trace.step(int(i)), trace.config, model)
         withheld[i] = result.tokens
         exact[i] = result.exact
-    if model.q and model.separate_pass:
-        query_rows = n_sched * model.q
-    else:
-        query_rows = col["query_rows"]
+    query_rows = n_sched * model.q if model.q and model.separate_pass else col["query_rows"]
     query_cap = np.where(col["query_cap"] >= 0, col["query_cap"], model.buffer_capacity or 0)
     return BudgetAnalysis(model, reserved, needed, excess, withheld, exact, query_rows, query_cap)
 

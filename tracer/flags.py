@@ -66,7 +66,8 @@ class FlagReport:
 def detect(trace: Trace, analysis: BudgetAnalysis | None = None) -> FlagReport:
     analysis = analysis or analyze(trace)
     flags: list[Flag] = []
-    for finder in (_additive, _query_overflow, _shared_overflow, _negative, _preemption_leak, _cap_binding):
+    finders = (_additive, _query_overflow, _shared_overflow, _negative, _preemption_leak, _cap_binding)
+    for finder in finders:
         flags.extend(finder(trace, analysis))
     flags.sort(key=lambda f: (f.step, KINDS.index(f.kind)))
     return FlagReport(flags, analysis)
@@ -158,14 +159,15 @@ def _negative(trace: Trace, a: BudgetAnalysis) -> list[Flag]:
     out = []
     for name in ("target", "input"):
         for i in _steps(trace, col[f"{name}_left"] < 0):
+            left, cap = int(col[f"{name}_left"][i]), int(col[f"{name}_cap"][i])
             out.append(
                 Flag(
                     int(col["step"][i]),
                     NEGATIVE,
                     SEVERITY[NEGATIVE],
-                    f"the {name} budget ended the step at {int(col[f'{name}_left'][i])}: the scheduler handed "
-                    f"out more than its {int(col[f'{name}_cap'][i])}; its final assert would fail.",
-                    {"budget": name, "left": int(col[f"{name}_left"][i]), "cap": int(col[f"{name}_cap"][i])},
+                    f"the {name} budget ended the step at {left}: the scheduler handed out more than "
+                    f"its {cap}; its final assert would fail.",
+                    {"budget": name, "left": left, "cap": cap},
                 )
             )
     return out
