@@ -207,12 +207,16 @@ def _cap_binding(trace: Trace, a: BudgetAnalysis) -> list[Flag]:
     if not cap or not seqs or cap >= seqs:
         return []  # no admission cap below the runner's own slots
     col = trace.columns
+    n_sched = col["n_new"] + col["n_resumed"] + col["n_running"]
+    # It binds only if one more request's query rows would have fit this step.
+    query_room = (n_sched + 1) * a.model.q <= a.query_cap if a.model.q else True
     binding = (
         (col["num_running"] >= cap)
         & (col["num_waiting"] > 0)
         & (col["input_left"] > 0)
         & (col["target_left"] > 0)
         & (col["n_preempted"] == 0)
+        & query_room
     )
     return [
         Flag(

@@ -30,3 +30,18 @@ def query_rows_per_request(
     if method == "dspark":
         return num_spec_tokens if sample_from_anchor else num_spec_tokens + 1
     return 0
+
+
+def additive_draft_slots(method: str | None, k: int, parallel: bool) -> int:
+    """vLLM 0.32's per-request draft slots (SpeculativeConfig.max_num_new_slots_for_drafting)."""
+    if method == "dflash":
+        return k
+    if parallel:
+        return k if method == "draft_model" else k - 1  # PARD; P-EAGLE and DSpark
+    return 1 if method == "draft_model" else 0
+
+
+def shared_draft_slots(method: str | None, k: int, parallel: bool) -> int:
+    """The slots a method needs in the target pass: 0 for separate-pass methods
+    (vLLM 0.33's rule and the separate-budget fix), else the additive ones."""
+    return 0 if is_separate_pass(method) else additive_draft_slots(method, k, parallel)

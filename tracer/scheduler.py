@@ -28,7 +28,6 @@ logger = logging.getLogger("schedscope.scheduler")
 class TracingMixin:
     """Wraps schedule(), update_from_output() and shutdown() of a vLLM scheduler."""
 
-    SCHEDSCOPE_POLICY = "stock"
     _schedscope: _recorder.Recorder | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -37,7 +36,9 @@ class TracingMixin:
         if path is None:
             return
         try:
-            rec = _recorder.Recorder.for_scheduler(self, path, policy=self.SCHEDSCOPE_POLICY)
+            # Policy layers (tracer.policies) name themselves; vLLM's own is "stock".
+            policy = getattr(self, "SCHEDSCOPE_POLICY", "stock")
+            rec = _recorder.Recorder.for_scheduler(self, path, policy=policy)
         except Exception:
             logger.exception("schedscope: cannot record to %s; serving without a trace", path)
             return

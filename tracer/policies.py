@@ -1,0 +1,152 @@
+"""Scheduling policies as thin layers over vLLM's real Scheduler.
+
+    vllm serve … --scheduler-cls tracer.policies.SeparateScheduler
+
+| policy | draft slots charged per request | admission cap |
+|---|---|---|
+| `additive` | vLLM 0.32: DFlash K, DSpark K−1, P-EAGLE K−1, PARD K, draft_model 1 | max_num_seqs |
+| `cap` | vLLM 0.33: 0 for DFlash/DSpark, the rest as additive | B // num_lookahead_tokens for DFlash/DSpark |
+| `separate` | 0 for DFlash/DSpark (their query rows live in a separate query budget), the rest as additive | B // q, q = K+1 (DFlash) or K (DSpark) |
+
+Each layer changes two things vLLM reads and nothing else: the draft slots
+`schedule()` takes from `speculative_config.max_num_new_slots_for_drafting`
+(through a view of the config), and `max_num_active_reqs`, the waiting loop's
+admission cap. vLLM's own loop does the rest, preemption restores included.
+
+Where the layer differs from the fix's contract: vLLM keeps its budgets in
+locals of `schedule()`, so `separate` cannot keep a per-step query budget. It
+bounds admission instead (running ≤ B // q), which guarantees n·q ≤ B for the
+n requests scheduled in any step. The two agree whenever every running request
+is scheduled in a step; they differ when running requests sit a step out (async
+scheduling near max_tokens, pipeline parallelism, an exhausted encoder budget):
+there the fork could admit another request and this layer cannot. The query
+budget is recorded per step as n·q against B. See docs/policies.md and
+tests/test_policies.py::test_separate_bounds_running_not_scheduled.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+from vllm.v1.core.sched.scheduler import Scheduler
+
+from tracer.methods import additive_draft_slots, is_separate_pass, query_rows_per_request, shared_draft_slots
+from tracer.scheduler import TracingMixin
+
+
+class _View:
+    """Read-through view of a vLLM config object with some attributes overridden."""
+
+    def __init__(self, target: Any, **overrides: Any) -> None:
+        object.__setattr__(self, "_target", target)
+        object.__setattr__(self, "_overrides", overrides)
+
+    def __getattr__(self, name: str) -> Any:
+        overrides = object.__getattribute__(self, "_overrides")
+        if name in overrides:
+            return overrides[name]
+        return getattr(object.__getattribute__(self, "_target"), name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(object.__getattribute__(self, "_target"), name, value)
+
+
+class PolicyMixin:
+    """Applies a policy's draft slots and admission cap after vLLM builds the scheduler."""
+
+    SCHEDSCOPE_POLICY = "stock"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        vcfg = self.vllm_config  # type: ignore[attr-defined]
+        spec = getattr(vcfg, "speculative_config", None)
+        if spec is None:
+            return
+        method = getattr(spec, "method", None)
+        k = int(getattr(spec, "num_speculative_tokens", 0) or 0)
+        parallel = bool(getattr(spec, "parallel_drafting", False))
+        slots, cap = self.policy_budget(vcfg, method, k, parallel)
+        self.vllm_config = _View(vcfg, speculative_config=_View(spec, max_num_new_slots_for_drafting=slots))
+        seqs = int(self.scheduler_config.max_num_seqs)  # type: ignore[attr-defined]
+        self.max_num_active_reqs = min(seqs, cap) if cap else seqs
+
+    def policy_budget(self, vcfg: Any, method: str | None, k: int, parallel: bool) -> tuple[int, int | None]:
+        """(draft slots per request, admission cap or None)."""
+        raise NotImplementedError
+
+
+class AdditiveMixin(PolicyMixin):
+    SCHEDSCOPE_POLICY = "additive"
+
+    def policy_budget(self, vcfg: Any, method: str | None, k: int, parallel: bool) -> tuple[int, int | None]:
+        return additive_draft_slots(method, k, parallel), None
+
+
+class CapMixin(PolicyMixin):
+    SCHEDSCOPE_POLICY = "cap"
+
+    def policy_budget(self, vcfg: Any, method: str | None, k: int, parallel: bool) -> tuple[int, int | None]:
+        slots = shared_draft_slots(method, k, parallel)
+        lookahead = int(getattr(vcfg, "num_lookahead_tokens", 0) or 0)
+        if not is_separate_pass(method) or lookahead <= 0:
+            return slots, None
+        return slots, vcfg.scheduler_config.max_num_batched_tokens // lookahead
+
+
+class SeparateMixin(PolicyMixin):
+    SCHEDSCOPE_POLICY = "separate"
+
+    def policy_budget(self, vcfg: Any, method: str | None, k: int, parallel: bool) -> tuple[int, int | None]:
+        slots = shared_draft_slots(method, k, parallel)
+        if not is_separate_pass(method):
+            return slots, None
+        draft_hf = getattr(getattr(vcfg.speculative_config, "draft_model_config", None), "hf_config", None)
+        anchor = bool(getattr(draft_hf, "sample_from_anchor", True))
+        q = query_rows_per_request(method, k, sample_from_anchor=anchor)
+        return slots, vcfg.scheduler_config.max_num_batched_tokens // q
+
+
+# TracingMixin first: it builds its recorder after the policy has been applied.
+class AdditiveScheduler(TracingMixin, AdditiveMixin, Scheduler):
+    """vLLM 0.32's additive draft-slot reservation."""
+
+
+class CapScheduler(TracingMixin, CapMixin, Scheduler):
+    """vLLM 0.33's rule: no draft slots for DFlash/DSpark, admission capped."""
+
+
+class SeparateScheduler(TracingMixin, SeparateMixin, Scheduler):
+    """The fix: DFlash/DSpark query rows from a separate budget (as an admission bound)."""
+
+
+class AdditiveAsyncScheduler(TracingMixin, AdditiveMixin, AsyncScheduler):
+    pass
+
+
+class CapAsyncScheduler(TracingMixin, CapMixin, AsyncScheduler):
+    pass
+
+
+class SeparateAsyncScheduler(TracingMixin, SeparateMixin, AsyncScheduler):
+    pass
+
+
+POLICIES: dict[str, tuple[type, type]] = {
+    "additive": (AdditiveScheduler, AdditiveAsyncScheduler),
+    "cap": (CapScheduler, CapAsyncScheduler),
+    "separate": (SeparateScheduler, SeparateAsyncScheduler),
+}
+
+
+def scheduler_class(policy: str, *, async_scheduling: bool = False) -> type:
+    """The scheduler class for a policy name ("stock" is vLLM's, traced)."""
+    if policy == "stock":
+        from tracer.scheduler import TracingAsyncScheduler, TracingScheduler
+
+        return TracingAsyncScheduler if async_scheduling else TracingScheduler
+    try:
+        sync, asynchronous = POLICIES[policy]
+    except KeyError:
+        raise ValueError(f"unknown policy {policy!r}; choose from stock, {', '.join(POLICIES)}") from None
+    return asynchronous if async_scheduling else sync
