@@ -1,42 +1,54 @@
 """Re-record the offline sample traces with vLLM's real Scheduler (tracer.scheduler).
 
-    .venv/bin/python sample_traces/record.py [NAME ...]
+    .venv/bin/python sample_traces/record.py [FILE ...]      # the vLLM 0.32 samples
+    .venv033/bin/python sample_traces/record.py [FILE ...]   # the vLLM 0.33 ones
 
-Each scenario in tracer.scenarios is driven through TracingScheduler with
-deterministic model outputs; see sample_traces/README.md for what each shows.
+Each scenario in tracer.scenarios is driven through a tracing scheduler class
+(tracer.scheduler, tracer.policies) with deterministic model outputs; see
+sample_traces/README.md for what each shows.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-FILES = {
-    "dflash_k7": "dflash_k7_additive.jsonl",
-    "ngram_preempt": "ngram_preempt.jsonl",
-    "draft_model": "draft_model.jsonl",
+# file -> (scenario, policy, vLLM minor version it must be recorded on)
+SAMPLES: dict[str, tuple[str, str, str]] = {
+    "dflash_k7_additive.jsonl": ("dflash_k7", "stock", "0.32"),
+    "dflash_k7_cap.jsonl": ("dflash_k7", "stock", "0.33"),
+    "dflash_k7_separate.jsonl": ("dflash_k7", "separate", "0.32"),
+    "dspark_k4_additive.jsonl": ("dspark_k4", "stock", "0.32"),
+    "dspark_k4_separate.jsonl": ("dspark_k4", "separate", "0.32"),
+    "ngram_preempt.jsonl": ("ngram_preempt", "stock", "0.32"),
+    "priority_preempt.jsonl": ("priority_preempt", "stock", "0.32"),
+    "draft_model.jsonl": ("draft_model", "stock", "0.32"),
 }
 
 
-def record(name: str, path: Path) -> Path:
+def record(scenario: str, policy: str, path: Path) -> Path:
     from tracer.offline import build_scheduler, run_workload
+    from tracer.policies import scheduler_class
+    from tracer.replay import _recording_to
     from tracer.scenarios import SCENARIOS, mixed_accept
-    from tracer.scheduler import TracingScheduler
 
-    spec, requests = SCENARIOS[name]
-    os.environ["SCHEDSCOPE_TRACE"] = str(path)
-    try:
-        sched = build_scheduler(spec, TracingScheduler)
+    spec, requests = SCENARIOS[scenario]
+    with _recording_to(path):
+        sched = build_scheduler(spec, scheduler_class(policy))
         run_workload(sched, requests, accept=mixed_accept)
         sched.shutdown()
-    finally:
-        del os.environ["SCHEDSCOPE_TRACE"]
     return path
 
 
 if __name__ == "__main__":
     sys.path.insert(0, str(HERE.parent))
-    for name in sys.argv[1:] or FILES:
-        print(record(name, HERE / FILES[name]))
+    import vllm
+
+    version = ".".join(vllm.__version__.split(".")[:2])
+    for name in sys.argv[1:] or SAMPLES:
+        scenario, policy, needs = SAMPLES[name]
+        if needs == version:
+            print(record(scenario, policy, HERE / name))
+        elif sys.argv[1:]:
+            print(f"{name}: needs vLLM {needs}, this is {vllm.__version__}; skipped")

@@ -2,11 +2,14 @@
 
     vllm serve … --scheduler-cls tracer.policies.SeparateScheduler
 
-| policy | draft slots charged per request | admission cap |
-|---|---|---|
-| `additive` | vLLM 0.32: DFlash K, DSpark K−1, P-EAGLE K−1, PARD K, draft_model 1 | max_num_seqs |
-| `cap` | vLLM 0.33: 0 for DFlash/DSpark, the rest as additive | B // num_lookahead_tokens for DFlash/DSpark |
-| `separate` | 0 for DFlash/DSpark (their query rows live in a separate query budget), the rest as additive | B // q, q = K+1 (DFlash) or K (DSpark) |
+Policies (draft slots charged per scheduled request; admission cap):
+- `additive`: vLLM 0.32's slots (DFlash K, DSpark K-1, P-EAGLE K-1, PARD K,
+  draft_model 1); no cap beyond max_num_seqs.
+- `cap`: vLLM 0.33's rule: 0 slots for DFlash/DSpark, others as additive;
+  admission capped at B // num_lookahead_tokens for DFlash/DSpark.
+- `separate`: the fix: 0 slots for DFlash/DSpark, whose query rows come from a
+  separate query budget; others as additive; admission bounded at B // q,
+  q = K+1 (DFlash) or K (DSpark).
 
 Each layer changes two things vLLM reads and nothing else: the draft slots
 `schedule()` takes from `speculative_config.max_num_new_slots_for_drafting`

@@ -115,7 +115,10 @@ class Recorder:
             self._fast_demand = False  # vLLM redefined the property: the plain path for good
         if self._fast_demand:
             demand = [
-                len(r._all_token_ids) + len(r.spec_token_ids) + r.num_output_placeholders - r.num_computed_tokens
+                len(r._all_token_ids)
+                + len(r.spec_token_ids)
+                + r.num_output_placeholders
+                - r.num_computed_tokens
                 for r in running
             ]
         else:

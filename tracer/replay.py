@@ -95,11 +95,11 @@ def workload_from_trace(trace: Trace) -> Workload:
 def workload_from_file(path: str | Path) -> Workload:
     """A synthetic workload:
 
-        engine: {max_num_batched_tokens: 16, method: dspark, num_speculative_tokens: 4}
-        requests:
-          - {id: a, prompt_len: 8, max_tokens: 3}
-          - {id: o, prompt_len: 1, max_tokens: 3, arrival_step: 4, count: 5}
-        accept: all            # or none, or {request_id: [accepted per sampling step]}
+    engine: {max_num_batched_tokens: 16, method: dspark, num_speculative_tokens: 4}
+    requests:
+      - {id: a, prompt_len: 8, max_tokens: 3}
+      - {id: o, prompt_len: 1, max_tokens: 3, arrival_step: 4, count: 5}
+    accept: all            # or none, or {request_id: [accepted per sampling step]}
     """
     path = Path(path)
     try:
@@ -141,7 +141,8 @@ def workload_from_file(path: str | Path) -> Workload:
                     )
                 )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise WorkloadError(f"{path}: field 'requests[{i}]': {exc!r} (needs id, prompt_len, max_tokens)") from None
+            message = f"{path}: field 'requests[{i}]': {exc!r} (needs id, prompt_len, max_tokens)"
+            raise WorkloadError(message) from None
     accept = doc.get("accept", "all")
     if isinstance(accept, dict):
         return Workload(engine, requests, {str(k): [int(x) for x in v] for k, v in accept.items()})
