@@ -91,6 +91,17 @@ def cmd_flags(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_diff(args: argparse.Namespace) -> int:
+    from tracer.compare import compare, diff_lines
+    from tracer.reader import load
+
+    strict = not args.lenient
+    comparison = compare(load(args.trace_a, strict=strict), load(args.trace_b, strict=strict))
+    for line in diff_lines(comparison, rows=args.rows):
+        print(line)
+    return 0
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     from tracer.replay import WorkloadError, load_workload, replay
 
@@ -111,6 +122,19 @@ def cmd_replay(args: argparse.Namespace) -> int:
         print(f"schedscope: error: {exc}", file=sys.stderr)
         return 2
     print(f"wrote {out} ({len(workload.requests)} requests under policy {args.policy})")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from tracer.perfetto import export
+
+    trace = _load(args)
+    try:
+        out = export(trace, args.output)
+    except OSError as exc:
+        print(f"schedscope: error: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {out} ({len(trace)} steps); open it at https://ui.perfetto.dev")
     return 0
 
 
@@ -158,6 +182,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kind", action="append", help="only this kind (repeatable)")
     p.set_defaults(func=cmd_flags)
 
+    p = sub.add_parser("diff", help="compare two traces (two runs or two policies) step by step")
+    p.add_argument("trace_a", help="baseline trace (A)")
+    p.add_argument("trace_b", help="candidate trace (B)")
+    p.add_argument("--rows", type=int, default=20, help="differing steps to list (default 20)")
+    p.add_argument("--lenient", action="store_true", help="skip malformed lines instead of stopping")
+    p.set_defaults(func=cmd_diff)
+
     p = sub.add_parser(
         "replay",
         help="what-if: re-run a trace's workload through vLLM's real scheduler under a policy",
@@ -174,6 +205,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scheduling-policy", choices=["fcfs", "priority"])
     p.add_argument("--num-kv-blocks", type=int, help="KV cache size in blocks")
     p.set_defaults(func=cmd_replay)
+
+    p = sub.add_parser(
+        "export",
+        help="write a Perfetto / chrome://tracing timeline (Chrome Trace Event JSON)",
+        description="Budgets, query rows and buffer rows as counter tracks, a slice per step, "
+        "a lane per request and flags as instant events. Open the file at https://ui.perfetto.dev.",
+    )
+    trace_arg(p)
+    p.add_argument("-o", "--output", required=True, help="file to write (.json, or .json.gz for gzip)")
+    p.set_defaults(func=cmd_export)
 
     p = sub.add_parser(
         "serve",

@@ -1,0 +1,198 @@
+"""Comparison model: two traces aligned by step and by request, per-step deltas,
+totals and a one-paragraph headline. Used by `schedscope diff` and both views.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tracer.flags import FlagReport, detect
+from tracer.reader import Trace
+
+DELTA_COLUMNS = ("target_used", "query_rows", "admitted", "preempted")
+
+
+@dataclass
+class RequestLife:
+    """One request's lifetime in a trace (step numbers as recorded)."""
+
+    id: str
+    admitted: int | None = None
+    prefill_done: int | None = None  # first step in which it sampled a token
+    finished: int | None = None  # step whose record reports it finished
+    preempted: list[int] = field(default_factory=list)
+    resumed: list[int] = field(default_factory=list)
+    scheduled: list[int] = field(default_factory=list)
+    tokens: int = 0
+
+    @property
+    def prefill_steps(self) -> int | None:
+        if self.admitted is None or self.prefill_done is None:
+            return None
+        return self.prefill_done - self.admitted + 1
+
+
+def lifetimes(trace: Trace) -> dict[str, RequestLife]:
+    lives: dict[str, RequestLife] = {}
+
+    def life(rid: str) -> RequestLife:
+        return lives.setdefault(rid, RequestLife(rid))
+
+    for rec in trace.steps():
+        step = rec["step"]
+        for rid, tokens, *_ in rec["new"]:
+            life(rid).admitted = step
+        for rid, *_ in rec["resumed"]:
+            life(rid).resumed.append(step)
+        for rid, tokens, *_ in rec["new"] + rec["resumed"] + rec["running"]:
+            r = life(rid)
+            r.scheduled.append(step)
+            r.tokens += tokens
+        for rid, n in (rec["sampled"] or {}).items():
+            if n > 0 and life(rid).prefill_done is None:
+                lives[rid].prefill_done = step
+        for rid in rec["preempted"]:
+            life(rid).preempted.append(step)
+        for rid in rec["finished"]:
+            life(rid).finished = step
+    return lives
+
+
+@dataclass
+class Side:
+    trace: Trace
+    flags: FlagReport
+    lives: dict[str, RequestLife]
+
+    @property
+    def name(self) -> str:
+        return str(self.trace.header.get("policy") or "stock")
+
+    @property
+    def steps_to_drain(self) -> int:
+        """Steps up to the last one that scheduled any token."""
+        busy = np.flatnonzero(self.trace.columns["target_used"] > 0)
+        return int(self.trace.columns["step"][busy[-1]]) if len(busy) else 0
+
+    @property
+    def tokens_per_step(self) -> float:
+        drain = self.steps_to_drain
+        return float(self.trace.columns["target_used"].sum()) / drain if drain else 0.0
+
+
+@dataclass
+class Comparison:
+    a: Side
+    b: Side
+    steps: np.ndarray  # aligned step numbers 1..max(len(a), len(b))
+    values: dict[str, tuple[np.ndarray, np.ndarray]]  # per column: (a, b) aligned, 0-padded
+    common_requests: list[str]
+
+    def delta(self, column: str) -> np.ndarray:
+        a, b = self.values[column]
+        return b - a
+
+    def headline(self) -> str:
+        return " ".join(headline_sentences(self))
+
+
+def _aligned(trace: Trace, n: int) -> dict[str, np.ndarray]:
+    col = trace.columns
+    rows = {
+        "target_used": col["target_used"],
+        "query_rows": col["query_rows"],
+        "admitted": col["n_new"] + col["n_resumed"],
+        "preempted": col["n_preempted"],
+    }
+    out = {}
+    for name, values in rows.items():
+        padded = np.zeros(n, dtype=np.int64)
+        padded[: len(values)] = values
+        out[name] = padded
+    return out
+
+
+def compare(a: Trace, b: Trace) -> Comparison:
+    """Align by step index (step k of A against step k of B) and by request id."""
+    side_a = Side(a, detect(a), lifetimes(a))
+    side_b = Side(b, detect(b), lifetimes(b))
+    n = max(len(a), len(b))
+    va, vb = _aligned(a, n), _aligned(b, n)
+    values = {name: (va[name], vb[name]) for name in DELTA_COLUMNS}
+    common = [rid for rid in side_a.lives if rid in side_b.lives]
+    return Comparison(side_a, side_b, np.arange(1, n + 1), values, common)
+
+
+def headline_sentences(c: Comparison) -> list[str]:
+    a, b = c.a, c.b
+    da, db = a.steps_to_drain, b.steps_to_drain
+    verb = "the same" if da == db else ("fewer" if db < da else "more")
+    out = [
+        f"B ({b.name}) drained the workload in {db} steps instead of {da} (A, {a.name}): {verb}"
+        + ("." if da == db else f" by {abs(da - db)}.")
+    ]
+    # The request whose prefill length changed most says what the budget did.
+    best: tuple[int, str, int, int] | None = None
+    for rid in c.common_requests:
+        pa, pb = a.lives[rid].prefill_steps, b.lives[rid].prefill_steps
+        if pa is not None and pb is not None and pa != pb and (best is None or abs(pa - pb) > best[0]):
+            best = (abs(pa - pb), rid, pa, pb)
+    if best is not None:
+        _, rid, pa, pb = best
+        out.append(f"Request {rid!r} finished its prefill in {pb} steps instead of {pa}.")
+    for side, label in ((a, "A"), (b, "B")):
+        lost = side.flags.tokens_lost
+        if not lost:
+            continue
+        per_step = [f.numbers["tokens_lost"] for f in side.flags.flags if "tokens_lost" in f.numbers]
+        if len(set(per_step)) == 1:
+            spread = f"{per_step[0]} target tokens in each of {len(per_step)} steps"
+        else:
+            spread = f"{lost} target tokens over {len(per_step)} steps"
+        out.append(f"In {label} the additive draft-slot reservation withheld {spread} ({lost} in all).")
+    fa, fb = len(a.flags.flags), len(b.flags.flags)
+    if fa != fb:
+        out.append(f"Flags: {fa} in A, {fb} in B.")
+    return out
+
+
+def diff_lines(c: Comparison, *, rows: int = 20) -> list[str]:
+    """The text report of `schedscope diff`."""
+    a, b = c.a, c.b
+    lines = [
+        f"A  {a.trace.path}  policy {a.name}, vLLM {a.trace.header.get('vllm_version')}",
+        f"B  {b.trace.path}  policy {b.name}, vLLM {b.trace.header.get('vllm_version')}",
+        "",
+        *headline_sentences(c),
+        "",
+        f"{'':24}{'A':>12}{'B':>12}{'B-A':>10}",
+    ]
+
+    def total(label: str, va: float, vb: float, fmt: str = "{:.0f}") -> None:
+        lines.append(f"{label:24}{fmt.format(va):>12}{fmt.format(vb):>12}{fmt.format(vb - va):>10}")
+
+    total("steps to drain", a.steps_to_drain, b.steps_to_drain)
+    total("target tokens / step", a.tokens_per_step, b.tokens_per_step, "{:.1f}")
+    for name in DELTA_COLUMNS:
+        va, vb = c.values[name]
+        total(f"{name} (sum)", int(va.sum()), int(vb.sum()))
+    total("flags", len(a.flags.flags), len(b.flags.flags))
+    total("tokens lost (additive)", a.flags.tokens_lost, b.flags.tokens_lost)
+    changed = np.flatnonzero(np.any([c.delta(n) != 0 for n in DELTA_COLUMNS], axis=0))
+    lines += ["", f"{len(changed)} steps differ" + (":" if len(changed) else ".")]
+    if len(changed):
+        lines.append(
+            f"{'step':>6}{'target A':>10}{'target B':>10}{'Δ':>7}{'query Δ':>9}{'admit Δ':>9}{'preempt Δ':>11}"
+        )
+        for i in changed[:rows]:
+            ta, tb = c.values["target_used"][0][i], c.values["target_used"][1][i]
+            lines.append(
+                f"{int(c.steps[i]):>6}{int(ta):>10}{int(tb):>10}{int(tb - ta):>+7}"
+                f"{int(c.delta('query_rows')[i]):>+9}{int(c.delta('admitted')[i]):>+9}"
+                f"{int(c.delta('preempted')[i]):>+11}"
+            )
+        if len(changed) > rows:
+            lines.append(f"... {len(changed) - rows} more (--rows)")
+    return lines
