@@ -42,7 +42,7 @@ def lifetimes(trace: Trace) -> dict[str, RequestLife]:
 
     for rec in trace.steps():
         step = rec["step"]
-        for rid, tokens, *_ in rec["new"]:
+        for rid, *_ in rec["new"]:
             life(rid).admitted = step
         for rid, *_ in rec["resumed"]:
             life(rid).resumed.append(step)
@@ -183,9 +183,8 @@ def diff_lines(c: Comparison, *, rows: int = 20) -> list[str]:
     changed = np.flatnonzero(np.any([c.delta(n) != 0 for n in DELTA_COLUMNS], axis=0))
     lines += ["", f"{len(changed)} steps differ" + (":" if len(changed) else ".")]
     if len(changed):
-        lines.append(
-            f"{'step':>6}{'target A':>10}{'target B':>10}{'Δ':>7}{'query Δ':>9}{'admit Δ':>9}{'preempt Δ':>11}"
-        )
+        heads = (("step", 6), ("target A", 10), ("target B", 10), ("Δ", 7), ("query Δ", 9), ("admit Δ", 9))
+        lines.append("".join(f"{h:>{w}}" for h, w in heads) + f"{'preempt Δ':>11}")
         for i in changed[:rows]:
             ta, tb = c.values["target_used"][0][i], c.values["target_used"][1][i]
             lines.append(
