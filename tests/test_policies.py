@@ -1,0 +1,138 @@
+"""The fix's contract, point by point, on vLLM's real Scheduler under each policy layer."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import probe_schedule
+from tracer.offline import build_scheduler, run_workload
+from tracer.policies import scheduler_class
+from tracer.reader import Trace, load
+from tracer.replay import _recording_to
+from tracer.scenarios import SCENARIOS, mixed_accept
+
+pytestmark = pytest.mark.vllm
+POLICIES = ("additive", "cap", "separate")
+
+
+def run_policy(
+    scenario: str, policy: str, path: Path, **engine: Any
+) -> tuple[Trace, list[Any], list[dict[str, int]]]:
+    spec, requests = SCENARIOS[scenario]
+    spec = replace(spec, **engine)
+    budgets: list[dict[str, int]] = []
+
+    def schedule(s: Any) -> Any:
+        out, seen = probe_schedule(s)
+        budgets.append(seen)
+        return out
+
+    with _recording_to(path):
+        sched = build_scheduler(spec, scheduler_class(policy))
+        steps = run_workload(sched, requests, accept=mixed_accept, schedule=schedule)
+        sched.shutdown()
+    return load(path), steps, budgets
+
+
+def n_scheduled(trace: Trace) -> Any:
+    col = trace.columns
+    return col["n_new"] + col["n_resumed"] + col["n_running"]
+
+
+def assert_budgets_are_vllms(trace: Trace, budgets: list[dict[str, int]]) -> None:
+    assert len(trace) == len(budgets)
+    assert list(trace.columns["target_left"]) == [b["token_budget"] for b in budgets]
+    assert list(trace.columns["input_left"]) == [b["input_budget"] for b in budgets]
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize(("scenario", "slots"), [("draft_model", 1), ("ngram_preempt", 0)])
+def test_ordinary_methods_stay_additive(policy: str, scenario: str, slots: int, tmp_path: Path) -> None:
+    trace, _, budgets = run_policy(scenario, policy, tmp_path / "t.jsonl")
+    assert trace.header["policy"] == policy
+    assert trace.config["draft_slots"] == slots
+    col = trace.columns
+    assert (col["input_used"] == col["target_used"] + slots * n_scheduled(trace)).all()
+    assert_budgets_are_vllms(trace, budgets)
+
+
+def test_dspark_takes_k_query_rows_from_a_separate_budget(tmp_path: Path) -> None:
+    trace, steps, budgets = run_policy("dspark_k4", "separate", tmp_path / "t.jsonl")
+    cfg = trace.config
+    assert (cfg["draft_slots"], cfg["query_rows_per_req"], cfg["max_num_active_seqs"]) == (0, 4, 4)
+    # Both 8-token prefills get their full 8 tokens in step 1 (additive gives 8 and 2).
+    assert dict(steps[0][0].num_scheduled_tokens) == {"a": 8, "b": 8}
+    col = trace.columns
+    assert (col["query_rows"] == 4 * n_scheduled(trace)).all()
+    assert (col["query_rows"] <= 16).all()
+    # Five one-token requests: at most four at once.
+    assert max(len(out.num_scheduled_tokens) for out, _ in steps) == 4
+    assert_budgets_are_vllms(trace, budgets)
+
+
+def test_dflash_takes_k_plus_one_query_rows(tmp_path: Path) -> None:
+    trace, _, budgets = run_policy("dflash_k7", "separate", tmp_path / "t.jsonl")
+    cfg = trace.config
+    assert (cfg["draft_slots"], cfg["query_rows_per_req"]) == (0, 8)
+    assert cfg["max_num_active_seqs"] == min(cfg["max_num_seqs"], 8192 // 8)
+    assert list(trace.columns["target_used"][:4]) == [8192] * 4
+    assert list(trace.columns["query_rows"][:4]) == [8] * 4
+    assert_budgets_are_vllms(trace, budgets)
+
+
+@pytest.mark.parametrize(("method", "k"), [("draft_model", 2), ("dspark", 2), ("dflash", 2)])
+def test_preemption_restores_both_budgets(method: str, k: int, tmp_path: Path) -> None:
+    """A request preempted after it was scheduled in the same step gives back its
+    target tokens and its draft slots (vLLM's restore path) and its query rows."""
+    trace, steps, budgets = run_policy(
+        "priority_preempt", "separate", tmp_path / "t.jsonl", method=method, num_speculative_tokens=k
+    )
+    assert any(out.preempted_req_ids for out, _ in steps), "the scenario must preempt"
+    assert_budgets_are_vllms(trace, budgets)
+    q = trace.config["query_rows_per_req"]
+    for rec, (out, _) in zip(trace.steps(), steps, strict=True):
+        held = {e[0] for e in rec["new"] + rec["resumed"] + rec["running"]}
+        assert not held & set(rec["preempted"])  # a preempted request holds no budget
+        assert rec["target"]["used"] == out.total_num_scheduled_tokens
+        if q:
+            assert rec["query"]["rows"] == q * len(held)
+
+
+@pytest.mark.parametrize("policy", (*POLICIES, "stock"))
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_budgets_end_every_step_nonnegative(policy: str, scenario: str, tmp_path: Path) -> None:
+    trace, _, budgets = run_policy(scenario, policy, tmp_path / "t.jsonl")
+    col = trace.columns
+    assert (col["target_left"] >= 0).all() and (col["input_left"] >= 0).all()
+    if policy == "separate" and trace.config["query_rows_per_req"]:
+        assert (col["query_rows"] <= col["query_cap"]).all()
+    assert_budgets_are_vllms(trace, budgets)
+
+
+def test_separate_bounds_running_not_scheduled(tmp_path: Path) -> None:
+    """Pins where the thin layer differs from the fix's per-step query budget: it
+    bounds how many requests may be *running* (B // q), not how many are scheduled
+    in a step. With max_num_seqs 8 the fork would let more requests run; here no
+    more than 4 ever do. In these synchronous runs every running request is
+    scheduled each step, so the two rules pick the same requests."""
+    trace, _, _ = run_policy("dspark_k4", "separate", tmp_path / "t.jsonl")
+    col = trace.columns
+    assert trace.config["max_num_seqs"] == 8
+    assert col["num_running"].max() == 4 < trace.config["max_num_seqs"]
+    assert (col["num_waiting"][col["num_running"] == 4] > 0).any()  # someone was kept waiting
+    assert (n_scheduled(trace) == col["num_running"]).all()
+
+
+def test_policy_classes_by_name() -> None:
+    from tracer.policies import CapScheduler, SeparateAsyncScheduler
+    from tracer.scheduler import TracingScheduler
+
+    assert scheduler_class("stock") is TracingScheduler
+    assert scheduler_class("cap") is CapScheduler
+    assert scheduler_class("separate", async_scheduling=True) is SeparateAsyncScheduler
+    with pytest.raises(ValueError, match="unknown policy 'fair'"):
+        scheduler_class("fair")
