@@ -72,23 +72,22 @@ def workload_from_trace(trace: Trace) -> Workload:
     accepted: dict[str, list[int]] = {}
     for rec in trace.steps():
         step = rec["step"]
-        for rid, demand in rec["waiting_demand"]:
-            if rid not in arrival:
-                arrival[rid], prompt[rid] = step, demand
+        # Queue order within a step: the admitted requests came first.
         for rid, tokens, _spec, demand in rec["new"]:
             if rid not in arrival:
                 arrival[rid], prompt[rid] = step, demand if demand >= 0 else tokens
+        for rid, demand in rec["waiting_demand"]:
+            if rid not in arrival:
+                arrival[rid], prompt[rid] = step, demand
         for rid, n in (rec["sampled"] or {}).items():
             output[rid] = output.get(rid, 0) + n
             if n > 0:
                 accepted.setdefault(rid, []).append(n - 1)
+    # Dicts keep first-sighting order: arrival step, then queue order.
     requests = [
         RequestSpec(rid, prompt[rid], max(1, output.get(rid, 1)), arrival_step=arrival[rid])
-        for rid in sorted(arrival, key=lambda r: (arrival[r], r))
+        for rid in arrival
     ]
-    # Keep the recorded order of arrival within a step (queue order), not sorted ids.
-    order = {rid: i for i, rid in enumerate(arrival)}
-    requests.sort(key=lambda r: (r.arrival_step, order[r.id]))
     return Workload(engine_from_config(trace.config), requests, accepted)
 
 
