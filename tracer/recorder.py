@@ -14,6 +14,7 @@ import logging
 import os
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from itertools import chain, islice
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ import orjson
 
 from tracer import __version__, schema
 from tracer.engine_config import describe_scheduler, regime_of
-from tracer.writer import TraceWriter, open_sink
+from tracer.writer import Tap, TraceWriter, open_sink
 
 logger = logging.getLogger("schedscope.recorder")
 
@@ -91,13 +92,24 @@ class Recorder:
 
     @classmethod
     def for_scheduler(
-        cls, sched: Any, path: str | Path, *, policy: str = "stock", max_queue: int | None = None
+        cls,
+        sched: Any,
+        path: str | Path | None,
+        *,
+        policy: str = "stock",
+        max_queue: int | None = None,
+        taps: Sequence[Tap] = (),
     ) -> Recorder:
+        """A recorder writing to `path` (None: no file, e.g. stream only) and `taps`."""
         queue = max_queue or int(os.environ.get(ENV_QUEUE, "65536"))
-        path = Path(path)
-        if path.exists():
-            path.unlink()  # one run per file; `{pid}` in the path keeps engines apart
-        writer = TraceWriter(open_sink(path), encode_record, max_queue=queue)
+        if path is None:
+            sink = open(os.devnull, "ab")  # noqa: SIM115 - owned and closed by the writer
+        else:
+            path = Path(path)
+            if path.exists():
+                path.unlink()  # one run per file; `{pid}` in the path keeps engines apart
+            sink = open_sink(path)
+        writer = TraceWriter(sink, encode_record, max_queue=queue, taps=taps)
         name = f"{type(sched).__module__}.{type(sched).__qualname__}"
         return cls(writer, describe_scheduler(sched), policy=policy, scheduler_cls=name)
 
@@ -243,8 +255,7 @@ class Recorder:
             sampled,
         ) = raw
         running_ids, running_demand, waiting_pre, truncated = pre if pre is not None else ((), (), (), 0)
-        running_pre = list(zip(running_ids, running_demand, strict=True))
-        demand = dict(running_pre)
+        demand = dict(zip(running_ids, running_demand, strict=True))
         demand.update(waiting_pre)
         tokens_of, spec_of, demand_of = num_sched.get, spec.get, demand.get
 
@@ -254,7 +265,7 @@ class Recorder:
         n = len(num_sched)
         reserved = n * self.draft_slots
         input_used = total + reserved
-        scheduled = set(num_sched)
+        gone = set(preempted) if preempted else ()
         record: dict[str, Any] = {
             "kind": schema.STEP,
             "step": step,
@@ -275,9 +286,11 @@ class Recorder:
             "finished": finished,
             # Running requests left out of this step (budget spent, or nothing to do).
             "unscheduled": [
-                [r, d] for r, d in running_pre if r not in scheduled and d > 0 and r not in preempted
+                [r, d]
+                for r, d in zip(running_ids, running_demand, strict=True)
+                if d > 0 and r not in num_sched and r not in gone
             ],
-            "waiting_demand": [[r, d] for r, d in waiting_pre if r not in scheduled],
+            "waiting_demand": [[r, d] for r, d in waiting_pre if r not in num_sched],
             "waiting_demand_truncated": truncated,
             "num_waiting": n_waiting,
             "num_running": n_running,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import atexit
 import functools
 import logging
+import os
 import time
 from typing import Any
 
@@ -20,7 +21,7 @@ from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 
 from tracer import recorder as _recorder
-from tracer import runner_hook
+from tracer import runner_hook, stream
 
 logger = logging.getLogger("schedscope.scheduler")
 
@@ -29,16 +30,30 @@ class TracingMixin:
     """Wraps schedule(), update_from_output() and shutdown() of a vLLM scheduler."""
 
     _schedscope: _recorder.Recorder | None = None
+    _schedscope_stream: stream.StreamServer | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         path = _recorder.trace_path_from_env()
-        if path is None:
+        stream_at = os.environ.get(stream.ENV_STREAM, "").strip()
+        if path is None and not stream_at:
             return
+        taps = []
+        if stream_at:
+            try:
+                hub, server = stream.start_from_env(stream_at, os.environ.get(stream.ENV_TOKEN))
+                self._schedscope_stream = server
+                taps.append(hub.publish)
+                atexit.register(server.close)
+                logger.info("schedscope: streaming scheduler steps at %s", server.url)
+            except Exception:
+                logger.exception(
+                    "schedscope: cannot serve the live stream at %s; continuing without", stream_at
+                )
         try:
             # Policy layers (tracer.policies) name themselves; vLLM's own is "stock".
             policy = getattr(self, "SCHEDSCOPE_POLICY", "stock")
-            rec = _recorder.Recorder.for_scheduler(self, path, policy=policy)
+            rec = _recorder.Recorder.for_scheduler(self, path, policy=policy, taps=taps)
         except Exception:
             logger.exception("schedscope: cannot record to %s; serving without a trace", path)
             return

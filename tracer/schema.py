@@ -17,7 +17,9 @@ HEADER: Final = "header"
 STEP: Final = "step"
 RUNNER: Final = "runner"
 FOOTER: Final = "footer"
-KINDS: Final = (HEADER, STEP, RUNNER, FOOTER)
+# Written by `schedscope attach --save` where the live stream lost steps: after..before, exclusive.
+GAP: Final = "gap"
+KINDS: Final = (HEADER, STEP, RUNNER, FOOTER, GAP)
 
 # Engine config keys in the header, with the default a reader assumes when an
 # older trace lacks one. None means "unknown".

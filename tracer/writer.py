@@ -15,13 +15,14 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
 logger = logging.getLogger("schedscope.writer")
 
 Encoder = Callable[[Any], "bytes | None"]
+Tap = Callable[[list[bytes]], None]
 
 
 def open_sink(path: str | Path) -> IO[bytes]:
@@ -44,8 +45,12 @@ class TraceWriter:
         max_queue: int = 65_536,
         interval_s: float = 0.02,
         name: str = "schedscope-writer",
+        taps: Sequence[Tap] = (),
     ) -> None:
         self._sink = sink
+        # Taps (the live stream) see every encoded record, on the writer thread,
+        # even after the file failed; they must not block.
+        self._taps = list(taps)
         self._encode = encode
         self._max_queue = max_queue
         self._interval_s = interval_s
@@ -137,7 +142,7 @@ class TraceWriter:
                 self._flushed.notify_all()
 
     def _write_batch(self, batch: list[Any]) -> None:
-        if self.failed is not None:
+        if self.failed is not None and not self._taps:
             self._dropped_write += len(batch)
             return
         chunks = []
@@ -152,6 +157,16 @@ class TraceWriter:
             if data is not None:
                 chunks.append(data)
         if not chunks:
+            return
+        for tap in self._taps:
+            try:
+                tap(chunks)
+            except Exception:
+                self.errors += 1
+                if self.errors == 1:
+                    logger.exception("schedscope: a trace tap failed")
+        if self.failed is not None:
+            self._dropped_write += len(chunks)
             return
         try:
             self._sink.write(b"".join(chunks))

@@ -1,0 +1,214 @@
+"""The live stream: real scheduler -> hub -> HTTP -> follower, viewers that stall
+or vanish, resume with explicit gaps, garbage, and the loopback/token rules."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from tracer.attach import StreamFollower
+from tracer.reader import load
+from tracer.stream import StreamConfigError, StreamHub, StreamServer, parse_bind
+
+
+def step_line(i: int) -> bytes:
+    return orjson.dumps({"kind": "step", "step": i, "t": 0.0}, option=orjson.OPT_APPEND_NEWLINE)
+
+
+HEADER = orjson.dumps(
+    {"kind": "header", "schema": "1.0", "pid": 1, "config": {}}, option=orjson.OPT_APPEND_NEWLINE
+)
+
+
+def collect(follower: StreamFollower, n: int, timeout: float = 10, **kw: Any) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout
+    for event in follower.events(**kw):
+        if event.kind == "record":
+            out.append(event.record or {})
+        if len([r for r in out if r["kind"] in ("step", "gap")]) >= n or time.monotonic() > deadline:
+            break
+    return out
+
+
+def test_backlog_then_live_to_two_viewers() -> None:
+    hub = StreamHub()
+    server = StreamServer(hub, "127.0.0.1", 0)
+    try:
+        hub.publish([HEADER, step_line(1), step_line(2)])
+        results: list[list[dict[str, Any]]] = [[], []]
+
+        def view(k: int) -> None:
+            results[k] = collect(StreamFollower(server.url), 5)
+
+        threads = [threading.Thread(target=view, args=(k,)) for k in range(2)]
+        for t in threads:
+            t.start()
+        while hub.viewers < 2:
+            time.sleep(0.01)
+        hub.publish([step_line(3), step_line(4), step_line(5)])
+        for t in threads:
+            t.join(10)
+        for got in results:
+            assert got[0]["kind"] == "header"
+            assert [r["step"] for r in got if r["kind"] == "step"] == [1, 2, 3, 4, 5]
+    finally:
+        server.close()
+
+
+def test_resume_after_since_reports_what_left_the_backlog() -> None:
+    hub = StreamHub(backlog=5)
+    server = StreamServer(hub, "127.0.0.1", 0)
+    try:
+        hub.publish([HEADER, *(step_line(i) for i in range(1, 21))])
+        follower = StreamFollower(server.url)
+        follower.last_step = 3  # as if it had seen steps 1..3 before a disconnect
+        got = collect(follower, 6)
+        gap = next(r for r in got if r["kind"] == "gap")
+        assert (gap["after"], gap["before"]) == (3, 16)
+        assert [r["step"] for r in got if r["kind"] == "step"] == [16, 17, 18, 19, 20]
+    finally:
+        server.close()
+
+
+def test_a_stalled_viewer_is_cut_off_and_never_waited_for() -> None:
+    hub = StreamHub(viewer_queue=50)
+    server = StreamServer(hub, "127.0.0.1", 0)
+    try:
+        hub.publish([HEADER])
+        host, port = server.address[:2]
+        stalled = socket.create_connection((host, port))
+        stalled.sendall(b"GET /trace HTTP/1.1\r\nHost: x\r\n\r\n")  # and never reads
+        while hub.viewers < 1:
+            time.sleep(0.01)
+        pad = b" " * 2000
+        worst = 0.0
+        for i in range(1, 5001):
+            start = time.perf_counter()
+            hub.publish([step_line(i)[:-1] + pad + b"\n"])
+            worst = max(worst, time.perf_counter() - start)
+        assert hub.viewers_cut == 1 and hub.viewers == 0
+        assert worst < 0.5  # publish never blocked on the stalled socket
+        stalled.close()
+    finally:
+        server.close()
+
+
+def test_a_viewer_killed_mid_stream_is_forgotten() -> None:
+    hub = StreamHub()
+    server = StreamServer(hub, "127.0.0.1", 0)
+    try:
+        hub.publish([HEADER])
+        host, port = server.address[:2]
+        conn = socket.create_connection((host, port))
+        conn.sendall(b"GET /trace HTTP/1.1\r\nHost: x\r\n\r\n")
+        conn.recv(100)
+        conn.close()
+        for i in range(200):
+            hub.publish([step_line(i + 1)])
+            time.sleep(0.002)
+            if hub.viewers == 0:
+                break
+        assert hub.viewers == 0
+    finally:
+        server.close()
+
+
+def test_non_loopback_needs_a_token_and_the_token_is_checked() -> None:
+    with pytest.raises(StreamConfigError, match=r"refusing to stream on non-loopback address 0\.0\.0\.0"):
+        StreamServer(StreamHub(), "0.0.0.0", 0)
+    assert parse_bind("8799") == ("127.0.0.1", 8799)
+    assert parse_bind(":9000") == ("127.0.0.1", 9000)
+    hub = StreamHub()
+    hub.publish([HEADER, step_line(1)])
+    server = StreamServer(hub, "127.0.0.1", 0, token="s3cret")
+    try:
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(server.url, timeout=5)
+        assert err.value.code == 401
+        events = list(StreamFollower(server.url, token="wrong").events(max_reconnects=0))
+        assert events[-1].message.startswith("refused: HTTP 401")
+        got = collect(StreamFollower(server.url, token="s3cret"), 1)
+        assert [r["kind"] for r in got] == ["header", "step"]
+    finally:
+        server.close()
+
+
+class _Garbage(BaseHTTPRequestHandler):
+    calls = 0
+
+    def do_GET(self) -> None:
+        type(self).calls += 1
+        self.send_response(200)
+        self.end_headers()
+        if type(self).calls == 1:
+            self.wfile.write(
+                HEADER + step_line(1) + b"\xff\xfe not json\n[1,2]\n" + step_line(2) + b'{"kind":"st'
+            )
+        else:
+            self.wfile.write(HEADER + step_line(3))
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_garbage_and_a_stream_cut_mid_line_never_raise() -> None:
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Garbage)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}/trace"
+        follower = StreamFollower(url, backoff=(0.01, 0.02))
+        events = []
+        for event in follower.events(max_reconnects=1):
+            events.append(event)
+        steps = [e.record["step"] for e in events if e.kind == "record" and e.record["kind"] == "step"]
+        assert steps == [1, 2, 3]
+        assert follower.garbage == 2
+        assert any("not JSON" in e.message for e in events if e.kind == "status")
+        assert any(e.message.startswith("reconnecting") for e in events if e.kind == "status")
+    finally:
+        httpd.shutdown()
+
+
+@pytest.mark.vllm
+def test_real_scheduler_streams_what_it_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """TracingScheduler with SCHEDSCOPE_STREAM: the stream carries the file's records."""
+    from tracer.offline import build_scheduler, run_workload
+    from tracer.scenarios import SCENARIOS, mixed_accept
+    from tracer.scheduler import TracingScheduler
+
+    monkeypatch.setenv("SCHEDSCOPE_TRACE", str(tmp_path / "t.jsonl"))
+    monkeypatch.setenv("SCHEDSCOPE_STREAM", "127.0.0.1:0")
+    spec, requests = SCENARIOS["ngram_preempt"]
+    sched = build_scheduler(spec, TracingScheduler)
+    server = sched._schedscope_stream
+    assert server is not None and server.url.startswith("http://127.0.0.1:")
+    received: list[bytes] = []
+    follower = StreamFollower(server.url)
+
+    def view() -> None:
+        for event in follower.events(max_reconnects=0):
+            if event.kind == "record":
+                received.append(event.line)
+                if event.record and event.record["kind"] == "footer":
+                    return
+
+    viewer = threading.Thread(target=view, daemon=True)
+    viewer.start()
+    run_workload(sched, requests, accept=mixed_accept)
+    sched.shutdown()
+    viewer.join(10)
+    server.close()
+    saved = tmp_path / "saved.jsonl"
+    saved.write_bytes(b"".join(received))
+    assert saved.read_bytes() == (tmp_path / "t.jsonl").read_bytes()
+    assert len(load(saved)) == len(load(tmp_path / "t.jsonl")) > 10

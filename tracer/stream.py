@@ -1,0 +1,257 @@
+"""Live stream of trace records over plain HTTP NDJSON, served from the EngineCore.
+
+    SCHEDSCOPE_STREAM=127.0.0.1:8799 [SCHEDSCOPE_STREAM_TOKEN=secret] vllm serve … --scheduler-cls …
+    curl -N http://127.0.0.1:8799/trace?since=120
+
+A viewer gets the header, then the backlog of recent records from a bounded
+ring (those after `since`), then live records. The hub is a writer tap: it runs
+on the trace writer's thread and only appends to bounded per-viewer queues, so
+neither the scheduler nor the writer ever waits for a viewer. A viewer that
+falls a whole queue behind is cut off and counted; when it reconnects with
+`since`, the records it missed that left the ring come back as an explicit
+`gap` record, never as silently missing steps.
+
+Security: loopback by default. Binding any other address requires a bearer
+token (SCHEDSCOPE_STREAM_TOKEN) and logs a warning; without one the stream
+refuses to start. stdlib http.server: no dependency, and the EngineCore
+process must not grow one.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import logging
+import threading
+from collections import deque
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+import orjson
+
+logger = logging.getLogger("schedscope.stream")
+
+ENV_STREAM = "SCHEDSCOPE_STREAM"
+ENV_TOKEN = "SCHEDSCOPE_STREAM_TOKEN"
+DEFAULT_PORT = 8799
+
+
+class StreamConfigError(ValueError):
+    pass
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def parse_bind(value: str) -> tuple[str, int]:
+    """ "HOST:PORT", ":PORT", "PORT" or "HOST" -> (host, port); loopback when omitted."""
+    value = value.strip()
+    if value.isdigit():
+        return "127.0.0.1", int(value)
+    host, sep, port = value.rpartition(":")
+    if not sep:
+        return value, DEFAULT_PORT
+    return (host.strip("[]") or "127.0.0.1"), int(port)
+
+
+class _Viewer:
+    """One connected viewer: a bounded queue the writer thread appends to."""
+
+    def __init__(self, limit: int) -> None:
+        self.lines: deque[bytes] = deque()
+        self.limit = limit
+        self.ready = threading.Condition()
+        self.cut = False
+
+    def offer(self, lines: list[bytes]) -> bool:
+        with self.ready:
+            if self.cut:
+                return False
+            if len(self.lines) + len(lines) > self.limit:
+                self.cut = True  # too far behind: cut it off, never wait for it
+                self.lines.clear()
+            else:
+                self.lines.extend(lines)
+            self.ready.notify()
+        return not self.cut
+
+    def take(self, timeout: float) -> list[bytes] | None:
+        """Lines queued so far; [] on timeout; None once cut off."""
+        with self.ready:
+            if not self.lines and not self.cut:
+                self.ready.wait(timeout)
+            if self.cut:
+                return None
+            out = list(self.lines)
+            self.lines.clear()
+            return out
+
+
+class StreamHub:
+    """Keeps the header and a ring of recent records; fans new ones out to viewers."""
+
+    def __init__(self, *, backlog: int = 8192, viewer_queue: int = 65_536) -> None:
+        self.header: bytes | None = None
+        self._ring: deque[tuple[int, bytes]] = deque(maxlen=backlog)
+        self._viewers: set[_Viewer] = set()
+        self._lock = threading.Lock()
+        self._viewer_queue = viewer_queue
+        self.viewers_cut = 0
+        self.last_step = 0
+
+    # writer thread
+    def publish(self, lines: list[bytes]) -> None:
+        fresh: list[bytes] = []
+        for line in lines:
+            step = _step_of(line)
+            if step is None and line.startswith(b'{"kind":"header"'):
+                self.header = line
+                continue
+            if step is not None:
+                self.last_step = max(self.last_step, step)
+            fresh.append(line)
+        with self._lock:
+            for line in fresh:
+                self._ring.append((_step_of(line) or self.last_step, line))
+            viewers = list(self._viewers)
+        for viewer in viewers:
+            if not viewer.offer(fresh):
+                self._drop(viewer)
+
+    def _drop(self, viewer: _Viewer) -> None:
+        with self._lock:
+            if viewer in self._viewers:
+                self._viewers.discard(viewer)
+                self.viewers_cut += 1
+                logger.warning(
+                    "schedscope: cut off a stream viewer that fell behind (%d so far)", self.viewers_cut
+                )
+
+    # viewer threads
+    def subscribe(self, since: int) -> tuple[_Viewer, list[bytes]]:
+        """Register a viewer; return it with its opening lines (header, gap, backlog)."""
+        viewer = _Viewer(self._viewer_queue)
+        with self._lock:
+            backlog = [line for step, line in self._ring if step > since]
+            oldest = self._ring[0][0] if self._ring else self.last_step + 1
+            self._viewers.add(viewer)
+        opening = [self.header] if self.header else []
+        if since and oldest > since + 1:
+            gap = {"kind": "gap", "after": since, "before": oldest, "reason": "left the server's backlog"}
+            opening.append(orjson.dumps(gap, option=orjson.OPT_APPEND_NEWLINE))
+        return viewer, opening + backlog
+
+    def unsubscribe(self, viewer: _Viewer) -> None:
+        with self._lock:
+            self._viewers.discard(viewer)
+
+    @property
+    def viewers(self) -> int:
+        return len(self._viewers)
+
+
+def _step_of(line: bytes) -> int | None:
+    # Records are written with "kind" first and "step" second (orjson keeps order).
+    head = line[:48]
+    at = head.find(b'"step":')
+    if at < 0:
+        return None
+    end = at + 7
+    while end < len(head) and head[end : end + 1].isdigit():
+        end += 1
+    digits = head[at + 7 : end]
+    return int(digits) if digits else None
+
+
+class StreamServer:
+    """ThreadingHTTPServer serving GET /trace to any number of viewers."""
+
+    def __init__(self, hub: StreamHub, host: str, port: int, token: str | None = None) -> None:
+        if not is_loopback(host) and not token:
+            raise StreamConfigError(
+                f"refusing to stream on non-loopback address {host}: "
+                f"set {ENV_TOKEN} (a bearer token) to allow it"
+            )
+        if not is_loopback(host):
+            logger.warning("schedscope: streaming trace records on %s:%d (token required)", host, port)
+        self.hub = hub
+        self.token = token
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:  # quiet: vLLM owns the log
+                logger.debug(format, *args)
+
+            def do_GET(self) -> None:
+                server._serve(self)
+
+        self.httpd = ThreadingHTTPServer((host, port), Handler)
+        self.httpd.daemon_threads = True
+        self.address = self.httpd.server_address
+        self._thread = threading.Thread(
+            target=self.httpd.serve_forever, name="schedscope-stream", daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        host, port = self.address[:2]
+        return f"http://{host}:{port}/trace"
+
+    def _authorized(self, handler: BaseHTTPRequestHandler) -> bool:
+        if not self.token:
+            return True
+        given = handler.headers.get("Authorization", "")
+        return hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode())
+
+    def _serve(self, h: BaseHTTPRequestHandler) -> None:
+        url = urlparse(h.path)
+        if url.path != "/trace":
+            h.send_error(404, "GET /trace[?since=STEP]")
+            return
+        if not self._authorized(h):
+            h.send_error(401, "bearer token required")
+            return
+        try:
+            since = int(parse_qs(url.query).get("since", ["0"])[0])
+        except ValueError:
+            h.send_error(400, "since must be a step number")
+            return
+        viewer, opening = self.hub.subscribe(since)
+        try:
+            h.send_response(200)
+            h.send_header("Content-Type", "application/x-ndjson")
+            h.send_header("Cache-Control", "no-store")
+            h.send_header("Connection", "close")
+            h.end_headers()
+            h.wfile.write(b"".join(opening))
+            h.wfile.flush()
+            while True:
+                lines = viewer.take(1.0)
+                if lines is None:
+                    return  # cut off: the viewer reconnects with `since`
+                h.wfile.write(b"".join(lines) if lines else b"")
+                h.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            return  # the viewer went away
+        finally:
+            self.hub.unsubscribe(viewer)
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def start_from_env(value: str, token: str | None) -> tuple[StreamHub, StreamServer]:
+    host, port = parse_bind(value)
+    hub = StreamHub()
+    return hub, StreamServer(hub, host, port, token or None)
