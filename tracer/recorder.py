@@ -68,6 +68,7 @@ class Recorder:
         self.input_cap = int(config.get("max_num_batched_tokens") or 0)
         self.buffer_cap = config.get("buffer_capacity")
         self.step = 0
+        self._by_priority = config.get("scheduling_policy") == "priority"
         self.steps_built = 0
         self.errors = 0
         self._pending: OrderedDict[int, list[Any]] = OrderedDict()
@@ -114,7 +115,7 @@ class Recorder:
         return cls(writer, describe_scheduler(sched), policy=policy, scheduler_cls=name)
 
     # -- scheduler thread: snapshots only ----------------------------------------------
-    def before_schedule(self, sched: Any) -> tuple[list[str], list[int], list[tuple[str, int]], int]:
+    def before_schedule(self, sched: Any) -> tuple[Any, ...]:
         """Each candidate's demand (tokens still needed, before clipping).
 
         The hottest tracer code (every running request, every step): two flat
@@ -141,11 +142,11 @@ class Recorder:
         queues = [q for q in (getattr(sched, "kv_holding_waiting", None), sched.waiting) if q]
         n_waiting = sum(map(len, queues))
         limit = schema.WAITING_DEMAND_LIMIT
-        waiting = [
-            (r.request_id, r.num_tokens - r.num_computed_tokens)
-            for r in islice(chain.from_iterable(queues), limit)
-        ]
-        return ids, demand, waiting, max(0, n_waiting - limit)
+        head = list(islice(chain.from_iterable(queues), limit))
+        waiting = [(r.request_id, r.num_tokens - r.num_computed_tokens) for r in head]
+        # Under priority scheduling the replay needs each arrival's priority.
+        priority = {r.request_id: r.priority for r in head if r.priority} if self._by_priority else None
+        return ids, demand, waiting, max(0, n_waiting - limit), priority
 
     def after_schedule(self, sched: Any, out: Any, pre: Any, t_start: float, dt_ns: int) -> None:
         self.step += 1
@@ -254,7 +255,9 @@ class Recorder:
             pre,
             sampled,
         ) = raw
-        running_ids, running_demand, waiting_pre, truncated = pre if pre is not None else ((), (), (), 0)
+        running_ids, running_demand, waiting_pre, truncated, priority = (
+            pre if pre is not None else ((), (), (), 0, None)
+        )
         demand = dict(zip(running_ids, running_demand, strict=True))
         demand.update(waiting_pre)
         tokens_of, spec_of, demand_of = num_sched.get, spec.get, demand.get
@@ -292,6 +295,7 @@ class Recorder:
             ],
             "waiting_demand": [[r, d] for r, d in waiting_pre if r not in num_sched],
             "waiting_demand_truncated": truncated,
+            "priority": priority or None,
             "num_waiting": n_waiting,
             "num_running": n_running,
             "kv_usage": round(kv, 6),

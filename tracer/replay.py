@@ -67,11 +67,14 @@ def workload_from_trace(trace: Trace) -> Workload:
     """Requests as the trace saw them: first sighting (admitted or waiting) is the
     arrival, demand then is the prompt, and sampled tokens give the output."""
     arrival: dict[str, int] = {}
+    priority: dict[str, int] = {}
     prompt: dict[str, int] = {}
     output: dict[str, int] = {}
     accepted: dict[str, list[int]] = {}
     for rec in trace.steps():
         step = rec["step"]
+        for rid, p in (rec.get("priority") or {}).items():
+            priority.setdefault(rid, int(p))
         # Queue order within a step: the admitted requests came first.
         for rid, tokens, _spec, demand in rec["new"]:
             if rid not in arrival:
@@ -85,7 +88,13 @@ def workload_from_trace(trace: Trace) -> Workload:
                 accepted.setdefault(rid, []).append(n - 1)
     # Dicts keep first-sighting order: arrival step, then queue order.
     requests = [
-        RequestSpec(rid, prompt[rid], max(1, output.get(rid, 1)), arrival_step=arrival[rid])
+        RequestSpec(
+            rid,
+            prompt[rid],
+            max(1, output.get(rid, 1)),
+            arrival_step=arrival[rid],
+            priority=priority.get(rid, 0),
+        )
         for rid in arrival
     ]
     return Workload(engine_from_config(trace.config), requests, accepted)

@@ -65,6 +65,7 @@ STEP_DEFAULTS: Final[dict[str, Any]] = {
     "unscheduled": [],
     "waiting_demand": [],
     "waiting_demand_truncated": 0,
+    "priority": None,
     "num_waiting": 0,
     "num_running": 0,
     "kv_usage": 0.0,
