@@ -124,7 +124,8 @@ def _with_defaults(record: dict[str, Any], defaults: dict[str, Any]) -> dict[str
 
 
 def _int(record: dict[str, Any], key: str, sub: str | None, path: str, line: int) -> int:
-    value = record.get(key) if sub is None else (record.get(key) or {}).get(sub)
+    parent = record.get(key)
+    value = parent if sub is None else (parent.get(sub) if isinstance(parent, dict) else None)
     if type(value) is not int:
         name = key if sub is None else f"{key}.{sub}"
         raise TraceError(path, f"expected an integer, got {value!r}", line=line, field=name)
@@ -234,6 +235,11 @@ class TraceBuilder:
             # Unknown kinds from a newer minor version are skipped.
         except TraceError as exc:
             self._problem(exc)
+        except (TypeError, ValueError, AttributeError, KeyError, IndexError) as exc:
+            # A shape no check above expected; rows are appended only after every
+            # field was read, so nothing was half-added.
+            message = f"malformed {kind} record ({type(exc).__name__}: {exc})"
+            self._problem(TraceError(self.path, message, line=line))
 
     def _parse_header(self, record: dict[str, Any], line: int) -> dict[str, Any]:
         try:
@@ -265,37 +271,47 @@ class TraceBuilder:
             raise TraceError(path, f"expected a number, got {t!r}", line=line, field="t")
         target = [_int(r, "target", k, path, line) for k in ("cap", "used", "left")]
         inp = [_int(r, "input", k, path, line) for k in ("cap", "used", "left")]
-        reserved = (r["input"] or {}).get("reserved", 0)
+        reserved = r["input"].get("reserved", 0)
         query = r.get("query") or {}
         new = _req_list(r, "new", path, line)
         resumed = _req_list(r, "resumed", path, line)
         running = _req_list(r, "running", path, line)
         sampled = r.get("sampled")
-        c = self._cols
-        c["step"].append(step)
-        c["t"].append(float(t))
-        c["sched_us"].append(float(r.get("sched_us") or 0.0))
-        c["kv_usage"].append(float(r.get("kv_usage") or 0.0))
-        for name, value in zip(("target_cap", "target_used", "target_left"), target, strict=True):
-            c[name].append(value)
-        for name, value in zip(("input_cap", "input_used", "input_left"), inp, strict=True):
-            c[name].append(value)
-        c["input_reserved"].append(int(reserved or 0))
-        c["query_per_req"].append(int(query.get("per_req") or 0))
-        c["query_rows"].append(int(query.get("rows") or 0))
-        c["query_cap"].append(int(query.get("cap") or -1))
-        c["n_new"].append(len(new))
-        c["n_resumed"].append(len(resumed))
-        c["n_running"].append(len(running))
-        c["n_preempted"].append(len(r.get("preempted") or ()))
-        c["n_finished"].append(len(r.get("finished") or ()))
-        c["new_tokens"].append(sum(e[1] for e in new))
-        c["resumed_tokens"].append(sum(e[1] for e in resumed))
-        c["running_tokens"].append(sum(e[1] for e in running))
-        c["spec_tokens"].append(sum(e[2] for e in (*new, *resumed, *running) if len(e) > 2))
-        c["sampled_tokens"].append(sum(sampled.values()) if isinstance(sampled, dict) else -1)
-        c["num_waiting"].append(int(r.get("num_waiting") or 0))
-        c["num_running"].append(int(r.get("num_running") or 0))
+        if not isinstance(query, dict):
+            raise TraceError(path, f"expected an object or null, got {query!r}", line=line, field="query")
+        every = (*new, *resumed, *running)
+        # Every value first, then the appends: a bad field leaves no half-added row.
+        row = {
+            "step": step,
+            "t": float(t),
+            "sched_us": float(r.get("sched_us") or 0.0),
+            "kv_usage": float(r.get("kv_usage") or 0.0),
+            "target_cap": target[0],
+            "target_used": target[1],
+            "target_left": target[2],
+            "input_cap": inp[0],
+            "input_used": inp[1],
+            "input_left": inp[2],
+            "input_reserved": int(reserved or 0),
+            "query_per_req": int(query.get("per_req") or 0),
+            "query_rows": int(query.get("rows") or 0),
+            "query_cap": int(query.get("cap") or -1),
+            "n_new": len(new),
+            "n_resumed": len(resumed),
+            "n_running": len(running),
+            "n_preempted": len(r.get("preempted") or ()),
+            "n_finished": len(r.get("finished") or ()),
+            "new_tokens": sum(e[1] for e in new),
+            "resumed_tokens": sum(e[1] for e in resumed),
+            "running_tokens": sum(e[1] for e in running),
+            "spec_tokens": sum(int(e[2]) for e in every if len(e) > 2),
+            "sampled_tokens": sum(map(int, sampled.values())) if isinstance(sampled, dict) else -1,
+            "num_waiting": int(r.get("num_waiting") or 0),
+            "num_running": int(r.get("num_running") or 0),
+        }
+        cols = self._cols
+        for name, value in row.items():
+            cols[name].append(value)
         self._spans.append((start, end))
 
     def _add_runner(self, r: dict[str, Any], line: int) -> None:
@@ -309,6 +325,15 @@ class TraceBuilder:
             raise TraceError(self.path, f"expected an integer, got {step!r}", line=line, field="step")
         rows = _int(r, "rows", None, self.path, line)
         cap = r.get("cap")
+        if cap is not None and type(cap) is not int:
+            raise TraceError(self.path, f"expected an integer or null, got {cap!r}", line=line, field="cap")
+        if r["pass"] not in schema.RUNNER_PASSES:
+            raise TraceError(
+                self.path,
+                f"expected one of {schema.RUNNER_PASSES}, got {r['pass']!r}",
+                line=line,
+                field="pass",
+            )
         slot = self._runner.setdefault(step, [-1, -1, -1, -1])
         base = 0 if r["pass"] == "target" else 2
         slot[base] = rows if slot[base] < 0 else slot[base] + rows
