@@ -212,3 +212,21 @@ def test_real_scheduler_streams_what_it_writes(tmp_path: Path, monkeypatch: pyte
     saved.write_bytes(b"".join(received))
     assert saved.read_bytes() == (tmp_path / "t.jsonl").read_bytes()
     assert len(load(saved)) == len(load(tmp_path / "t.jsonl")) > 10
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize("mode", [[], ["--synthetic"]])
+def test_stream_bench_quick_completes_without_drops(mode: list[str]) -> None:
+    """CI guard (not a timing): the load bench in --quick mode runs and both
+    viewers receive every step."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    bench = ROOT / "bench" / "stream_bench.py"
+    done = subprocess.run(
+        [sys.executable, str(bench), "--quick", *mode], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "0 drops to both viewers" in done.stdout
