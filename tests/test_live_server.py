@@ -8,6 +8,7 @@ assertions read the trace it left behind.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from tests.live_support import build_tiny_llama, start_server
+from tests.live_support import build_tiny_llama, free_port, start_server
+from tracer.attach import StreamFollower
 from tracer.reader import Trace, load
 
 pytestmark = pytest.mark.live
@@ -36,6 +38,7 @@ class Run:
     trace: Trace
     responses: list[dict[str, Any]]
     k: int
+    streamed: bytes = b""  # what a `schedscope attach` viewer received over the live stream
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +50,7 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     }
 
 
-def _serve_and_trace(models: dict[str, Path], spec: dict[str, Any], tmp: Path) -> Run:
+def _serve_and_trace(models: dict[str, Path], spec: dict[str, Any], tmp: Path, stream: bool = False) -> Run:
     trace_path = tmp / "live.jsonl"
     args = [
         "--speculative-config", json.dumps(spec),
@@ -57,20 +60,35 @@ def _serve_and_trace(models: dict[str, Path], spec: dict[str, Any], tmp: Path) -
         # API server's process manager force-kills it; 0 kills at once.
         "--shutdown-timeout", "10",
     ]  # fmt: skip
-    with start_server(
-        models["target"],
-        extra_args=args,
-        env={"SCHEDSCOPE_TRACE": str(trace_path)},
-        log_path=tmp / "server.log",
-    ) as server:
+    env = {"SCHEDSCOPE_TRACE": str(trace_path)}
+    port = free_port() if stream else None
+    if port:
+        env["SCHEDSCOPE_STREAM"] = f"127.0.0.1:{port}"
+    received: list[bytes] = []
+    with start_server(models["target"], extra_args=args, env=env, log_path=tmp / "server.log") as server:
+        viewer = None
+        if port:
+            follower = StreamFollower(f"http://127.0.0.1:{port}/trace", backoff=(0.1, 0.5))
+
+            def view() -> None:
+                for event in follower.events(max_reconnects=50):
+                    if event.kind == "record":
+                        received.append(event.line)
+                        if (event.record or {}).get("kind") == "footer":
+                            return
+
+            viewer = threading.Thread(target=view, daemon=True)
+            viewer.start()
         responses = server.complete_many(PROMPTS, MAX_TOKENS, concurrency=len(PROMPTS), ignore_eos=True)
-    return Run(load(trace_path), responses, spec["num_speculative_tokens"])
+    if viewer is not None:
+        viewer.join(15)
+    return Run(load(trace_path), responses, spec["num_speculative_tokens"], b"".join(received))
 
 
 @pytest.fixture(scope="module")
 def ngram_run(models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     spec = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
-    yield _serve_and_trace(models, spec, tmp_path_factory.mktemp("ngram"))
+    yield _serve_and_trace(models, spec, tmp_path_factory.mktemp("ngram"), stream=True)
 
 
 @pytest.fixture(scope="module")
@@ -146,3 +164,12 @@ def test_draft_model_reserves_a_slot_per_request_and_runs_a_draft_pass(draft_run
     drafted = trace.runner["draft_rows"] >= 0
     assert drafted.any()
     assert (trace.runner["draft_rows"][drafted] <= trace.runner["draft_cap"][drafted]).all()
+
+
+def test_live_stream_carries_the_trace(ngram_run: Run, tmp_path: Path) -> None:
+    """A viewer attached to the server's stream (SCHEDSCOPE_STREAM) received the
+    very records the tracer wrote to its file."""
+    assert ngram_run.streamed, "the viewer received nothing"
+    copy = tmp_path / "copy.jsonl"
+    copy.write_bytes(ngram_run.streamed)
+    assert copy.read_bytes() == Path(ngram_run.trace.path).read_bytes()
