@@ -1,1 +1,1 @@
-"""schedscope web view. Not built yet: see the open issue for the web app."""
+"""schedscope's web view: a Dash app over tracer's model (`schedscope web`, web.app.make_app)."""

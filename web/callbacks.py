@@ -1,0 +1,435 @@
+"""Callbacks. Each is a plain method of Handlers (testable without a browser or
+a server); register() wires them to the app, passing Dash's triggered id in.
+
+The timeline figure has one writer (Handlers.timeline): a new trace sends a whole
+figure, everything after that sends a Patch (a zoom re-decimates the arrays, a
+live tick extends them, a selection moves the marker line).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from dash import Dash, Input, Output, Patch, State, dcc, html, no_update
+from dash.exceptions import PreventUpdate
+
+from web import layout as ids
+from web.chart import build_figure, extend_patch, range_patch, selected_shape
+from web.compare_view import compare_chart, headline, totals_table
+from web.decimate import MAX_POINTS, row_range
+from web.export import figure_html, figure_png
+from web.flagtable import filter_flags, page
+from web.inspector import inspector
+from web.model import TraceView
+from web.store import TraceStore, UploadError
+from web.timeline import timeline_chart
+
+LIVE = "live"
+_RANGE_KEY = re.compile(r"^xaxis\d*\.range\[([01])\]$")
+_AUTO_KEY = re.compile(r"^xaxis\d*\.autorange$")
+
+Range = list[float] | None
+
+
+def parse_xrange(relayout: dict[str, Any] | None) -> tuple[bool, Range]:
+    """(changed, range) from a plotly relayout event: a new x range, a reset (None), or no x change."""
+    if not relayout:
+        return False, None
+    lo = hi = None
+    for key, value in relayout.items():
+        m = _RANGE_KEY.match(key)
+        if m:
+            lo, hi = (value, hi) if m.group(1) == "0" else (lo, value)
+        elif re.match(r"^xaxis\d*\.range$", key) and isinstance(value, list) and len(value) == 2:
+            lo, hi = value
+        elif _AUTO_KEY.match(key) and value:
+            return True, None
+    if lo is None or hi is None:
+        return False, None
+    return True, [float(lo), float(hi)]
+
+
+def _sent_rows(view: TraceView, x_range: Range, max_points: int) -> int:
+    """Rows the browser holds undecimated for this range, or -1 if they were decimated."""
+    lo, hi = row_range(view.steps, *(x_range or (None, None)))
+    return hi - lo if hi - lo <= max_points else -1
+
+
+def _state(view: TraceView, x_range: Range, selected: int | None, max_points: int) -> dict[str, Any]:
+    return {
+        "key": view.key,
+        "version": view.version,
+        "rows": len(view),
+        "range": x_range,
+        "sent": _sent_rows(view, x_range, max_points),
+        "selected": selected,
+    }
+
+
+class Handlers:
+    def __init__(self, store: TraceStore, *, max_points: int = MAX_POINTS, follower: Any = None) -> None:
+        self.store = store
+        self.max_points = max_points
+        self.follower = follower
+
+    # -- timeline -----------------------------------------------------------------------
+    def timeline(
+        self,
+        trigger: str | None,
+        key: str | None,
+        relayout: dict[str, Any] | None,
+        selected: dict[str, Any] | None,
+        state: dict[str, Any] | None,
+        follow_tail: list[str] | None,
+    ) -> tuple[Any, Any, Any, Any]:
+        """-> (figure or Patch, view state, data version, live status)."""
+        view = self.store.get(key)
+        status = self.follower.status if self.follower is not None else ""
+        if view is None:
+            if trigger == ids.TICK:
+                return no_update, no_update, no_update, status
+            msg = status or "no trace loaded: upload one"
+            return _empty_figure(msg), None, None, status
+        if trigger in (None, ids.TRACE) or not state or state.get("key") != view.key:
+            state = _state(view, None, None, self.max_points)
+            fig = build_figure(timeline_chart(view), None, self.max_points, uirevision=view.key)
+            return fig, state, _version(view), status
+        if trigger == ids.GRAPH:
+            changed, x_range = parse_xrange(relayout)
+            if not changed:
+                raise PreventUpdate
+            patch = range_patch(timeline_chart(view), x_range, self.max_points)
+            return (
+                patch,
+                {**state, "range": x_range, "sent": _sent_rows(view, x_range, self.max_points)},
+                no_update,
+                status,
+            )
+        if trigger == ids.SELECTED:
+            step = (selected or {}).get("step") if (selected or {}).get("key") == view.key else None
+            return self._select(view, state, step), {**state, "selected": step}, no_update, status
+        if trigger == ids.TICK:
+            return self._tick(view, state, bool(follow_tail), status)
+        raise PreventUpdate
+
+    def _select(self, view: TraceView, state: dict[str, Any], step: int | None) -> Patch:
+        patch = Patch()
+        patch["layout"]["shapes"] = selected_shape(step)
+        x_range = state.get("range")
+        if step is not None and x_range is not None and not x_range[0] <= step <= x_range[1]:
+            # Jump: centre the step in a window of the current width, re-decimated.
+            half = (x_range[1] - x_range[0]) / 2
+            x_range = [step - half, step + half]
+            range_patch(timeline_chart(view), x_range, self.max_points, patch)
+            patch["layout"]["xaxis"]["range"] = x_range
+            patch["layout"]["xaxis"]["autorange"] = False
+            state["range"] = x_range
+            state["sent"] = _sent_rows(view, x_range, self.max_points)
+        return patch
+
+    def _tick(
+        self, view: TraceView, state: dict[str, Any], follow_tail: bool, status: str
+    ) -> tuple[Any, ...]:
+        if view.version == state.get("version") or len(view) <= state.get("rows", 0):
+            if view.version == state.get("version"):
+                return no_update, no_update, no_update, status
+            return no_update, {**state, "version": view.version}, _version(view), status
+        chart = timeline_chart(view)
+        old, new = state["rows"], len(view)
+        x_range = state.get("range")
+        if follow_tail and x_range is not None:
+            width = x_range[1] - x_range[0]
+            last = float(view.steps[-1])
+            x_range = [last - width + 0.5, last + 0.5]
+        sent = state.get("sent", -1)
+        if sent >= 0 and sent + (new - old) <= self.max_points and x_range == state.get("range"):
+            patch = extend_patch(chart, old)  # only the new steps travel
+            sent += new - old
+        else:
+            patch = range_patch(chart, x_range, self.max_points)
+            sent = _sent_rows(view, x_range, self.max_points)
+        if x_range != state.get("range"):
+            patch["layout"]["xaxis"]["range"] = x_range
+            patch["layout"]["xaxis"]["autorange"] = False
+        first_marker = sum(len(p.lines) for p in chart.panels)
+        for i, m in enumerate(chart.markers):  # legend counts
+            patch["data"][first_marker + i]["name"] = m.name
+        new_state = {**state, "version": view.version, "rows": new, "range": x_range, "sent": sent}
+        return patch, new_state, _version(view), status
+
+    # -- selection, inspector, flags, summary --------------------------------------------
+    def select(
+        self,
+        trigger: str | None,
+        key: str | None,
+        click: dict[str, Any] | None,
+        cell: dict[str, Any] | None,
+        table: list[dict[str, Any]] | None,
+    ) -> dict[str, Any] | None:
+        if trigger == ids.GRAPH and click and click.get("points"):
+            return {"key": key, "step": round(float(click["points"][0]["x"]))}
+        if trigger == ids.FLAG_TABLE and cell and table and cell.get("row", -1) < len(table):
+            return {"key": key, "step": int(table[cell["row"]]["step"])}
+        return None
+
+    def inspect(self, selected: dict[str, Any] | None, key: str | None) -> list[Any]:
+        if not selected or selected.get("key") != key:
+            return inspector(None, None)
+        return inspector(self.store.get(key), selected.get("step"))
+
+    def flag_table(
+        self, key: str | None, kinds: list[str] | None, text: str | None, page_current: int | None
+    ) -> tuple[list[dict[str, Any]], int]:
+        view = self.store.get(key)
+        if view is None:
+            return [], 1
+        return page(filter_flags(view.report.flags, kinds, text), page_current)
+
+    def summary(self, key: str | None) -> Any:
+        view = self.store.get(key)
+        if view is None:
+            return html.Span("no trace loaded")
+        return html.Div([html.B(view.label), " — ", view.summary()])
+
+    # -- upload --------------------------------------------------------------------------
+    def upload(self, gate: dict[str, Any] | None) -> tuple[Any, ...]:
+        """-> (trace options, selected trace, message, compare-A options, compare-B options)."""
+        if not gate or not gate.get("contents"):
+            raise PreventUpdate
+        try:
+            view = self.store.open_upload(gate["contents"], gate.get("filename") or "upload")
+        except UploadError as exc:
+            msg = html.Span(f"Could not open the upload: {exc}", className="error", id="upload-error")
+            return no_update, no_update, msg, no_update, no_update
+        options = self.store.options()
+        msg = html.Span(f"opened {view.label} ({len(view)} steps)", className="ok")
+        return options, view.key, msg, options, options
+
+    # -- live controls -------------------------------------------------------------------
+    def pause(self, n_clicks: int | None) -> tuple[bool, str]:
+        paused = bool(n_clicks) and n_clicks % 2 == 1
+        return paused, "Resume" if paused else "Pause"
+
+    # -- compare -------------------------------------------------------------------------
+    def compare(
+        self,
+        trigger: str | None,
+        key_a: str | None,
+        key_b: str | None,
+        relayout: dict[str, Any] | None,
+        state: Any,
+    ) -> tuple[Any, ...]:
+        """-> (figure or Patch, headline, totals, compare state)."""
+        c = self.store.comparison(key_a, key_b)
+        if c is None:
+            msg = "Load two traces to compare: `schedscope web A B`, or upload one."
+            return _empty_figure(msg), html.P(msg), None, None
+        cache_key = f"{key_a}:{self.store.get(key_a).version}|{key_b}:{self.store.get(key_b).version}"
+        chart = self._compare_chart(cache_key, c)
+        if trigger == ids.CMP_GRAPH and state and state.get("key") == cache_key:
+            changed, x_range = parse_xrange(relayout)
+            if not changed:
+                raise PreventUpdate
+            return (
+                range_patch(chart, x_range, self.max_points),
+                no_update,
+                no_update,
+                {**state, "range": x_range},
+            )
+        if trigger == ids.VERSION and state and state.get("key") == cache_key:
+            raise PreventUpdate  # a live tick that changed neither side
+        fig = build_figure(chart, None, self.max_points, uirevision=cache_key)
+        lines = headline(c)
+        return fig, [html.P(s) for s in lines], totals_table(c), {"key": cache_key, "range": None}
+
+    def _compare_chart(self, cache_key: str, c: Any) -> Any:
+        cache = getattr(self, "_cmp_cache", None)
+        if cache is None or cache[0] != cache_key:
+            self._cmp_cache = (cache_key, compare_chart(c))
+        return self._cmp_cache[1]
+
+    # -- downloads -----------------------------------------------------------------------
+    def download(
+        self,
+        trigger: str | None,
+        tab: str | None,
+        view_state: dict[str, Any] | None,
+        cmp_state: dict[str, Any] | None,
+    ) -> dict[str, Any]:
+        """The figure as shown, rebuilt from its trace and visible range (never from client JSON)."""
+        if tab == "compare":
+            if not cmp_state:
+                raise PreventUpdate
+            key_a, key_b = (part.split(":")[0] for part in cmp_state["key"].split("|"))
+            c = self.store.comparison(key_a, key_b)
+            if c is None:
+                raise PreventUpdate
+            fig = build_figure(
+                compare_chart(c), cmp_state.get("range"), self.max_points, title=headline(c)[0]
+            )
+            name = "schedscope-compare"
+        else:
+            view = self.store.get((view_state or {}).get("key"))
+            if view is None:
+                raise PreventUpdate
+            fig = build_figure(
+                timeline_chart(view),
+                view_state.get("range"),
+                self.max_points,
+                selected=view_state.get("selected"),
+                title=f"{view.label}: {view.summary()}",
+            )
+            name = "schedscope-timeline"
+        if trigger == ids.DOWNLOAD_PNG:
+            return dcc.send_bytes(figure_png(fig), f"{name}.png")
+        return {"content": figure_html(fig), "filename": f"{name}.html", "type": "text/html"}
+
+
+def _version(view: TraceView) -> str:
+    return f"{view.key}:{view.version}"
+
+
+def _empty_figure(message: str) -> dict[str, Any]:
+    return {
+        "data": [],
+        "layout": {
+            "annotations": [
+                {"text": message, "showarrow": False, "font": {"size": 16}, "xref": "paper", "yref": "paper"}
+            ],
+            "xaxis": {"visible": False},
+            "yaxis": {"visible": False},
+            "height": 300,
+        },
+    }
+
+
+UPLOAD_GATE_JS = """
+function(contents, filename, limit) {
+    // Check the size in the browser, so an oversized file is never sent to the server.
+    if (!contents) { return [window.dash_clientside.no_update, window.dash_clientside.no_update]; }
+    var bytes = Math.floor((contents.length - contents.indexOf(",") - 1) * 3 / 4);
+    if (bytes > limit) {
+        var mib = function(n) { return (n / 1048576).toFixed(1) + " MiB"; };
+        return [null, "Could not open the upload: " + filename + " is " + mib(bytes) +
+                ", larger than the upload limit of " + mib(limit) +
+                "; open it with `schedscope web FILE` instead."];
+    }
+    return [{contents: contents, filename: filename}, "opening " + filename + " …"];
+}
+"""
+
+
+def register(app: Dash, h: Handlers) -> None:
+    from dash import ctx
+
+    def trig() -> str | None:
+        return ctx.triggered_id if isinstance(ctx.triggered_id, str) else None
+
+    @app.callback(
+        Output(ids.GRAPH, "figure"),
+        Output(ids.VIEW, "data"),
+        Output(ids.VERSION, "data"),
+        Output(ids.LIVE_STATUS, "children"),
+        Input(ids.TRACE, "value"),
+        Input(ids.GRAPH, "relayoutData"),
+        Input(ids.SELECTED, "data"),
+        Input(ids.TICK, "n_intervals"),
+        State(ids.VIEW, "data"),
+        State(ids.FOLLOW_TAIL, "value"),
+    )
+    def _timeline(key, relayout, selected, _tick, state, follow_tail):  # type: ignore[no-untyped-def]
+        return h.timeline(trig(), key, relayout, selected, state, follow_tail)
+
+    @app.callback(
+        Output(ids.SELECTED, "data"),
+        Input(ids.TRACE, "value"),
+        Input(ids.GRAPH, "clickData"),
+        Input(ids.FLAG_TABLE, "active_cell"),
+        State(ids.FLAG_TABLE, "data"),
+        prevent_initial_call=True,
+    )
+    def _select(key, click, cell, table):  # type: ignore[no-untyped-def]
+        return h.select(trig(), key, click, cell, table)
+
+    @app.callback(
+        Output(ids.INSPECTOR, "children"),
+        Input(ids.SELECTED, "data"),
+        Input(ids.VERSION, "data"),
+        State(ids.TRACE, "value"),
+    )
+    def _inspect(selected, _version, key):  # type: ignore[no-untyped-def]
+        return h.inspect(selected, key)
+
+    @app.callback(
+        Output(ids.FLAG_TABLE, "data"),
+        Output(ids.FLAG_TABLE, "page_count"),
+        Input(ids.TRACE, "value"),
+        Input(ids.FLAG_KINDS, "value"),
+        Input(ids.FLAG_TEXT, "value"),
+        Input(ids.FLAG_TABLE, "page_current"),
+        Input(ids.VERSION, "data"),
+    )
+    def _flags(key, kinds, text, page_current, _version):  # type: ignore[no-untyped-def]
+        return h.flag_table(key, kinds, text, page_current)
+
+    @app.callback(Output(ids.SUMMARY, "children"), Input(ids.TRACE, "value"), Input(ids.VERSION, "data"))
+    def _summary(key, _version):  # type: ignore[no-untyped-def]
+        return h.summary(key)
+
+    app.clientside_callback(
+        UPLOAD_GATE_JS,
+        Output(ids.UPLOAD_GATE, "data"),
+        Output(ids.UPLOAD_MSG, "children"),
+        Input(ids.UPLOAD, "contents"),
+        State(ids.UPLOAD, "filename"),
+        State(ids.UPLOAD_LIMIT, "data"),
+        prevent_initial_call=True,
+    )
+
+    @app.callback(
+        Output(ids.TRACE, "options"),
+        Output(ids.TRACE, "value"),
+        Output(ids.UPLOAD_MSG, "children", allow_duplicate=True),
+        Output(ids.CMP_A, "options"),
+        Output(ids.CMP_B, "options"),
+        Input(ids.UPLOAD_GATE, "data"),
+        prevent_initial_call=True,
+    )
+    def _upload(gate):  # type: ignore[no-untyped-def]
+        return h.upload(gate)
+
+    @app.callback(
+        Output(ids.TICK, "disabled"),
+        Output(ids.PAUSE, "children"),
+        Input(ids.PAUSE, "n_clicks"),
+        prevent_initial_call=True,
+    )
+    def _pause(n_clicks):  # type: ignore[no-untyped-def]
+        return h.pause(n_clicks)
+
+    @app.callback(
+        Output(ids.CMP_GRAPH, "figure"),
+        Output(ids.CMP_HEADLINE, "children"),
+        Output(ids.CMP_TOTALS, "children"),
+        Output(ids.CMP_VIEW, "data"),
+        Input(ids.CMP_A, "value"),
+        Input(ids.CMP_B, "value"),
+        Input(ids.CMP_GRAPH, "relayoutData"),
+        Input(ids.VERSION, "data"),
+        State(ids.CMP_VIEW, "data"),
+    )
+    def _compare(key_a, key_b, relayout, _version, state):  # type: ignore[no-untyped-def]
+        return h.compare(trig(), key_a, key_b, relayout, state)
+
+    @app.callback(
+        Output(ids.DOWNLOAD, "data"),
+        Input(ids.DOWNLOAD_PNG, "n_clicks"),
+        Input(ids.DOWNLOAD_HTML, "n_clicks"),
+        State(ids.TABS, "value"),
+        State(ids.VIEW, "data"),
+        State(ids.CMP_VIEW, "data"),
+        prevent_initial_call=True,
+    )
+    def _download(_png, _html, tab, view_state, cmp_state):  # type: ignore[no-untyped-def]
+        return h.download(trig(), tab, view_state, cmp_state)

@@ -1,0 +1,284 @@
+"""Stacked step charts: a pure description (Chart) and the figures and patches built from it.
+
+A Chart is rows of panels sharing the step axis; each panel's lines are WebGL
+traces fed from NumPy arrays, decimated together (web.decimate); markers (flags)
+are SVG points so each one can be hovered and clicked. Trace indices are fixed
+by the Chart (panel lines in order, then markers), which is what lets a Patch
+replace or extend one trace's arrays without resending the figure.
+
+Arrays reach the browser as JSON lists, not base64 typed arrays: Patch.extend
+(the live view) needs lists, and at ≤4k points per trace lists are no larger.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import plotly.graph_objects as go
+from dash import Patch
+from plotly.subplots import make_subplots
+
+from web.decimate import MAX_POINTS, row_range, select_rows, thin
+
+XRange = tuple[float, float] | None
+MARKERS_MODE_BELOW = 200  # draw point markers on lines when this few points are visible
+
+
+@dataclass(frozen=True)
+class Line:
+    name: str
+    y: np.ndarray
+    color: str
+    # Bands are drawn as opaque "tozeroy" fills, the upper series first and the lower over it:
+    # WebGL traces do not render "tonexty" fills reliably.
+    fill: bool = False
+    dash: str | None = None
+    gaps_below: float | None = None  # values below this are "no data" (a gap in the line)
+    width: float = 1.5
+    markers_only: bool = False
+
+
+@dataclass(frozen=True)
+class Panel:
+    title: str
+    lines: tuple[Line, ...] = ()
+    yaxis: dict[str, Any] = field(default_factory=dict)
+    weight: float = 1.0  # relative row height
+    note: str | None = None  # shown inside the panel (e.g. "no runner records")
+
+
+@dataclass(frozen=True)
+class Markers:
+    name: str
+    panel: int
+    rows: np.ndarray  # row (index into Chart.x) of each marker, ascending
+    y: Sequence[Any]
+    color: str
+    text: Callable[[int], str]  # hover text of marker i
+    symbol: str = "diamond"
+
+
+@dataclass(frozen=True)
+class Chart:
+    x: np.ndarray  # step numbers, ascending
+    panels: tuple[Panel, ...]
+    markers: tuple[Markers, ...] = ()
+    height: int = 1100
+
+    def traces(self) -> list[tuple[int, Line | Markers]]:
+        """(panel index, line or markers) in figure trace order."""
+        out: list[tuple[int, Line | Markers]] = [
+            (p, line) for p, panel in enumerate(self.panels) for line in panel.lines
+        ]
+        out += [(m.panel, m) for m in self.markers]
+        return out
+
+
+def _values(line: Line, rows: np.ndarray) -> list[Any]:
+    y = line.y[rows]
+    if line.gaps_below is None:
+        return y.tolist()
+    return [None if v < line.gaps_below else v for v in y.tolist()]
+
+
+def _marker_rows(m: Markers, lo: int, hi: int, max_points: int) -> np.ndarray:
+    """Indices (into m.rows) of the markers within rows [lo, hi), thinned."""
+    a, b = np.searchsorted(m.rows, lo, "left"), np.searchsorted(m.rows, hi, "left")
+    return thin(np.arange(a, b), max_points)
+
+
+def _line_data(
+    chart: Chart, panel: Panel, lo: int, hi: int, max_points: int
+) -> tuple[list[Any], list[list[Any]]]:
+    rows = select_rows([line.y for line in panel.lines], lo, hi, max_points)
+    return chart.x[rows].tolist(), [_values(line, rows) for line in panel.lines]
+
+
+def _marker_data(chart: Chart, m: Markers, idx: np.ndarray) -> dict[str, list[Any]]:
+    return {
+        "x": chart.x[m.rows[idx]].tolist(),
+        "y": [m.y[i] for i in idx.tolist()],
+        "hovertext": [m.text(i) for i in idx.tolist()],
+    }
+
+
+def _range_rows(chart: Chart, x_range: XRange) -> tuple[int, int]:
+    return row_range(chart.x, *(x_range or (None, None)))
+
+
+def trace_data(chart: Chart, x_range: XRange = None, max_points: int = MAX_POINTS) -> list[dict[str, Any]]:
+    """Per figure trace, the arrays to send for the visible range (and the line mode)."""
+    lo, hi = _range_rows(chart, x_range)
+    out: list[dict[str, Any]] = []
+    for panel in chart.panels:
+        if not panel.lines:
+            continue
+        x, ys = _line_data(chart, panel, lo, hi, max_points)
+        mode = "lines+markers" if len(x) <= MARKERS_MODE_BELOW else "lines"
+        out += [{"x": x, "y": y, "mode": mode} for y in ys]
+    for m in chart.markers:
+        out.append(_marker_data(chart, m, _marker_rows(m, lo, hi, max_points)))
+    return out
+
+
+def selected_shape(step: int | None) -> list[dict[str, Any]]:
+    if step is None:
+        return []
+    return [
+        {
+            "type": "line",
+            "xref": "x",
+            "yref": "paper",
+            "x0": step,
+            "x1": step,
+            "y0": 0,
+            "y1": 1,
+            "line": {"color": "rgba(40,40,40,0.55)", "width": 1.5, "dash": "dot"},
+        }
+    ]
+
+
+def _line_trace(line: Line, data: dict[str, Any], legend: str) -> go.Scattergl:
+    return go.Scattergl(
+        x=data["x"],
+        y=data["y"],
+        name=line.name,
+        mode="markers" if line.markers_only else data["mode"],
+        line={"color": line.color, "dash": line.dash, "width": line.width, "shape": "hv"},
+        marker={
+            "size": 8 if line.markers_only else 5,
+            "color": line.color,
+            "symbol": "x" if line.markers_only else "circle",
+        },
+        fill="tozeroy" if line.fill else None,
+        fillcolor=_light(line.color) if line.fill else None,
+        legend=legend,
+        hovertemplate=f"{html.escape(line.name)}: %{{y}}<extra></extra>",
+    )
+
+
+def _marker_trace(m: Markers, data: dict[str, Any], legend: str) -> go.Scatter:
+    # SVG, not WebGL: few points, and each is a DOM element that can be hovered and clicked.
+    return go.Scatter(
+        x=data["x"],
+        y=data["y"],
+        hovertext=data["hovertext"],
+        name=m.name,
+        mode="markers",
+        marker={"size": 12, "color": m.color, "symbol": m.symbol, "line": {"width": 1, "color": "#222"}},
+        legend=legend,
+        hovertemplate="%{hovertext}<extra></extra>",
+    )
+
+
+def _light(color: str, amount: float = 0.55) -> str:
+    """The colour mixed with white, opaque (so a band drawn over another hides it)."""
+    c = color.lstrip("#")
+    r, g, b = (round(int(c[i : i + 2], 16) * (1 - amount) + 255 * amount) for i in (0, 2, 4))
+    return f"rgb({r},{g},{b})"
+
+
+def build_figure(
+    chart: Chart,
+    x_range: XRange = None,
+    max_points: int = MAX_POINTS,
+    *,
+    selected: int | None = None,
+    title: str | None = None,
+    uirevision: str = "chart",
+) -> go.Figure:
+    """The whole figure for the visible range (first render, a new trace, a download)."""
+    n = len(chart.panels)
+    weights = [p.weight for p in chart.panels]
+    fig = make_subplots(
+        rows=n,
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.035 if n < 8 else 0.028,
+        row_heights=[w / sum(weights) for w in weights],
+        subplot_titles=[p.title for p in chart.panels],
+    )
+    fig.update_annotations(font_size=12)  # the subplot titles
+    data = trace_data(chart, x_range, max_points)
+    legends: dict[str, Any] = {}
+    for (panel, item), d in zip(chart.traces(), data, strict=True):
+        legend = "legend" if panel == 0 else f"legend{panel + 1}"
+        trace = _line_trace(item, d, legend) if isinstance(item, Line) else _marker_trace(item, d, legend)
+        fig.add_trace(trace, row=panel + 1, col=1)
+    for p, panel in enumerate(chart.panels):
+        axis = fig.layout["yaxis" if p == 0 else f"yaxis{p + 1}"]
+        axis.update(panel.yaxis)
+        top = axis.domain[1]
+        legends["legend" if p == 0 else f"legend{p + 1}"] = {
+            "x": 1.01,
+            "y": top,
+            "yanchor": "top",
+            "xanchor": "left",
+            "font": {"size": 11},
+            "bgcolor": "rgba(255,255,255,0)",
+            "traceorder": "normal",
+        }
+        if panel.note:
+            fig.add_annotation(
+                text=panel.note,
+                xref=f"x{p + 1 if p else ''} domain",
+                yref=f"y{p + 1 if p else ''} domain",
+                x=0.5,
+                y=0.5,
+                showarrow=False,
+                font={"color": "#888"},
+            )
+    fig.update_layout(
+        legends,
+        height=chart.height,
+        margin={"l": 70, "r": 230, "t": 60 if title else 30, "b": 40},
+        hovermode="x",
+        uirevision=uirevision,
+        template="plotly_white",
+        shapes=selected_shape(selected),
+        title={"text": title, "x": 0.01, "font": {"size": 14}} if title else None,
+    )
+    bottom = f"xaxis{n if n > 1 else ''}"
+    fig.layout[bottom].title = "step"
+    if x_range is not None:
+        fig.update_xaxes(range=list(x_range), autorange=False)
+    return fig
+
+
+def range_patch(
+    chart: Chart, x_range: XRange, max_points: int = MAX_POINTS, patch: Patch | None = None
+) -> Patch:
+    """Re-decimated arrays of every trace for a new visible range; the layout is left alone."""
+    patch = patch if patch is not None else Patch()
+    for i, d in enumerate(trace_data(chart, x_range, max_points)):
+        for key, value in d.items():
+            patch["data"][i][key] = value
+    return patch
+
+
+def extend_patch(chart: Chart, old_rows: int, patch: Patch | None = None) -> Patch:
+    """Append rows [old_rows, len) to every trace, in place (the live view's tick)."""
+    patch = patch if patch is not None else Patch()
+    n = len(chart.x)
+    if n <= old_rows:
+        return patch
+    new_rows = np.arange(old_rows, n)
+    x_new = chart.x[new_rows].tolist()
+    i = 0
+    for panel in chart.panels:
+        for line in panel.lines:
+            patch["data"][i]["x"].extend(x_new)
+            patch["data"][i]["y"].extend(_values(line, new_rows))
+            i += 1
+    for m in chart.markers:
+        idx = np.arange(np.searchsorted(m.rows, old_rows, "left"), len(m.rows))
+        if len(idx):
+            d = _marker_data(chart, m, idx)
+            for key in ("x", "y", "hovertext"):
+                patch["data"][i][key].extend(d[key])
+        i += 1
+    return patch

@@ -1,0 +1,89 @@
+"""The compare page: two traces aligned as tracer.compare aligns them (step k of A
+against step k of B), overlaid, with per-step deltas, totals and the `diff` headline."""
+
+from __future__ import annotations
+
+import numpy as np
+from dash import html
+
+from tracer.compare import Comparison, Side, headline_sentences
+from tracer.totals import compare_totals
+from web.chart import Chart, Line, Markers, Panel
+from web.timeline import flag_hover
+
+A_COLOR, B_COLOR, DELTA_COLOR, DARK = "#7f7f7f", "#1f77b4", "#2ca02c", "#444444"
+
+
+def _flag_markers(c: Comparison, side: Side, label: str, color: str, symbol: str) -> Markers:
+    flags = side.flags.flags
+    # Aligned by row: the i-th step of each trace sits at x = i + 1.
+    rows = np.searchsorted(side.trace.columns["step"], np.asarray([f.step for f in flags], dtype=np.int64))
+    return Markers(
+        name=f"flags in {label} ({len(flags)})",
+        panel=0,
+        rows=rows,
+        y=[int(c.values["target_used"][0 if label == "A" else 1][r]) for r in rows.tolist()],
+        color=color,
+        text=lambda i: f"<b>{label}</b> " + flag_hover(flags[i]),
+        symbol=symbol,
+    )
+
+
+def compare_chart(c: Comparison) -> Chart:
+    a_name, b_name = f"A ({c.a.name})", f"B ({c.b.name})"
+
+    def overlay(title: str, column: str) -> Panel:
+        va, vb = c.values[column]
+        return Panel(
+            title,
+            (
+                Line(a_name, va, A_COLOR, width=2.5),
+                Line(b_name, vb, B_COLOR, dash="dot", width=2),
+            ),
+        )
+
+    def delta(title: str, column: str) -> Panel:
+        return Panel(title, (Line("B − A", c.delta(column), DELTA_COLOR, fill=True),), weight=0.7)
+
+    panels = (
+        overlay("target tokens scheduled per step", "target_used"),
+        delta("Δ target tokens (B − A)", "target_used"),
+        overlay("drafter query rows per step", "query_rows"),
+        delta("Δ query rows (B − A)", "query_rows"),
+        overlay("requests admitted per step", "admitted"),
+        overlay("requests preempted per step", "preempted"),
+        delta("Δ admitted (B − A)", "admitted"),
+    )
+    markers = (
+        _flag_markers(c, c.a, "A", "#d62728", "diamond"),
+        _flag_markers(c, c.b, "B", "#9467bd", "diamond-open"),
+    )
+    return Chart(x=c.steps, panels=panels, markers=markers, height=1050)
+
+
+def headline(c: Comparison) -> list[str]:
+    """The headline sentences, exactly as `schedscope diff` prints them."""
+    return headline_sentences(c)
+
+
+def totals_table(c: Comparison) -> html.Table:
+    head = html.Tr([html.Th(""), html.Th("A"), html.Th("B"), html.Th("B − A")])
+    rows = []
+    for total in compare_totals(c):
+        a, b, d = total.cells()
+        cls = (
+            "better"
+            if _better(total.label, total.delta)
+            else ("worse" if _better(total.label, -total.delta) else "")
+        )
+        rows.append(html.Tr([html.Td(total.label), html.Td(a), html.Td(b), html.Td(d, className=cls)]))
+    return html.Table([html.Thead(head), html.Tbody(rows)], id="compare-totals-table", className="totals")
+
+
+def _better(label: str, delta: float) -> bool:
+    """Colour hint only: which direction of a total reads as B doing better."""
+    if label == "target tokens / step":
+        return delta > 0
+    if label in ("steps to drain", "flags", "tokens lost (additive)"):
+        return delta < 0
+    return False

@@ -1,0 +1,66 @@
+"""Server-side decimation: which rows of a step range to send to the browser.
+
+Min/max per bucket in NumPy, rather than plotly-resampler: plotly-resampler
+0.11 requires plotly<7 and pandas, and keeps a server-side figure object per
+graph with its own relayout callback, which would fight the live Patch updates
+(extend in place, re-decimate on zoom) this app sends. Min/max per bucket keeps
+every spike (a single flagged step's reserved band never vanishes), is exact for
+step-shaped data at any zoom, and costs a few vectorised argmin/argmax passes:
+~40 ms for all series of a 1M-step trace (bench/web_bench.py).
+
+Series drawn together (a band and its outline, a used/cap pair) are decimated
+as one group: they share the selected rows, so bands stay consistent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+MAX_POINTS = 4000  # points per trace sent to the browser
+
+
+def row_range(steps: np.ndarray, x0: float | None, x1: float | None) -> tuple[int, int]:
+    """Rows [lo, hi) whose step lies in [x0, x1], plus one row either side so lines reach the edges."""
+    n = len(steps)
+    lo = 0 if x0 is None else max(0, int(np.searchsorted(steps, x0, "left")) - 1)
+    hi = n if x1 is None else min(n, int(np.searchsorted(steps, x1, "right")) + 1)
+    return lo, max(lo, hi)
+
+
+def select_rows(group: Sequence[np.ndarray], lo: int, hi: int, max_points: int = MAX_POINTS) -> np.ndarray:
+    """Row indices in [lo, hi) to draw for a group of aligned series.
+
+    All rows if they fit; otherwise the first and last row, and per bucket the
+    rows holding each series' minimum and maximum, so at most `max_points` rows.
+    """
+    n = hi - lo
+    if n <= max_points:
+        return np.arange(lo, hi)
+    per_bucket = 2 * max(1, len(group))
+    buckets = max(1, (max_points - 2) // per_bucket)
+    width = -(-n // buckets)  # ceil: every row falls in a bucket
+    buckets = -(-n // width)
+    pad = buckets * width - n
+    base = lo + np.arange(buckets) * width
+    picks = [np.array([lo, hi - 1])]
+    for values in group:
+        seg = values[lo:hi]
+        if pad:
+            # Padding repeats the last value after it: argmin/argmax return the
+            # first occurrence, so a padded row never wins over a real one.
+            seg = np.concatenate([seg, np.full(pad, seg[-1], dtype=seg.dtype)])
+        table = seg.reshape(buckets, width)
+        picks.append(base + table.argmin(axis=1))
+        picks.append(base + table.argmax(axis=1))
+    rows = np.unique(np.concatenate(picks))
+    return rows[rows < hi]
+
+
+def thin(rows: np.ndarray, max_points: int = MAX_POINTS) -> np.ndarray:
+    """Evenly spaced subset of marker rows (markers have no min/max to keep)."""
+    if len(rows) <= max_points:
+        return rows
+    keep = np.linspace(0, len(rows) - 1, max_points).round().astype(np.int64)
+    return rows[np.unique(keep)]

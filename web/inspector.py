@@ -1,0 +1,118 @@
+"""The step inspector: one step's requests and tokens, its budget arithmetic, its flags.
+
+The arithmetic lines are tracer.budget.arithmetic's, verbatim; the requests come
+from the step's own record (Trace.step).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dash import html
+
+from tracer.budget import arithmetic
+from web.model import TraceView
+
+SEVERITY_CLASS = {"error": "sev-error", "warning": "sev-warning", "info": "sev-info"}
+
+
+def _requests_table(rec: dict[str, Any]) -> html.Table:
+    sampled = rec.get("sampled") or {}
+    head = html.Tr([html.Th(h) for h in ("", "request", "tokens", "spec", "demand", "sampled")])
+    rows = []
+    for kind in ("new", "resumed", "running"):
+        for entry in rec[kind]:
+            rid, tokens = entry[0], entry[1]
+            spec = entry[2] if len(entry) > 2 else ""
+            demand = entry[3] if len(entry) > 3 and entry[3] >= 0 else "?"
+            rows.append(
+                html.Tr(
+                    [
+                        html.Td(kind),
+                        html.Td(str(rid)),
+                        html.Td(tokens),
+                        html.Td(spec),
+                        html.Td(demand),
+                        html.Td(sampled.get(rid, "")),
+                    ]
+                )
+            )
+    for rid, demand in rec.get("unscheduled", []):
+        rows.append(
+            html.Tr(
+                [
+                    html.Td("not scheduled"),
+                    html.Td(str(rid)),
+                    html.Td(0),
+                    html.Td(""),
+                    html.Td(demand),
+                    html.Td(""),
+                ]
+            )
+        )
+    if not rows:
+        rows.append(html.Tr([html.Td("no request scheduled", colSpan=6)]))
+    return html.Table([html.Thead(head), html.Tbody(rows)], className="requests")
+
+
+def _id_list(label: str, ids: list[Any], extra: int = 0) -> html.Div | None:
+    if not ids:
+        return None
+    more = f" (+{extra} more)" if extra else ""
+    return html.Div([html.B(f"{label}: "), ", ".join(str(i) for i in ids) + more])
+
+
+def inspector(view: TraceView | None, step: int | None) -> list[Any]:
+    """Children of the inspector panel for a recorded step number."""
+    if view is None or step is None:
+        return [html.P("Click a step in the timeline, or a row of the flag table, to inspect it.")]
+    row = view.row_of(step)
+    if row is None:
+        return [html.P(f"This trace has no step {step}.")]
+    rec = view.trace.step(row)
+    flags = view.flags_at(step)
+    lines = arithmetic(view.trace, row, view.report.analysis)
+    waiting = [f"{rid} ({demand})" for rid, demand in rec.get("waiting_demand", [])]
+    parts: list[Any] = [
+        html.H4(f"Step {step}", id="inspector-title"),
+        html.Div(
+            f"{rec['num_running']} running, {rec['num_waiting']} waiting, KV {100 * rec['kv_usage']:.1f}%, "
+            f"schedule() {rec['sched_us']:.0f} µs",
+            className="muted",
+        ),
+        html.H5("Budget arithmetic"),
+        html.Pre("\n".join(lines), id="inspector-arithmetic"),
+        html.H5(f"Flags ({len(flags)})"),
+        html.Ul(
+            [
+                html.Li(
+                    [
+                        html.B(f"{f.kind} ({f.severity}): "),
+                        f.message,
+                        html.Br(),
+                        html.Code(_numbers(f.numbers)),
+                    ],
+                    className=SEVERITY_CLASS.get(f.severity, ""),
+                )
+                for f in flags
+            ]
+            or [html.Li("none")],
+            id="inspector-flags",
+        ),
+        html.H5("Requests and tokens"),
+        _requests_table(rec),
+    ]
+    parts += [
+        p
+        for p in (
+            _id_list("preempted", rec["preempted"]),
+            _id_list("finished", rec["finished"]),
+            _id_list("waiting, not admitted (demand)", waiting, rec.get("waiting_demand_truncated", 0)),
+        )
+        if p is not None
+    ]
+    return parts
+
+
+def _numbers(numbers: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in numbers.items())

@@ -1,0 +1,221 @@
+"""Page layout: the timeline tab (graph, step inspector, flag table, live controls,
+upload and downloads) and the compare tab. Component ids live here, once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dash import dash_table, dcc, html
+
+from tracer.flags import KINDS
+from web.flagtable import COLUMNS, PAGE_SIZE
+
+# Component ids.
+TRACE = "trace-select"
+GRAPH = "timeline"
+VIEW = "view-state"
+SELECTED = "selected"
+VERSION = "data-version"
+TICK = "tick"
+PAUSE = "pause"
+FOLLOW_TAIL = "follow-tail"
+LIVE_STATUS = "live-status"
+SUMMARY = "summary"
+INSPECTOR = "inspector"
+FLAG_KINDS = "flag-kinds"
+FLAG_TEXT = "flag-text"
+FLAG_TABLE = "flag-table"
+UPLOAD = "upload"
+UPLOAD_GATE = "upload-gate"
+UPLOAD_LIMIT = "upload-limit"
+UPLOAD_MSG = "upload-msg"
+DOWNLOAD_PNG = "download-png"
+DOWNLOAD_HTML = "download-html"
+DOWNLOAD = "download"
+TABS = "tabs"
+CMP_A = "compare-a"
+CMP_B = "compare-b"
+CMP_GRAPH = "compare-graph"
+CMP_HEADLINE = "compare-headline"
+CMP_TOTALS = "compare-totals"
+CMP_VIEW = "compare-view"
+
+TICK_MS = 500  # with the follower's 0.25 s poll, new steps show within a second
+
+CSS = """
+body { font-family: "Liberation Sans", "DejaVu Sans", Arial, sans-serif; margin: 0; color: #222; }
+header { padding: 8px 16px; background: #1f2a38; color: #fff; display: flex; gap: 16px;
+         align-items: baseline; }
+header h1 { font-size: 18px; margin: 0; }
+.bar { display: flex; flex-wrap: wrap; gap: 12px; align-items: center; padding: 8px 16px; }
+.bar .dropdown { min-width: 320px; }
+#summary { padding: 0 16px; font-size: 13px; color: #333; }
+.upload { border: 1px dashed #888; border-radius: 4px; padding: 6px 12px; cursor: pointer; font-size: 13px; }
+.error { color: #b00020; font-weight: bold; }
+.ok { color: #2e7d32; }
+.muted { color: #666; font-size: 12px; }
+.columns { display: grid; grid-template-columns: minmax(380px, 2fr) 3fr; gap: 16px; padding: 0 16px 24px; }
+#inspector pre { background: #f6f6f6; padding: 8px; font-size: 13px; white-space: pre-wrap; }
+table.requests, table.totals { border-collapse: collapse; font-size: 13px; }
+table.requests td, table.requests th, table.totals td, table.totals th {
+  border-bottom: 1px solid #ddd; padding: 2px 8px; text-align: right; }
+table.requests td:nth-child(-n+2), table.totals td:first-child { text-align: left; }
+.sev-error b { color: #b00020; } .sev-warning b { color: #c75000; } .sev-info b { color: #00838f; }
+td.better { color: #2e7d32; font-weight: bold; } td.worse { color: #b00020; font-weight: bold; }
+#compare-headline p { margin: 4px 0; font-size: 15px; }
+.compare-body { padding: 0 16px 24px; }
+"""
+
+INDEX = (
+    """<!DOCTYPE html>
+<html>
+<head>{%metas%}<title>{%title%}</title>{%favicon%}{%css%}<style>"""
+    + CSS
+    + """</style></head>
+<body>{%app_entry%}<footer>{%config%}{%scripts%}{%renderer%}</footer></body>
+</html>"""
+)
+
+
+def _timeline_tab(options: list[dict[str, Any]], default: str | None, live: bool, max_upload: int) -> dcc.Tab:
+    controls = [
+        dcc.Dropdown(id=TRACE, options=options, value=default, clearable=False, className="dropdown"),
+        dcc.Upload(
+            id=UPLOAD,
+            children=html.Div(
+                ["Open a trace: drop a .jsonl or .jsonl.gz here, or ", html.A("choose a file")]
+            ),
+            className="upload",
+            multiple=False,
+        ),
+        html.Span(id=UPLOAD_MSG),
+    ]
+    if live:
+        controls += [
+            html.Button("Pause", id=PAUSE, title="stop or resume live updates"),
+            dcc.Checklist(id=FOLLOW_TAIL, options=[{"label": " follow tail", "value": "on"}], value=["on"]),
+            html.Span(id=LIVE_STATUS, className="muted"),
+        ]
+    else:  # the callbacks name these ids: keep them, hidden
+        controls += [
+            html.Button("Pause", id=PAUSE, style={"display": "none"}),
+            dcc.Checklist(id=FOLLOW_TAIL, options=[], value=[], style={"display": "none"}),
+            html.Span(id=LIVE_STATUS, style={"display": "none"}),
+        ]
+    flags = html.Div(
+        [
+            html.H4("Flags"),
+            html.Div(
+                [
+                    dcc.Dropdown(
+                        id=FLAG_KINDS,
+                        options=[{"label": k, "value": k} for k in KINDS],
+                        multi=True,
+                        placeholder="all kinds",
+                        className="dropdown",
+                    ),
+                    dcc.Input(id=FLAG_TEXT, type="text", placeholder="filter: text or step", debounce=True),
+                ],
+                className="bar",
+                style={"padding": "0 0 8px 0"},
+            ),
+            dash_table.DataTable(
+                id=FLAG_TABLE,
+                columns=COLUMNS,
+                data=[],
+                page_action="custom",
+                page_current=0,
+                page_size=PAGE_SIZE,
+                style_cell={"textAlign": "left", "whiteSpace": "normal", "height": "auto", "fontSize": 12},
+                style_cell_conditional=[{"if": {"column_id": "message"}, "minWidth": "420px"}],
+                style_header={"fontWeight": "bold"},
+                tooltip_delay=0,
+            ),
+            html.Div("click a row to jump to its step", className="muted"),
+        ]
+    )
+    return dcc.Tab(
+        label="Timeline",
+        value="timeline",
+        children=[
+            html.Div(controls, className="bar"),
+            html.Div(id=SUMMARY),
+            dcc.Graph(
+                id=GRAPH, config={"displaylogo": False, "scrollZoom": True}, style={"height": "1250px"}
+            ),
+            html.Div([html.Div(id=INSPECTOR), flags], className="columns"),
+            dcc.Store(id=UPLOAD_LIMIT, data=max_upload),
+            dcc.Store(id=UPLOAD_GATE),
+        ],
+    )
+
+
+def _compare_tab(options: list[dict[str, Any]], a: str | None, b: str | None) -> dcc.Tab:
+    return dcc.Tab(
+        label="Compare",
+        value="compare",
+        id="compare-tab",
+        children=[
+            html.Div(
+                [
+                    html.Span("A"),
+                    dcc.Dropdown(id=CMP_A, options=options, value=a, className="dropdown", clearable=False),
+                    html.Span("B"),
+                    dcc.Dropdown(id=CMP_B, options=options, value=b, className="dropdown", clearable=False),
+                ],
+                className="bar",
+            ),
+            html.Div(
+                [
+                    html.Div(id=CMP_HEADLINE),
+                    html.Div(id=CMP_TOTALS),
+                    dcc.Graph(id=CMP_GRAPH, config={"displaylogo": False}, style={"height": "1050px"}),
+                ],
+                className="compare-body",
+            ),
+        ],
+    )
+
+
+def layout(
+    options: list[dict[str, Any]],
+    *,
+    default: str | None,
+    compare_pair: tuple[str | None, str | None],
+    live: bool,
+    max_upload: int,
+) -> html.Div:
+    return html.Div(
+        [
+            html.Header(
+                [
+                    html.H1("schedscope"),
+                    html.Span("vLLM scheduler budgets, step by step"),
+                    html.Span(
+                        [
+                            "download this view: ",
+                            html.Button("PNG", id=DOWNLOAD_PNG, title="the current figure as PNG"),
+                            html.Button(
+                                "HTML", id=DOWNLOAD_HTML, title="the current figure as a standalone page"
+                            ),
+                        ],
+                        style={"marginLeft": "auto"},
+                    ),
+                    dcc.Download(id=DOWNLOAD),
+                ]
+            ),
+            dcc.Tabs(
+                id=TABS,
+                value="timeline",
+                children=[
+                    _timeline_tab(options, default, live, max_upload),
+                    _compare_tab(options, *compare_pair),
+                ],
+            ),
+            dcc.Store(id=VIEW),
+            dcc.Store(id=CMP_VIEW),
+            dcc.Store(id=SELECTED),
+            dcc.Store(id=VERSION),
+            dcc.Interval(id=TICK, interval=TICK_MS, disabled=not live),
+        ]
+    )

@@ -1,0 +1,96 @@
+"""Server-side registry of loaded traces, and opening uploads.
+
+The browser names a trace only by the key the server gave it; it never sends a
+path. Uploads are parsed in memory by tracer.ingest (no pickle, no eval, nothing
+written to disk) and only the newest few are kept.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import threading
+from collections import OrderedDict
+from typing import Any
+
+from tracer.compare import Comparison, compare
+from tracer.ingest import load_bytes
+from tracer.reader import Trace, TraceError
+from web.model import TraceView
+
+DEFAULT_MAX_UPLOAD = 64 << 20  # bytes, before base64
+MAX_UPLOADS_KEPT = 4
+
+
+class UploadError(ValueError):
+    """An upload that is not a trace we can open; the message is shown to the user."""
+
+
+class TraceStore:
+    def __init__(self, max_upload: int = DEFAULT_MAX_UPLOAD) -> None:
+        self.max_upload = max_upload
+        self._views: OrderedDict[str, TraceView] = OrderedDict()
+        self._lock = threading.Lock()
+        self._uploads = 0
+        self._compare: dict[tuple[str, int, str, int], Comparison] = {}
+
+    def put(self, view: TraceView) -> TraceView:
+        with self._lock:
+            self._views[view.key] = view
+        return view
+
+    def add(self, key: str, label: str, trace: Trace, *, version: int = 0) -> TraceView:
+        return self.put(TraceView.build(key, label, trace, version=version))
+
+    def get(self, key: str | None) -> TraceView | None:
+        if not key:
+            return None
+        with self._lock:
+            return self._views.get(key)
+
+    def trace_keys(self) -> list[str]:
+        with self._lock:
+            return list(self._views)
+
+    def options(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [{"label": v.label, "value": k} for k, v in self._views.items()]
+
+    def open_upload(self, contents: str, filename: str) -> TraceView:
+        """Decode a dcc.Upload data URL, parse it as a trace and keep it; UploadError on anything else."""
+        name = (filename or "upload").replace("/", "_")[-120:]
+        header, sep, b64 = (contents or "").partition(",")
+        if not sep or not header.startswith("data:") or ";base64" not in header:
+            raise UploadError(f"{name}: not a file upload")
+        if len(b64) * 3 // 4 > self.max_upload:
+            raise UploadError(f"{name}: larger than the upload limit of {self.max_upload / 2**20:.0f} MiB")
+        try:
+            data = base64.b64decode(b64, validate=True)
+        except (binascii.Error, ValueError):
+            raise UploadError(f"{name}: the upload is not valid base64") from None
+        try:
+            trace = load_bytes(data, name, max_decompressed=16 * self.max_upload)
+        except TraceError as exc:
+            raise UploadError(f"not a schedscope trace: {exc}") from None
+        with self._lock:
+            self._uploads += 1
+            key = f"upload-{self._uploads}"
+            stale = [k for k in self._views if k.startswith("upload-")][: -(MAX_UPLOADS_KEPT - 1) or None]
+            for k in stale:
+                del self._views[k]
+        return self.add(key, f"upload: {name}", trace)
+
+    def comparison(self, key_a: str | None, key_b: str | None) -> Comparison | None:
+        a, b = self.get(key_a), self.get(key_b)
+        if a is None or b is None:
+            return None
+        cache_key = (a.key, a.version, b.key, b.version)
+        with self._lock:
+            hit = self._compare.get(cache_key)
+        if hit is None:
+            hit = compare(a.trace, b.trace)
+            with self._lock:
+                if len(self._compare) >= 4:
+                    self._compare.pop(next(iter(self._compare)))
+                self._compare[cache_key] = hit
+        return hit

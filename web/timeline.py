@@ -1,0 +1,139 @@
+"""The timeline page's chart: which series go in which panel, how they look, and the flag markers."""
+
+from __future__ import annotations
+
+import html
+import textwrap
+from typing import Any
+
+import numpy as np
+
+from tracer.flags import KINDS, Flag
+from web.chart import Chart, Line, Markers, Panel
+from web.model import TraceView
+
+KIND_COLORS = {
+    "additive-double-reservation": "#d62728",
+    "query-overflow": "#9467bd",
+    "shared-buffer-overflow": "#8c564b",
+    "negative-budget": "#e377c2",
+    "preemption-budget-leak": "#ff7f0e",
+    "admission-cap-binding": "#17becf",
+}
+KIND_SHORT = {
+    "additive-double-reservation": "additive",
+    "query-overflow": "query overflow",
+    "shared-buffer-overflow": "shared overflow",
+    "negative-budget": "negative",
+    "preemption-budget-leak": "preempt leak",
+    "admission-cap-binding": "cap binding",
+}
+BLUE, ORANGE, GREY, RED, DARK = "#1f77b4", "#ff7f0e", "#7f7f7f", "#d62728", "#444444"
+GREEN, PURPLE, TEAL = "#2ca02c", "#9467bd", "#17becf"
+
+
+def flag_hover(flag: Flag) -> str:
+    """Hover text of a flag marker: the sentence and the numbers behind it."""
+    sentence = "<br>".join(textwrap.wrap(html.escape(flag.message, quote=False), 90))
+    numbers = " · ".join(f"{k}={html.escape(str(v), quote=False)}" for k, v in flag.numbers.items())
+    return f"<b>step {flag.step}: {flag.kind}</b> ({flag.severity})<br>{sentence}<br><i>{numbers}</i>"
+
+
+def flag_markers(view: TraceView, panel: int) -> tuple[Markers, ...]:
+    """One marker trace per flag kind (always all kinds: trace indices stay fixed as a live trace grows)."""
+    steps = view.steps
+    out = []
+    for kind in KINDS:
+        flags = [f for f in view.report.flags if f.kind == kind]
+        rows = np.searchsorted(steps, np.asarray([f.step for f in flags], dtype=np.int64))
+        out.append(
+            Markers(
+                name=f"{KIND_SHORT[kind]} ({len(flags)})",
+                panel=panel,
+                rows=rows,
+                y=[kind] * len(flags),
+                color=KIND_COLORS[kind],
+                text=lambda i, flags=flags: flag_hover(flags[i]),
+            )
+        )
+    return tuple(out)
+
+
+def timeline_chart(view: TraceView) -> Chart:
+    cached = view.cache.get("timeline")
+    if cached is not None:
+        return cached
+    s = view.series
+    has_runner = bool((s["buffer_target_rows"] >= 0).any() or (s["buffer_draft_rows"] >= 0).any())
+    has_query = bool(view.report.analysis.model.q) and view.report.analysis.model.separate_pass
+    kinds_axis: dict[str, Any] = {
+        "type": "category",
+        "categoryorder": "array",
+        "categoryarray": list(KINDS),
+        "tickvals": list(KINDS),
+        "ticktext": [KIND_SHORT[k] for k in KINDS],
+        "tickfont": {"size": 10},
+        "range": [-0.6, len(KINDS) - 0.4],
+        "fixedrange": True,
+    }
+    panels = (
+        Panel(
+            "flags (hover: what to do; click: inspect the step)",
+            yaxis=kinds_axis,
+            weight=1.3,
+            note=None if view.report.flags else "no flags",
+        ),
+        Panel(
+            "target tokens vs target budget",
+            (
+                Line("target used", s["target_used"], BLUE, fill=True),
+                Line("target budget", s["target_cap"], DARK, dash="dash", width=1),
+            ),
+        ),
+        Panel(
+            "input budget used: target rows + reserved draft slots",
+            (
+                Line("used incl. reserved draft slots", s["input_used"], ORANGE, fill=True),
+                Line("of which target rows", s["input_target"], BLUE, fill=True),
+                Line("input budget", s["input_cap"], DARK, dash="dash", width=1),
+            ),
+        ),
+        Panel(
+            "draft-slot reservation per step (rows): needed vs excess, tokens withheld",
+            (
+                Line("reserved (red band: excess)", s["input_reserved"], RED, fill=True),
+                Line("needed by the method", s["reserved_needed"], GREY, fill=True),
+                Line("target tokens withheld", s["withheld"], DARK, markers_only=True, gaps_below=1),
+            ),
+        ),
+        Panel(
+            "drafter query rows vs their buffer",
+            (
+                Line("query rows", s["query_rows"], PURPLE, fill=True),
+                Line("query capacity", s["query_cap"], DARK, dash="dash", width=1),
+            ),
+            note=None if has_query else "no separate drafter pass for this method",
+        ),
+        Panel(
+            "buffer occupancy per forward pass (runner records)",
+            (
+                Line("target pass rows", s["buffer_target_rows"], BLUE, gaps_below=0),
+                Line("target buffer", s["buffer_target_cap"], BLUE, dash="dash", gaps_below=0, width=1),
+                Line("draft pass rows", s["buffer_draft_rows"], GREEN, gaps_below=0),
+                Line("draft buffer", s["buffer_draft_cap"], GREEN, dash="dash", gaps_below=0, width=1),
+            ),
+            note=None if has_runner else "no runner records in this trace",
+        ),
+        Panel(
+            "requests: running, waiting, preempted",
+            (
+                Line("running", s["num_running"], BLUE),
+                Line("waiting", s["num_waiting"], ORANGE),
+                Line("preempted", s["n_preempted"], RED),
+            ),
+        ),
+        Panel("KV cache usage (%)", (Line("KV usage %", s["kv_usage_pct"], TEAL, fill=True),)),
+    )
+    chart = Chart(x=view.steps, panels=panels, markers=flag_markers(view, panel=0), height=1250)
+    view.cache["timeline"] = chart
+    return chart
