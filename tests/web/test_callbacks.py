@@ -1,0 +1,196 @@
+"""Callbacks as plain functions (Handlers), without a browser."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import io
+from contextlib import redirect_stdout
+from typing import Any
+
+import plotly.graph_objects as go
+import pytest
+from dash import Patch, no_update
+from dash.exceptions import PreventUpdate
+
+from tracer.budget import arithmetic
+from tracer.cli import main
+from web import layout as ids
+from web.callbacks import Handlers, parse_xrange
+from web.store import TraceStore
+
+from .helpers import ADDITIVE, SEPARATE, sample, tiled
+
+
+def _ops(patch: Patch) -> list[dict[str, Any]]:
+    return patch.to_plotly_json()["operations"]
+
+
+def _data_url(data: bytes) -> str:
+    return "data:application/octet-stream;base64," + base64.b64encode(data).decode()
+
+
+@pytest.fixture
+def h() -> Handlers:
+    store = TraceStore(max_upload=1 << 20)
+    store.add("a", "A: additive", sample("dflash_k7_additive.jsonl"))
+    store.add("b", "B: separate", sample("dflash_k7_separate.jsonl"))
+    return Handlers(store)
+
+
+def test_parse_xrange() -> None:
+    assert parse_xrange({"xaxis3.range[0]": 2, "xaxis3.range[1]": 5.5}) == (True, [2.0, 5.5])
+    assert parse_xrange({"xaxis.range": [1, 3]}) == (True, [1.0, 3.0])
+    assert parse_xrange({"xaxis2.autorange": True}) == (True, None)
+    assert parse_xrange({"yaxis.range[0]": 0, "yaxis.range[1]": 1}) == (False, None)
+    assert parse_xrange(None) == (False, None)
+
+
+def test_timeline_first_render_then_zoom_patches(h: Handlers) -> None:
+    fig, state, version, _ = h.timeline(None, "a", None, None, None, None)
+    assert isinstance(fig, go.Figure) and state["key"] == "a" and version == "a:0"
+    patch, state2, *_ = h.timeline(
+        ids.GRAPH, "a", {"xaxis.range[0]": 1.5, "xaxis.range[1]": 3.5}, None, state, None
+    )
+    assert isinstance(patch, Patch) and state2["range"] == [1.5, 3.5]
+    assert {op["location"][0] for op in _ops(patch)} == {"data"}
+    with pytest.raises(PreventUpdate):
+        h.timeline(ids.GRAPH, "a", {"dragmode": "pan"}, None, state, None)
+
+
+def test_selecting_a_step_draws_its_line_and_jumps_when_off_screen(h: Handlers) -> None:
+    _, state, *_ = h.timeline(None, "a", None, None, None, None)
+    patch, *_ = h.timeline(ids.SELECTED, "a", None, {"key": "a", "step": 3}, state, None)
+    shapes = next(op for op in _ops(patch) if op["location"] == ["layout", "shapes"])
+    assert shapes["params"]["value"][0]["x0"] == 3
+    zoomed = {**state, "range": [1.0, 2.0]}
+    patch, new_state, *_ = h.timeline(ids.SELECTED, "a", None, {"key": "a", "step": 6}, zoomed, None)
+    assert new_state["range"] == [5.5, 6.5]
+    assert any(op["location"] == ["layout", "xaxis", "range"] for op in _ops(patch))
+
+
+def test_select_from_click_and_table(h: Handlers) -> None:
+    assert h.select(ids.GRAPH, "a", {"points": [{"x": 2, "y": 8185}]}, None, None) == {"key": "a", "step": 2}
+    table = [{"step": 4}, {"step": 9}]
+    assert h.select(ids.FLAG_TABLE, "a", None, {"row": 1, "column": 0}, table) == {"key": "a", "step": 9}
+    assert h.select(ids.TRACE, "a", None, None, None) is None
+
+
+def _text(component: Any) -> str:
+    if isinstance(component, (list, tuple)):
+        return " ".join(_text(c) for c in component)
+    if hasattr(component, "children"):
+        return _text(component.children)
+    return "" if component is None else str(component)
+
+
+def test_inspector_shows_tracer_arithmetic_requests_and_flags(h: Handlers) -> None:
+    text = _text(h.inspect({"key": "a", "step": 1}, "a"))
+    view = h.store.get("a")
+    for line in arithmetic(view.trace, 0, view.report.analysis):
+        assert line in text
+    assert "input 8192 = 8185 target + 1×7 reserved draft slots" in text
+    assert "additive-double-reservation" in text and "long" in text and "32768" in text
+    assert "Click a step" in _text(h.inspect(None, "a"))
+    assert "no step 99" in _text(h.inspect({"key": "a", "step": 99}, "a"))
+
+
+def test_flag_table_filters_and_pages(h: Handlers) -> None:
+    rows, pages = h.flag_table("a", None, None, 0)
+    assert [r["step"] for r in rows] == [1, 2, 3, 4] and pages == 1
+    assert h.flag_table("a", ["query-overflow"], None, 0) == ([], 1)
+    assert [r["step"] for r in h.flag_table("a", None, "3", 0)[0]] == [3]
+    assert h.flag_table("b", None, None, 0) == ([], 1)
+
+
+def test_upload_opens_plain_and_gzip_traces(h: Handlers) -> None:
+    options, value, msg, *_ = h.upload({"contents": _data_url(ADDITIVE.read_bytes()), "filename": "x.jsonl"})
+    assert value == "upload-1" and any(o["value"] == "upload-1" for o in options) and "7 steps" in _text(msg)
+    _, value, *_ = h.upload({"contents": _data_url(gzip.compress(SEPARATE.read_bytes())), "filename": "y.gz"})
+    assert h.store.get(value) is not None and len(h.store.get(value)) == 6
+
+
+@pytest.mark.parametrize(
+    ("contents", "message"),
+    [
+        (_data_url(b"import os; os.system('x')\n"), "not a JSON record"),
+        (_data_url(b'{"kind":"step","step":1,"t":0}\n'), "the first record must be a header"),
+        (_data_url(b"\x80\x04\x95pickle"), "not a schedscope trace"),
+        ("data:text/plain;base64,@@@", "not valid base64"),
+        ("/etc/passwd", "not a file upload"),
+        (_data_url(b"x" * (2 << 20)), "larger than the upload limit of 1 MiB"),
+    ],
+)
+def test_bad_uploads_say_what_is_wrong(h: Handlers, contents: str, message: str) -> None:
+    options, value, msg, *_ = h.upload({"contents": contents, "filename": "bad.jsonl"})
+    assert options is no_update and value is no_update
+    assert "Could not open the upload" in _text(msg) and message in _text(msg)
+
+
+def test_only_the_newest_uploads_are_kept(h: Handlers) -> None:
+    for _ in range(6):
+        h.upload({"contents": _data_url(ADDITIVE.read_bytes()), "filename": "x.jsonl"})
+    assert sorted(k for k in h.store.trace_keys() if k.startswith("upload-")) == [
+        f"upload-{i}" for i in (3, 4, 5, 6)
+    ]
+
+
+def test_live_tick_extends_then_re_decimates(h: Handlers) -> None:
+    h.store.add("live", "live", tiled(20), version=1)
+    _, state, *_ = h.timeline(ids.TRACE, "live", None, None, None, ["on"])
+    assert h.timeline(ids.TICK, "live", None, None, state, ["on"])[0] is no_update  # nothing new
+    h.store.add("live", "live", tiled(25), version=2)
+    patch, state, version, _ = h.timeline(ids.TICK, "live", None, None, state, ["on"])
+    ops = _ops(patch)
+    assert {op["operation"] for op in ops if op["location"][-1] in ("x", "y")} == {"Extend"}
+    assert ops[0]["params"]["value"] == [21, 22, 23, 24, 25]
+    assert state["rows"] == 25 and version == "live:2"
+    # Zoomed in with follow-tail: the window slides to the newest steps.
+    state = {**state, "range": [5.0, 15.0]}
+    h.store.add("live", "live", tiled(5_000), version=3)
+    patch, state, *_ = h.timeline(ids.TICK, "live", None, None, state, ["on"])
+    assert state["range"] == [4_990.5, 5_000.5]
+    assert any(op["location"] == ["layout", "xaxis", "range"] for op in _ops(patch))
+    # Past the point budget the arrays are re-decimated, not extended.
+    state = {**state, "range": None, "sent": -1}
+    h.store.add("live", "live", tiled(9_000), version=4)
+    patch, state, *_ = h.timeline(ids.TICK, "live", None, None, state, [])
+    xs = [op for op in _ops(patch) if op["location"][-1] == "x"]
+    assert all(op["operation"] == "Assign" and len(op["params"]["value"]) <= 4000 for op in xs)
+
+
+def test_pause_toggles_the_interval(h: Handlers) -> None:
+    assert h.pause(1) == (True, "Resume")
+    assert h.pause(2) == (False, "Pause")
+
+
+def test_compare_headline_is_the_cli_diff_headline(h: Handlers) -> None:
+    fig, headline, totals, state = h.compare(None, "a", "b", None, None)
+    shown = [p.children for p in headline]
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(["diff", str(ADDITIVE), str(SEPARATE)]) == 0
+    printed = out.getvalue().splitlines()
+    assert shown == printed[3 : 3 + len(shown)] and printed[3 + len(shown)] == ""
+    assert shown[0] == "B (separate) drained the workload in 5 steps instead of 6 (A, stock): fewer by 1."
+    assert "steps to drain" in _text(totals)
+    assert isinstance(fig, go.Figure) and state["key"] == "a:0|b:0"
+    patch, *_ = h.compare(ids.CMP_GRAPH, "a", "b", {"xaxis.range[0]": 1, "xaxis.range[1]": 3}, state)
+    assert isinstance(patch, Patch)
+    assert "Load two traces" in _text(h.compare(None, "a", None, None, None)[1])
+
+
+def test_downloads_rebuild_the_figure_on_the_server(h: Handlers) -> None:
+    _, state, *_ = h.timeline(None, "a", None, None, None, None)
+    page = h.download(ids.DOWNLOAD_HTML, "timeline", state, None)
+    assert page["filename"] == "schedscope-timeline.html"
+    assert "<html>" in page["content"] and "Plotly.newPlot" in page["content"]
+    assert 'src="http' not in page["content"]  # plotly.js is inlined: the page opens offline
+    png = h.download(ids.DOWNLOAD_PNG, "timeline", state, None)
+    assert (
+        png["filename"] == "schedscope-timeline.png"
+        and base64.b64decode(png["content"])[:8] == b"\x89PNG\r\n\x1a\n"
+    )
+    _, _, _, cmp_state = h.compare(None, "a", "b", None, None)
+    page = h.download(ids.DOWNLOAD_HTML, "compare", state, cmp_state)
+    assert page["filename"] == "schedscope-compare.html"

@@ -1,0 +1,89 @@
+"""Figure builders as plain functions."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tracer.compare import compare, headline_sentences
+from tracer.flags import ADDITIVE
+from web.chart import build_figure, extend_patch, range_patch, trace_data
+from web.compare_view import compare_chart, headline
+from web.model import TraceView
+from web.timeline import timeline_chart
+
+from .helpers import sample, tiled, view
+
+
+def _by_name(fig, name: str):  # type: ignore[no-untyped-def]
+    return next(t for t in fig.data if t.name == name)
+
+
+def test_timeline_panels_and_webgl_traces() -> None:
+    fig = build_figure(timeline_chart(view()))
+    titles = [a.text for a in fig.layout.annotations]
+    for title in (
+        "target tokens vs target budget",
+        "input budget used: target rows + reserved draft slots",
+        "drafter query rows vs their buffer",
+        "buffer occupancy per forward pass (runner records)",
+        "requests: running, waiting, preempted",
+        "KV cache usage (%)",
+    ):
+        assert title in titles
+    lines = [t for t in fig.data if t.type == "scattergl"]
+    markers = [t for t in fig.data if t.type == "scatter"]
+    assert len(lines) >= 17 and len(markers) == 6  # every line is WebGL; flags are one SVG trace per kind
+
+
+def test_the_withheld_band_is_on_every_prefill_step_and_each_is_flagged() -> None:
+    fig = build_figure(timeline_chart(view()))
+    reserved = _by_name(fig, "reserved (red band: excess)")
+    needed = _by_name(fig, "needed by the method")
+    assert list(reserved.y[:4]) == [7, 7, 7, 7] and list(needed.y[:4]) == [0, 0, 0, 0]
+    assert _by_name(fig, "used incl. reserved draft slots").y[0] == 8192
+    assert _by_name(fig, "of which target rows").y[0] == 8185
+    flags = next(t for t in fig.data if t.type == "scatter" and t.name.startswith("additive"))
+    assert list(flags.x) == [1, 2, 3, 4] and set(flags.y) == {ADDITIVE}
+    assert flags.marker.color == "#d62728"
+    assert "withheld 7 target tokens" in flags.hovertext[0] and "tokens_lost=7" in flags.hovertext[0]
+    assert list(_by_name(fig, "target tokens withheld").y[:5]) == [7, 7, 7, 7, None]
+
+
+def test_big_traces_send_at_most_4k_points_per_trace_and_zoom_re_decimates() -> None:
+    v = TraceView.build("big", "big", tiled(60_000))
+    chart = timeline_chart(v)
+    fig = build_figure(chart)
+    assert max(len(t.x) for t in fig.data) <= 4000
+    patch = range_patch(chart, (30_000.0, 31_000.0)).to_plotly_json()
+    xs = [op["params"]["value"] for op in patch["operations"] if op["location"][-1] == "x"]
+    assert max(len(x) for x in xs) <= 1003 and min(xs[0]) >= 29_999 and max(xs[0]) <= 31_001
+    assert all(op["operation"] == "Assign" and op["location"][0] == "data" for op in patch["operations"])
+
+
+def test_extend_patch_appends_only_new_steps() -> None:
+    small = TraceView.build("live", "live", tiled(10))
+    grown = TraceView.build("live", "live", tiled(14))
+    ops = extend_patch(timeline_chart(grown), len(small)).to_plotly_json()["operations"]
+    assert {op["operation"] for op in ops} == {"Extend"}
+    assert ops[0]["location"] == ["data", 0, "x"] and ops[0]["params"]["value"] == [11, 12, 13, 14]
+    flag_ops = [op for op in ops if op["location"][-1] == "hovertext"]
+    assert flag_ops and all(len(op["params"]["value"]) >= 1 for op in flag_ops)
+
+
+def test_runner_gaps_and_panel_notes() -> None:
+    fig = build_figure(timeline_chart(view("live_cpu_ngram.jsonl")))
+    rows = _by_name(fig, "target pass rows")
+    assert any(v is not None and v > 0 for v in rows.y)
+    assert "no runner records in this trace" not in [a.text for a in fig.layout.annotations]
+    fig = build_figure(timeline_chart(view()))
+    assert "no runner records in this trace" in [a.text for a in fig.layout.annotations]
+    assert all(v is None for v in _by_name(fig, "target pass rows").y)
+
+
+def test_compare_chart_aligns_like_the_model_and_shows_the_gain() -> None:
+    c = compare(sample("dflash_k7_additive.jsonl"), sample("dflash_k7_separate.jsonl"))
+    data = trace_data(compare_chart(c))
+    a_target, b_target, delta = data[0]["y"], data[1]["y"], data[2]["y"]
+    assert a_target[:4] == [8185] * 4 and b_target[:4] == [8192] * 4 and delta[:4] == [7] * 4
+    assert headline(c) == headline_sentences(c)
+    assert np.array_equal(data[0]["x"], c.steps)

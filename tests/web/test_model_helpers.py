@@ -1,0 +1,70 @@
+"""The model-level helpers the web app added to tracer (no dash inside)."""
+
+from __future__ import annotations
+
+import gzip
+
+import numpy as np
+import pytest
+
+from tracer.budget import analyze
+from tracer.compare import compare, diff_lines
+from tracer.ingest import load_bytes
+from tracer.reader import TraceError
+from tracer.series import step_series
+from tracer.totals import compare_totals
+
+from .helpers import ADDITIVE, SEPARATE, lines, sample
+
+
+def test_series_are_the_model_values() -> None:
+    trace = sample("dflash_k7_additive.jsonl")
+    a = analyze(trace)
+    s = step_series(trace, a)
+    assert s["input_target"].tolist()[:4] == [8185] * 4
+    assert s["input_reserved"].tolist()[:6] == [7] * 6
+    assert s["reserved_excess"].tolist()[:6] == [7] * 6  # DFlash needs none of its slots in the target pass
+    assert s["withheld"].tolist() == a.withheld.tolist() == [7, 7, 7, 7, 0, 0, 0]
+    assert all(len(v) == len(trace) for v in s.values())
+
+
+def test_totals_are_the_rows_of_schedscope_diff() -> None:
+    c = compare(sample("dflash_k7_additive.jsonl"), sample("dflash_k7_separate.jsonl"))
+    text = diff_lines(c)
+    start = text.index(f"{'':24}{'A':>12}{'B':>12}{'B-A':>10}") + 1
+    mine = [f"{t.label:24}{t.cells()[0]:>12}{t.cells()[1]:>12}{t.cells()[2]:>10}" for t in compare_totals(c)]
+    assert mine == text[start : start + len(mine)]
+    assert text[start + len(mine)] == ""
+
+
+def test_load_bytes_reads_plain_gzip_and_torn_traces() -> None:
+    data = ADDITIVE.read_bytes()
+    plain = load_bytes(data, "a.jsonl")
+    assert len(plain) == 7
+    assert np.array_equal(
+        load_bytes(gzip.compress(data), "a.jsonl.gz").columns["target_used"], plain.columns["target_used"]
+    )
+    torn = load_bytes(b"".join(lines(SEPARATE)[:-1])[:-40], "torn.jsonl")  # no footer, last step cut
+    assert torn.torn is not None and len(torn) == len(sample("dflash_k7_separate.jsonl")) - 1
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"", "empty file"),
+        (b"hello world\n", "not a JSON record"),
+        (b'{"kind":"step","step":1}\n', "the first record must be a header"),
+        (b"\x28\xb5\x2f\xfd....", "zstd uploads are not supported"),
+        (b"\x1f\x8bnot really gzip", "not a readable gzip file"),
+        (b'{"kind":"header","schema":"9.0","config":{}}\n', "newer than this schedscope reads"),
+    ],
+)
+def test_load_bytes_rejects_bad_content_clearly(data: bytes, message: str) -> None:
+    with pytest.raises(TraceError, match=message):
+        load_bytes(data, "bad.jsonl")
+
+
+def test_load_bytes_bounds_decompression() -> None:
+    bomb = gzip.compress(b" " * 5_000_000)
+    with pytest.raises(TraceError, match="decompresses to more than"):
+        load_bytes(bomb, "bomb.gz", max_decompressed=1_000_000)
