@@ -1,0 +1,95 @@
+"""Lookups over a loaded trace that touch only the steps they need.
+
+`tracer.compare.lifetimes` parses every step, which is right for a comparison
+but too slow to answer one search in a million-step trace. Here a request id
+is found in the trace's raw bytes first, and only the steps that mention it are
+parsed; the lifetime itself is still built by `lifetimes`, so both agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import orjson
+
+from tracer.compare import RequestLife, lifetimes
+from tracer.flags import FlagReport
+from tracer.reader import Trace
+
+
+def rows_of_steps(trace: Trace, steps: np.ndarray | list[int]) -> np.ndarray:
+    """Row index (0-based) of each recorded step number; -1 where the trace has no such step."""
+    recorded = trace.columns["step"]
+    steps = np.asarray(steps, dtype=np.int64)
+    if not len(recorded):
+        return np.full(len(steps), -1, dtype=np.int64)
+    # Steps are recorded in increasing order; searchsorted keeps this O(log n) per lookup.
+    pos = np.clip(np.searchsorted(recorded, steps), 0, len(recorded) - 1)
+    return np.where(recorded[pos] == steps, pos, -1)
+
+
+def flag_rows(trace: Trace, report: FlagReport) -> tuple[np.ndarray, np.ndarray]:
+    """(row of each flag, kind of each flag), in the report's order (by step)."""
+    steps = [f.step for f in report.flags]
+    kinds = np.asarray([f.kind for f in report.flags], dtype=object)
+    return rows_of_steps(trace, steps), kinds
+
+
+def _rows_mentioning(trace: Trace, needle: bytes) -> np.ndarray:
+    data, spans = trace._data, trace._spans
+    if not len(spans):
+        return np.zeros(0, dtype=np.int64)
+    starts = spans[:, 0]
+    hits: list[int] = []
+    pos = data.find(needle, int(starts[0]))
+    while pos >= 0:
+        row = int(np.searchsorted(starts, pos, side="right")) - 1
+        if row >= 0 and pos < spans[row, 1]:
+            hits.append(row)
+            pos = data.find(needle, int(spans[row, 1]))  # one hit per step is enough
+        else:
+            pos = data.find(needle, pos + 1)
+    return np.asarray(hits, dtype=np.int64)
+
+
+def _subset(trace: Trace, rows: np.ndarray) -> Trace:
+    return replace(
+        trace,
+        columns={k: v[rows] for k, v in trace.columns.items()},
+        runner={k: v[rows] for k, v in trace.runner.items()},
+        _spans=trace._spans[rows],
+    )
+
+
+def request_life(trace: Trace, request_id: str) -> RequestLife | None:
+    """One request's lifetime (admitted, scheduled, preempted, resumed, finished), or None."""
+    rows = _rows_mentioning(trace, orjson.dumps(request_id))
+    if not len(rows):
+        return None
+    return lifetimes(_subset(trace, rows)).get(request_id)
+
+
+def matching_ids(trace: Trace, prefix: str, *, limit: int = 20) -> list[str]:
+    """Request ids that start with `prefix`, in order of first appearance (at most `limit`)."""
+    data, spans = trace._data, trace._spans
+    if not len(spans):
+        return []
+    needle = b'"' + orjson.dumps(prefix)[1:-1]
+    found: dict[str, None] = {}
+    pos = data.find(needle, int(spans[0, 0]))
+    while pos >= 0 and len(found) < limit:
+        end = data.find(b'"', pos + len(needle))
+        if end < 0:
+            break
+        # Ids are list entries ([id, ...] or ["a", "b"]); keys are followed by ':' and
+        # string values ("kind":"step") preceded by ':', so neither is taken for an id.
+        if data[pos - 1 : pos] in (b"[", b",") and data[end + 1 : end + 2] in (b",", b"]"):
+            try:
+                rid = orjson.loads(data[pos : end + 1])
+            except orjson.JSONDecodeError:
+                rid = None
+            if isinstance(rid, str):
+                found.setdefault(rid, None)
+        pos = data.find(needle, end + 1)
+    return list(found)

@@ -1,0 +1,155 @@
+"""Which per-step series the timeline draws, taken from the trace and tracer's analysis.
+
+A lane names arrays that tracer already computed (the columns, the budget
+analysis, the flags) and how to draw them; it computes no budget figures itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from tui.data import TraceModel
+
+Kind = Literal["bar", "stack", "marks", "note"]
+
+
+@dataclass
+class Mark:
+    rows: np.ndarray  # per-row value; > 0 draws the mark
+    glyph: str
+    style: str
+
+
+@dataclass
+class Lane:
+    name: str
+    kind: Kind
+    style: str = "target"
+    height: int = 1
+    values: np.ndarray | None = None  # bar value, or the lower part of a stack
+    top: np.ndarray | None = None  # stack: the total (values + the distinct upper part)
+    top_style: str = "reserved"
+    scale: np.ndarray | float = 1.0  # per-row capacity, or one number
+    marks: list[Mark] = field(default_factory=list)  # in priority order: the first present wins
+    numbers: np.ndarray | None = None  # marks: figure written in a step when it is wide enough
+    note: str = ""
+    readout: Callable[[int], str] = lambda row: ""
+
+
+def _fmt(v: int) -> str:
+    return "–" if v < 0 else f"{v}"
+
+
+def build_lanes(model: TraceModel, *, compact: bool = False) -> list[Lane]:
+    trace, analysis = model.trace, model.report.analysis
+    col, run = trace.columns, trace.runner
+    n = len(trace)
+
+    def at(arr: np.ndarray, row: int) -> int:
+        return int(arr[row]) if 0 <= row < n else -1
+
+    lanes = [
+        Lane(
+            "target",
+            "bar",
+            "target",
+            height=3,
+            values=col["target_used"],
+            scale=col["target_cap"],
+            readout=lambda r: f"{_fmt(at(col['target_used'], r))}/{_fmt(at(col['target_cap'], r))}",
+        ),
+        Lane(
+            "input",
+            "stack",
+            "target",
+            height=3,
+            values=col["input_used"] - col["input_reserved"],
+            top=col["input_used"],
+            scale=col["input_cap"],
+            readout=lambda r: f"{_fmt(at(col['input_used'], r))} +{_fmt(at(col['input_reserved'], r))} rsv",
+        ),
+        Lane(
+            "withheld",
+            "marks",
+            marks=[Mark(analysis.withheld, "▼", "lost"), Mark(analysis.excess, "·", "reserved")],
+            numbers=analysis.withheld,
+            readout=lambda r: f"{at(analysis.withheld, r)} tok" if at(analysis.withheld, r) > 0 else "–",
+        ),
+    ]
+    if analysis.model.q or int(col["query_per_req"].max(initial=0)) > 0:
+        lanes.append(
+            Lane(
+                "query",
+                "bar",
+                "query",
+                height=1 if compact else 2,
+                values=analysis.query_rows,
+                scale=analysis.query_cap,
+                readout=lambda r: f"{_fmt(at(analysis.query_rows, r))}/{_fmt(at(analysis.query_cap, r))}",
+            )
+        )
+    if not compact:
+        passes = [("buf tgt", "target_rows", "target_cap"), ("buf drf", "draft_rows", "draft_cap")]
+        shown = [p for p in passes if int(run[p[1]].max(initial=-1)) >= 0]
+        for name, rows, cap in shown:
+            lanes.append(
+                Lane(
+                    name,
+                    "bar",
+                    "buffer",
+                    values=np.maximum(run[rows], 0),
+                    scale=np.where(run[cap] > 0, run[cap], col["input_cap"]),
+                    readout=lambda r, rows=rows, cap=cap: f"{_fmt(at(run[rows], r))}/{_fmt(at(run[cap], r))}",
+                )
+            )
+        if not shown:
+            lanes.append(
+                Lane("buffers", "note", note="no runner records in this trace (target pass = target)")
+            )
+        seqs = max(int(trace.config.get("max_num_seqs") or 0), int(col["num_running"].max(initial=0)))
+        lanes.append(
+            Lane(
+                "running",
+                "bar",
+                "running",
+                values=col["num_running"],
+                scale=float(seqs),
+                readout=lambda r: f"{_fmt(at(col['num_running'], r))} of {seqs}",
+            )
+        )
+        lanes.append(
+            Lane(
+                "waiting",
+                "bar",
+                "waiting",
+                values=col["num_waiting"],
+                scale=float(max(1, int(col["num_waiting"].max(initial=0)))),
+                readout=lambda r: _fmt(at(col["num_waiting"], r)),
+            )
+        )
+    sev = np.zeros(n, dtype=np.int8)
+    for level, name in ((1, "info"), (2, "warning"), (3, "error")):
+        sev[model.severity_rows()[name]] = level
+    counts = np.bincount(model.flag_rows[model.flag_rows >= 0], minlength=n) if n else np.zeros(0, np.int64)
+    lanes.append(
+        Lane(
+            "flags",
+            "marks",
+            marks=[Mark(sev == 3, "✖", "error"), Mark(sev == 2, "▲", "warning"), Mark(sev == 1, "●", "info")],
+            readout=lambda r: f"{at(counts, r)} flag(s)" if at(counts, r) > 0 else "–",
+        )
+    )
+    lanes.append(
+        Lane(
+            "preempt",
+            "marks",
+            marks=[Mark(col["n_preempted"], "◆", "preempt")],
+            numbers=col["n_preempted"],
+            readout=lambda r: _fmt(at(col["n_preempted"], r)),
+        )
+    )
+    return lanes

@@ -1,0 +1,1 @@
+"""Screens: main (one trace), compare (two traces), help, prompt, error."""

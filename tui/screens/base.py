@@ -1,0 +1,168 @@
+"""What the main and compare screens share: a step cursor, a zoom window and replay."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from textual.binding import Binding, BindingType
+from textual.screen import Screen
+from textual.timer import Timer
+
+from tui.bins import Window
+
+SPEEDS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000, 20000)  # steps per second
+MAX_FPS = 30
+
+# (title, help, action) for the command palette.
+Command = tuple[str, str, str]
+
+
+class StepScreen(Screen[None]):
+    BINDINGS: ClassVar[list[BindingType]] = [
+        # priority: left/right step the cursor even where a scrolling panel has focus.
+        Binding("left", "step(-1)", "Step", key_display="←/→", priority=True, tooltip="Previous step"),
+        Binding("right", "step(1)", "Next step", show=False, priority=True),
+        Binding("shift+left", "step(-10)", "Back 10 steps", show=False, priority=True),
+        Binding("shift+right", "step(10)", "Forward 10 steps", show=False, priority=True),
+        Binding("home", "first", "First step", show=False),
+        Binding("end", "last", "Last step", show=False),
+        Binding("g", "goto", "Go to step", show=False),
+        Binding("plus,equals_sign", "zoom(0.5)", "Zoom in", key_display="+/-"),
+        Binding("minus", "zoom(2)", "Zoom out", show=False),
+        Binding("0", "fit", "Zoom to the whole run", show=False),
+        Binding("left_square_bracket", "pan(-0.5)", "Pan left", show=False),
+        Binding("right_square_bracket", "pan(0.5)", "Pan right", show=False),
+        Binding("space", "play", "Play/pause"),
+        Binding("full_stop", "speed(1)", "Replay faster", show=False),
+        Binding("comma", "speed(-1)", "Replay slower", show=False),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cursor = 0
+        self.window = Window(0, 1)
+        self.fit = True  # the window shows the whole run until the user zooms or pans
+        self.speed = SPEEDS[2]
+        self._timer: Timer | None = None
+
+    # -- what a subclass provides -------------------------------------------------------
+    @property
+    def total(self) -> int:
+        return 0
+
+    def apply_view(self) -> None:
+        """Push the cursor and window into the widgets."""
+
+    def update_status(self) -> None:
+        """Redraw the status line (replay state, follow state, filters)."""
+
+    def commands(self) -> list[Command]:
+        return [
+            ("Play / pause replay", "Step through the run at the replay speed", "play"),
+            ("Replay faster", "More steps per second", "speed(1)"),
+            ("Replay slower", "Fewer steps per second", "speed(-1)"),
+            ("Go to step…", "Move the cursor to a step number", "goto"),
+            ("Zoom in", "Halve the steps shown on the timeline", "zoom(0.5)"),
+            ("Zoom out", "Double the steps shown on the timeline", "zoom(2)"),
+            ("Zoom to the whole run", "Fit every step on the timeline", "fit"),
+            ("First step", "Move the cursor to the first step", "first"),
+            ("Last step", "Move the cursor to the last step", "last"),
+        ]
+
+    # -- the cursor and window ----------------------------------------------------------
+    def set_cursor(self, row: int) -> None:
+        total = self.total
+        self.cursor = max(0, min(row, total - 1)) if total else 0
+        if self.fit:
+            self.window = Window.fit(total)
+        else:
+            self.window = self.window.follow(self.cursor, total)
+        self.apply_view()
+
+    def action_step(self, delta: int) -> None:
+        self.set_cursor(self.cursor + delta)
+
+    def action_first(self) -> None:
+        self.set_cursor(0)
+
+    def action_last(self) -> None:
+        self.set_cursor(self.total - 1)
+
+    def action_zoom(self, factor: float) -> None:
+        total = self.total
+        if not total:
+            return
+        window = Window.fit(total) if self.fit else self.window
+        self.window = window.zoom(factor, self.cursor, total)
+        self.fit = self.window.span >= total
+        self.apply_view()
+
+    def action_fit(self) -> None:
+        self.fit = True
+        self.window = Window.fit(self.total)
+        self.apply_view()
+
+    def action_pan(self, fraction: float) -> None:
+        total = self.total
+        if not total or self.fit:
+            return
+        self.window = self.window.pan(fraction, total)
+        # Keep the cursor on screen: it moves with the window when panned off it.
+        if not self.window.start <= self.cursor < self.window.end:
+            self.cursor = self.window.start if fraction > 0 else self.window.end - 1
+        self.apply_view()
+
+    def action_goto(self) -> None:
+        from tui.screens.prompt import PromptScreen
+
+        def go(text: str | None) -> None:
+            if text:
+                self.goto_step(text)
+
+        self.app.push_screen(PromptScreen("Go to step", "a step number as recorded"), go)
+
+    def goto_step(self, text: str) -> None:
+        self.notify(f"not a step number: {text}", severity="warning")
+
+    # -- replay -------------------------------------------------------------------------
+    @property
+    def playing(self) -> bool:
+        return self._timer is not None
+
+    def action_play(self) -> None:
+        if self._timer is not None:
+            self._stop_replay()
+        elif self.total:
+            if self.cursor >= self.total - 1:
+                self.set_cursor(0)
+            self._start_replay()
+        self.update_status()
+
+    def _start_replay(self) -> None:
+        self._timer = self.set_interval(1 / min(self.speed, MAX_FPS), self._tick)
+
+    def _stop_replay(self) -> None:
+        if self._timer is not None:
+            self._timer.stop()
+            self._timer = None
+
+    def action_speed(self, direction: int) -> None:
+        i = SPEEDS.index(self.speed) + direction
+        self.speed = SPEEDS[max(0, min(len(SPEEDS) - 1, i))]
+        if self._timer is not None:
+            self._stop_replay()
+            self._start_replay()
+        self.update_status()
+
+    def _tick(self) -> None:
+        advance = max(1, round(self.speed / MAX_FPS))
+        if self.cursor + advance >= self.total:
+            self.set_cursor(self.total - 1)
+            self._stop_replay()
+        else:
+            self.set_cursor(self.cursor + advance)
+        self.update_status()
+
+    def replay_status(self) -> str:
+        state = "[$success]▶ playing[/]" if self.playing else "‖ paused"
+        return f"{state} {self.speed} steps/s"

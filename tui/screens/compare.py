@@ -1,0 +1,221 @@
+"""Compare two traces side by side: tracer.compare's alignment, deltas and headline."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.markup import escape
+from textual.widgets import Footer, ProgressBar, Static
+
+from tracer.budget import arithmetic
+from tracer.compare import headline_sentences
+from tracer.reader import TraceError, load
+from tui.bins import Window
+from tui.data import CompareModel, TraceModel
+from tui.screens.base import Command, StepScreen
+from tui.widgets.inspector import engine_line
+from tui.widgets.tables import DeltaTable
+from tui.widgets.timeline import Timeline
+from tui.widgets.vlist import VirtualList
+
+
+def totals_lines(model: CompareModel) -> list[str]:
+    """A, B and B−A for the run totals; the delta is green where B is better, red where worse."""
+    c = model.comparison
+    a, b = c.a, c.b
+    rows = [
+        ("steps to drain", a.steps_to_drain, b.steps_to_drain, -1, "{:.0f}"),
+        ("target tokens/step", a.tokens_per_step, b.tokens_per_step, 1, "{:.1f}"),
+        ("tokens withheld", a.flags.tokens_lost, b.flags.tokens_lost, -1, "{:.0f}"),
+        ("flags", len(a.flags.flags), len(b.flags.flags), -1, "{:.0f}"),
+        (
+            "preemptions",
+            int(c.values["preempted"][0].sum()),
+            int(c.values["preempted"][1].sum()),
+            -1,
+            "{:.0f}",
+        ),
+        ("admitted", int(c.values["admitted"][0].sum()), int(c.values["admitted"][1].sum()), 0, "{:.0f}"),
+    ]
+    out = [f"[$text-muted]{'':20}{'A':>9}{'B':>9}{'B−A':>9}[/]"]
+    for label, va, vb, better, fmt in rows:
+        d = vb - va
+        style = "$text-muted" if not d or not better else ("$success" if d * better > 0 else "$error")
+        delta = ("+" if d > 0 else "") + fmt.format(d) if d else "0"
+        out.append(f"{label:<20}{fmt.format(va):>9}{fmt.format(vb):>9}[{style}]{delta:>9}[/]")
+    return out
+
+
+class CompareScreen(StepScreen):
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("n", "next_change", "Next difference"),
+        Binding("N", "prev_change", "Previous difference", show=False),
+    ]
+    DEFAULT_CSS = """
+    CompareScreen #top { height: auto; background: $panel; padding: 0 1; }
+    CompareScreen #cmp-title { width: 1fr; }
+    CompareScreen #status { width: auto; color: $text-muted; }
+    CompareScreen #titlebar { height: 1; }
+    CompareScreen #progress { height: 1; }
+    CompareScreen #progress.done { display: none; }
+    CompareScreen #summary { height: auto; }
+    CompareScreen #headline { width: 1fr; height: auto; border: round $accent; padding: 0 1; }
+    CompareScreen #totals { width: 52; height: auto; border: round $primary 40%; padding: 0 1; }
+    CompareScreen #sides { height: auto; }
+    CompareScreen .side { width: 1fr; height: auto; }
+    CompareScreen .side-title { padding: 0 1; height: auto; }
+    CompareScreen .arith { padding: 0 1; height: auto; color: $text; }
+    CompareScreen Timeline { border: round $primary 40%; }
+    CompareScreen DeltaTable { height: 1fr; min-height: 5; }
+    """
+
+    def __init__(self, path_a: str | Path, path_b: str | Path, *, strict: bool = True) -> None:
+        super().__init__()
+        self.paths = (Path(path_a), Path(path_b))
+        self.strict = strict
+        self.model: CompareModel | None = None
+        self.loaded = False
+
+    def compose(self) -> ComposeResult:
+        a, b = self.paths
+        with Vertical(id="top"):
+            with Horizontal(id="titlebar"):
+                yield Static(
+                    f"[b]Compare[/b]  A [b]{escape(a.name)}[/b]  vs  B [b]{escape(b.name)}[/b]",
+                    id="cmp-title",
+                )
+                yield Static("loading…", id="status")
+            yield ProgressBar(id="progress", show_eta=False)
+        with Horizontal(id="summary"):
+            headline = Static("comparing…", id="headline")
+            headline.border_title = "Headline (tracer.compare)"
+            yield headline
+            totals = Static("", id="totals")
+            totals.border_title = "Totals"
+            yield totals
+        with Horizontal(id="sides"):
+            for side in ("a", "b"):
+                with Vertical(classes="side"):
+                    yield Static("", id=f"title-{side}", classes="side-title")
+                    timeline = Timeline(compact=True, id=f"timeline-{side}")
+                    timeline.border_title = side.upper()
+                    yield timeline
+                    yield Static("", id=f"arith-{side}", classes="arith")
+        yield DeltaTable(id="deltas")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one(DeltaTable).focus()
+        self.app.mark("first_frame")  # type: ignore[attr-defined]
+        self.load()
+
+    @property
+    def total(self) -> int:
+        return len(self.model) if self.model is not None else 0
+
+    @work(thread=True, exclusive=True, group="compare")
+    def load(self) -> None:
+        """Both loads and the comparison run off the UI thread."""
+        bar = self.query_one(ProgressBar)
+        traces = []
+        try:
+            for i, path in enumerate(self.paths):
+
+                def progress(done: int, total: int, i: int = i) -> None:
+                    self.app.call_from_thread(bar.update, total=2 * max(1, total), progress=i * total + done)
+
+                traces.append(load(path, strict=self.strict, progress=progress))
+            model = CompareModel.build(traces[0], traces[1])
+        except TraceError as exc:
+            self.app.call_from_thread(self.app.show_error, str(exc), strict=self.strict)  # type: ignore[attr-defined]
+            return
+        self.app.call_from_thread(self._ready, model)
+
+    def _ready(self, model: CompareModel) -> None:
+        self.model = model
+        self.loaded = True
+        self.query_one(ProgressBar).add_class("done")
+        headline = headline_sentences(model.comparison)
+        self.query_one("#headline", Static).update("\n".join(escape(s) for s in headline))
+        self.query_one("#totals", Static).update("\n".join(totals_lines(model)))
+        for side, trace_model in (("a", model.a), ("b", model.b)):
+            h = trace_model.trace.header
+            policy = escape(str(h.get("policy")))
+            self.query_one(f"#title-{side}", Static).update(
+                f"[b]{side.upper()}[/b] {escape(trace_model.name)} · policy [b]{policy}[/b]"
+                f" · vLLM {escape(str(h.get('vllm_version')))}\n[$text-muted]{engine_line(trace_model)}[/]"
+            )
+            self.query_one(f"#timeline-{side}", Timeline).show(trace_model, total=len(model))
+        self.query_one(DeltaTable).show(model)
+        self.window = Window.fit(len(model))
+        self.apply_view()
+        self.update_status()
+        self.call_after_refresh(self.app.mark, "loaded")  # type: ignore[attr-defined]
+
+    def apply_view(self) -> None:
+        model = self.model
+        if model is None:
+            return
+        for side, trace_model in (("a", model.a), ("b", model.b)):
+            self.query_one(f"#timeline-{side}", Timeline).set_view(self.window, self.cursor)
+            self.query_one(f"#arith-{side}", Static).update(self._arith(trace_model, side.upper()))
+        self.query_one(DeltaTable).set_cursor(self.cursor)
+
+    def _arith(self, side: TraceModel, label: str) -> str:
+        row = self.cursor
+        if row >= len(side):
+            return f"[$text-muted]{label} has no step {row + 1}: it drained in {len(side)} steps[/]"
+        lines = [f"[b]{label} step {int(side.trace.columns['step'][row])}[/b]"]
+        for line in arithmetic(side.trace, row, side.report.analysis):
+            style = "$error" if line.startswith("withheld") else "$text"
+            lines.append(f"[{style}]{escape(line)}[/]")
+        for flag in side.flags_by_row.get(row, []):
+            lines.append(f"[$warning]{flag.kind}[/]")
+        return "\n".join(lines)
+
+    def update_status(self) -> None:
+        if self.model is None:
+            return
+        changed = len(self.model.changed)
+        self.query_one("#status", Static).update(f"{self.replay_status()} · {changed} steps differ · n/N")
+
+    @on(VirtualList.Chosen, "#deltas")
+    def _delta_chosen(self, message: VirtualList.Chosen) -> None:
+        self.set_cursor(message.row)
+
+    @on(Timeline.Clicked)
+    def _timeline_clicked(self, message: Timeline.Clicked) -> None:
+        self.set_cursor(message.row)
+
+    def _jump(self, backwards: bool) -> None:
+        if self.model is None:
+            return
+        row = self.model.next_change(self.cursor, backwards=backwards)
+        if row is None:
+            self.notify(f"no {'earlier' if backwards else 'later'} step that differs", timeout=2)
+        else:
+            self.set_cursor(row)
+
+    def action_next_change(self) -> None:
+        self._jump(backwards=False)
+
+    def action_prev_change(self) -> None:
+        self._jump(backwards=True)
+
+    def goto_step(self, text: str) -> None:
+        if not text.isdigit() or self.model is None:
+            super().goto_step(text)
+            return
+        self.set_cursor(int(text) - 1)  # aligned by step index: step k is row k-1
+
+    def commands(self) -> list[Command]:
+        return [
+            ("Next difference", "Jump to the next step where A and B differ", "next_change"),
+            ("Previous difference", "Jump to the previous step where A and B differ", "prev_change"),
+            *super().commands(),
+        ]

@@ -1,0 +1,323 @@
+"""The main screen: one trace (opened, loading, or followed as it grows)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import ClassVar
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.markup import escape
+from textual.widgets import Footer, ProgressBar, Static, TabbedContent, TabPane
+
+from tracer.lookup import matching_ids, request_life, rows_of_steps
+from tui.bins import Window
+from tui.data import TraceModel
+from tui.feed import Failed, Progress, Snapshot, TraceFeed, Waiting
+from tui.screens.base import Command, StepScreen
+from tui.widgets.inspector import Inspector, LifetimePanel, engine_line, run_line
+from tui.widgets.tables import FlagList, StepTable
+from tui.widgets.timeline import Timeline
+from tui.widgets.vlist import VirtualList
+
+
+class MainScreen(StepScreen):
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("n", "next_flag", "Next flag"),
+        Binding("N", "prev_flag", "Previous flag", show=False),
+        Binding("k", "filter_kind", "Filter flags by kind", show=False),
+        Binding("slash", "search", "Request", key_display="/"),
+        Binding("t", "tail", "Follow the tail (--follow)", show=False),
+        Binding("i", "tab('inspector-tab')", "Inspector tab", show=False),
+        Binding("f", "tab('flags-tab')", "Flags tab", show=False),
+        Binding("r", "tab('request-tab')", "Request tab", show=False),
+    ]
+    DEFAULT_CSS = """
+    MainScreen #top { height: auto; background: $panel; padding: 0 1; }
+    MainScreen #engine { color: $text-muted; }
+    MainScreen #progress { height: 1; }
+    MainScreen #progress.done { display: none; }
+    MainScreen #waiting { color: $warning; padding: 0 1; display: none; }
+    MainScreen #waiting.shown { display: block; }
+    MainScreen Timeline { border: round $primary 40%; border-title-color: $text-muted; }
+    MainScreen #lower { height: 1fr; }
+    MainScreen StepTable { width: 1fr; min-width: 40; }
+    MainScreen #side { width: 1fr; }
+    MainScreen #side TabPane { padding: 0; }
+    MainScreen #flag-filter { height: 1; color: $text-muted; padding: 0 1; }
+    """
+
+    def __init__(self, path: str | Path, *, follow: bool = False, strict: bool = True) -> None:
+        super().__init__()
+        self.path = Path(path)
+        self.follow = follow
+        self.strict = strict
+        self.model: TraceModel | None = None
+        self.kind: str | None = None
+        self.tail = False
+        self.loaded = False
+        self.feed: TraceFeed | None = None
+        self._new_since = 0
+
+    # -- layout -------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        with Vertical(id="top"):
+            yield Static(f"[b]{escape(self.path.name)}[/b] · opening…", id="run")
+            yield Static("", id="engine")
+            yield ProgressBar(id="progress", show_eta=False)
+        yield Static("", id="waiting")
+        timeline = Timeline(id="timeline")
+        timeline.border_title = "timeline"
+        timeline.border_subtitle = "←/→ step · +/- zoom · [ ] pan · 0 fit · n/N flags"
+        yield timeline
+        with Horizontal(id="lower"):
+            yield StepTable(id="steps")
+            with TabbedContent(id="side", initial="inspector-tab"):
+                with TabPane("Inspector", id="inspector-tab"), VerticalScroll():
+                    yield Inspector(id="inspector")
+                with TabPane("Flags", id="flags-tab"):
+                    yield Static("", id="flag-filter")
+                    yield FlagList(id="flags")
+                with TabPane("Request", id="request-tab"), VerticalScroll():
+                    yield LifetimePanel(
+                        "Press [b]/[/b] and type a request id to see its lifetime.", id="life"
+                    )
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one(StepTable).focus()
+        self.app.mark("first_frame")  # type: ignore[attr-defined]
+        self.feed = TraceFeed(self, self.path, follow=self.follow, strict=self.strict)
+        self.feed.start()
+        self.update_status()
+
+    def on_unmount(self) -> None:
+        if self.feed is not None:
+            self.feed.stop()
+
+    @property
+    def total(self) -> int:
+        return len(self.model) if self.model is not None else 0
+
+    # -- feed messages --------------------------------------------------------------------
+    @on(Progress)
+    def _feed_progress(self, message: Progress) -> None:
+        bar = self.query_one(ProgressBar)
+        bar.update(total=max(1, message.total), progress=message.read)
+
+    @on(Waiting)
+    def _feed_waiting(self, message: Waiting) -> None:
+        waiting = self.query_one("#waiting", Static)
+        waiting.update(escape(message.text))
+        waiting.add_class("shown")
+
+    @on(Failed)
+    def _feed_failed(self, message: Failed) -> None:
+        self.app.show_error(message.error, strict=self.strict)  # type: ignore[attr-defined]
+
+    @on(Snapshot)
+    def _feed_snapshot(self, message: Snapshot) -> None:
+        old, model = self.model, message.model
+        first = old is None
+        self.model = model
+        total = len(model)
+        if old is not None and total < len(old):  # the followed file was replaced: a new run
+            first = True
+        if old is not None and not first:
+            self._new_since += total - len(old)
+        if first:
+            self.cursor, self.fit, self._new_since = 0, True, 0
+        if self.tail:
+            self.cursor = max(0, total - 1)
+        self.window = Window.fit(total) if self.fit else self.window.clamp(total)
+        if self.tail and not self.fit:
+            self.window = self.window.follow(self.cursor, total)
+        self.query_one("#waiting", Static).remove_class("shown")
+        self.query_one(Timeline).show(model)
+        self.query_one(StepTable).show(model)
+        self.query_one(FlagList).show(model, self.kind)
+        self.query_one("#run", Static).update(run_line(model))
+        self.query_one("#engine", Static).update(engine_line(model))
+        if message.done:
+            self.loaded = True
+            self.query_one(ProgressBar).add_class("done")
+        elif self.follow:
+            self.query_one(ProgressBar).add_class("done")
+        self.apply_view()
+        self.update_status()
+        app = self.app
+        if first:
+            self.call_after_refresh(app.mark, "first_data_frame")  # type: ignore[attr-defined]
+        if message.done:
+            self.call_after_refresh(app.mark, "loaded")  # type: ignore[attr-defined]
+        self.call_after_refresh(message.feed.ack)
+
+    # -- views ------------------------------------------------------------------------------
+    def apply_view(self) -> None:
+        model = self.model
+        self.query_one(Timeline).set_view(self.window, self.cursor)
+        self.query_one(StepTable).set_cursor(self.cursor)
+        self.query_one(FlagList).sync_to_row(self.cursor)
+        self.query_one(Inspector).show(model, self.cursor)
+
+    def update_status(self) -> None:
+        parts = [self.replay_status()]
+        if self.follow:
+            tail = "[$success]tail on[/]" if self.tail else "tail off (t)"
+            new = f" · +{self._new_since} new" if self._new_since and not self.tail else ""
+            parts.append(f"following{new} · {tail}")
+        elif not self.loaded:
+            parts.append("loading…")
+        self.query_one(Timeline).border_title = "timeline · " + " · ".join(parts)
+        kinds = self.model.kinds_present if self.model is not None else []
+        shown = self.kind or "all kinds"
+        choices = " · ".join(kinds) if kinds else "no flags in this trace"
+        self.query_one("#flag-filter", Static).update(
+            f"showing [b]{escape(shown)}[/b] · k cycles: {escape(choices)} · enter jumps"
+        )
+
+    def set_cursor(self, row: int) -> None:
+        if self.tail and row < self.total - 1:
+            self.tail = False  # the user moved away from the tail: stay where they are
+            self.update_status()
+        super().set_cursor(row)
+
+    @on(VirtualList.Chosen, "#steps")
+    def _step_chosen(self, message: VirtualList.Chosen) -> None:
+        self.set_cursor(message.row)
+
+    @on(VirtualList.Chosen, "#flags")
+    def _flag_chosen(self, message: VirtualList.Chosen) -> None:
+        flags = self.query_one(FlagList)
+        flags.set_cursor(message.row)
+        row = int(flags.rows[message.row]) if len(flags.rows) else -1
+        if row >= 0:
+            self.set_cursor(row)
+            flags.set_cursor(message.row)
+
+    @on(Timeline.Clicked)
+    def _timeline_clicked(self, message: Timeline.Clicked) -> None:
+        self.set_cursor(message.row)
+
+    # -- actions ----------------------------------------------------------------------------
+    def action_last(self) -> None:
+        if self.follow:
+            self.tail = True
+            self._new_since = 0
+        super().action_last()
+        self.update_status()
+
+    def action_tail(self) -> None:
+        if not self.follow:
+            self.notify("The tail follows a growing file: open it with --follow FILE.")
+            return
+        self.tail = not self.tail
+        if self.tail:
+            self._new_since = 0
+            super().set_cursor(self.total - 1)
+        self.update_status()
+
+    def _jump_flag(self, backwards: bool) -> None:
+        if self.model is None:
+            return
+        row = self.model.next_flag(self.cursor, self.kind, backwards=backwards)
+        if row is None:
+            what = f"{self.kind} flag" if self.kind else "flag"
+            self.notify(f"no {'earlier' if backwards else 'later'} {what}", timeout=2)
+            return
+        self.set_cursor(row)
+
+    def action_next_flag(self) -> None:
+        self._jump_flag(backwards=False)
+
+    def action_prev_flag(self) -> None:
+        self._jump_flag(backwards=True)
+
+    def action_filter_kind(self, kind: str | None = "") -> None:
+        """Cycle the flag filter (all, then each kind present), or set it to `kind`."""
+        if self.model is None:
+            return
+        kinds: list[str | None] = [None, *self.model.kinds_present]
+        if kind == "":
+            kind = kinds[(kinds.index(self.kind) + 1) % len(kinds)] if self.kind in kinds else None
+        self.kind = kind
+        self.query_one(FlagList).show(self.model, self.kind)
+        self.query_one(FlagList).sync_to_row(self.cursor)
+        self.query_one(TabbedContent).active = "flags-tab"
+        self.update_status()
+
+    def action_tab(self, tab: str) -> None:
+        self.query_one(TabbedContent).active = tab
+
+    def action_search(self) -> None:
+        from tui.screens.prompt import PromptScreen
+
+        def found(text: str | None) -> None:
+            if text:
+                self.search(text)
+
+        self.app.push_screen(PromptScreen("Search request", "request id (or its beginning)"), found)
+
+    @work(thread=True, exclusive=True, group="search")
+    def search(self, text: str) -> None:
+        """Byte search over the trace off the UI thread: a million steps take a moment."""
+        model = self.model
+        if model is None:
+            return
+        started = time.perf_counter()
+        life = request_life(model.trace, text)
+        suggestions = [] if life is not None else matching_ids(model.trace, text, limit=12)
+        if life is None and len(suggestions) == 1:
+            life = request_life(model.trace, suggestions[0])
+        self.app.call_from_thread(self._show_life, text, life, suggestions, time.perf_counter() - started)
+
+    def _show_life(self, text: str, life: object, suggestions: list[str], _seconds: float) -> None:
+        from tracer.compare import RequestLife
+
+        panel = self.query_one(LifetimePanel)
+        panel.show_life(text, life if isinstance(life, RequestLife) else None, suggestions)
+        self.query_one(TabbedContent).active = "request-tab"
+        if isinstance(life, RequestLife) and self.model is not None:
+            step = life.admitted if life.admitted is not None else (life.scheduled or [None])[0]
+            if step is not None:
+                row = int(rows_of_steps(self.model.trace, [step])[0])
+                if row >= 0:
+                    self.set_cursor(row)
+
+    def goto_step(self, text: str) -> None:
+        if self.model is None or not text.lstrip("-").isdigit():
+            super().goto_step(text)
+            return
+        row = int(rows_of_steps(self.model.trace, [int(text)])[0])
+        if row < 0:
+            self.notify(f"this trace has no step {text}", severity="warning")
+        else:
+            self.set_cursor(row)
+
+    def commands(self) -> list[Command]:
+        out: list[Command] = [
+            ("Next flag", "Jump to the next flagged step", "next_flag"),
+            ("Previous flag", "Jump to the previous flagged step", "prev_flag"),
+            (
+                "Search request…",
+                "Show a request's lifetime: admitted, scheduled, preempted, finished",
+                "search",
+            ),
+            ("Flags: all kinds", "List every flag; n/N visit every flagged step", "filter_kind(None)"),
+        ]
+        for kind in self.model.kinds_present if self.model is not None else []:
+            out.append((f"Flags: only {kind}", f"List and visit only {kind} flags", f"filter_kind('{kind}')"))
+        if self.follow:
+            out.append(("Follow the tail", "Keep the cursor on the newest step as the file grows", "tail"))
+        out += [
+            (
+                "Show the inspector",
+                "The selected step's requests, budget arithmetic and flags",
+                "tab('inspector-tab')",
+            ),
+            ("Show the flag list", "Every flag with its sentence", "tab('flags-tab')"),
+        ]
+        return out + super().commands()

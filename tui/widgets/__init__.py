@@ -1,0 +1,1 @@
+"""Widgets: the timeline, the virtual tables and the text panels."""

@@ -1,0 +1,173 @@
+"""The step table, the flag list and the compare delta table: virtual lists over model arrays."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tracer.flags import Flag
+from tui.data import CompareModel, TraceModel
+from tui.widgets.vlist import Cell, VirtualList
+
+GLYPH = {"error": "✖", "warning": "▲", "info": "●"}
+
+
+def _col(text: object, width: int) -> str:
+    return f"{text!s:>{width}}"
+
+
+class StepTable(VirtualList):
+    """One row per step, formatted from the trace's columns when it scrolls into view."""
+
+    HEADS = (
+        ("step", 7),
+        ("target", 7),
+        ("input", 7),
+        ("+rsv", 5),
+        ("query", 6),
+        ("lost", 5),
+        ("sched", 6),
+        ("adm", 4),
+        ("pre", 4),
+        ("fin", 4),
+        ("wait", 5),
+    )
+    empty_text = "no steps yet"
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.model: TraceModel | None = None
+
+    def show(self, model: TraceModel | None) -> None:
+        self.model = model
+        self.set_count(len(model) if model is not None else 0)
+
+    def header(self) -> list[Cell]:
+        return [("".join(_col(h, w) for h, w in self.HEADS) + "  flags" + " " * 30, "header")]
+
+    def row_cells(self, row: int) -> list[Cell]:
+        assert self.model is not None
+        col = self.model.trace.columns
+        analysis = self.model.report.analysis
+        sched = int(col["n_new"][row] + col["n_resumed"][row] + col["n_running"][row])
+        lost = int(analysis.withheld[row])
+        lost_text = "" if not lost else (f"{lost}" if analysis.exact[row] else f"≤{lost}")
+        query = f"{int(analysis.query_rows[row])}" if col["query_per_req"][row] else "–"
+        rsv = int(col["input_reserved"][row])
+        cells: list[Cell] = [
+            (_col(int(col["step"][row]), 7), "muted"),
+            (_col(int(col["target_used"][row]), 7), "row"),
+            (_col(int(col["input_used"][row]), 7), "row"),
+            (_col(f"+{rsv}" if rsv else "", 5), "warning"),
+            (_col(query, 6), "row"),
+            (_col(lost_text, 5), "lost"),
+            (_col(sched, 6), "row"),
+            (_col(int(col["n_new"][row] + col["n_resumed"][row]), 4), "row"),
+            (_col(int(col["n_preempted"][row]) or "", 4), "warning"),
+            (_col(int(col["n_finished"][row]) or "", 4), "row"),
+            (_col(int(col["num_waiting"][row]), 5), "row"),
+            ("  ", "row"),
+        ]
+        for flag in self.model.flags_by_row.get(row, ()):
+            cells.append((f"{GLYPH.get(flag.severity, '?')} {flag.kind} ", flag.severity))
+        return cells
+
+
+class FlagList(VirtualList):
+    """Every flag (or those of one kind), one line each; choosing one moves the cursor to its step."""
+
+    empty_text = "no flags"
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.flags: list[Flag] = []
+        self.rows = np.zeros(0, dtype=np.int64)  # step row of each listed flag
+
+    def show(self, model: TraceModel | None, kind: str | None) -> None:
+        if model is None:
+            self.flags, self.rows = [], np.zeros(0, dtype=np.int64)
+        else:
+            mask = model.flag_mask(kind)
+            self.flags = [f for f, keep in zip(model.report.flags, mask.tolist(), strict=True) if keep]
+            self.rows = model.flag_rows[mask]
+        self.empty_text = "no flags" if kind is None else f"no {kind} flags"
+        self.set_count(len(self.flags))
+
+    def sync_to_row(self, row: int) -> None:
+        """Put the list cursor on the last flag at or before step `row`."""
+        if len(self.rows):
+            self.set_cursor(max(0, int(np.searchsorted(self.rows, row, side="right")) - 1))
+
+    def header(self) -> list[Cell]:
+        return [(f"{'step':>7}   {'kind':<29}{'lost':>5}  what to do" + " " * 60, "header")]
+
+    def row_cells(self, row: int) -> list[Cell]:
+        f = self.flags[row]
+        lost = f.numbers.get("tokens_lost")
+        return [
+            (f"{f.step:>7} ", "muted"),
+            (f"{GLYPH.get(f.severity, '?')} ", f.severity),
+            (f"{f.kind:<29}", f.severity),
+            (f"{lost if lost is not None else '':>5}  ", "lost"),
+            (f.message, "row"),
+        ]
+
+
+class DeltaTable(VirtualList):
+    """Compare mode: step k of A against step k of B, with each delta coloured by its sign."""
+
+    HEADS = (
+        ("step", 7),
+        ("target A", 10),
+        ("target B", 10),
+        ("Δ", 7),
+        ("query Δ", 9),
+        ("admit Δ", 9),
+        ("preempt Δ", 11),
+        ("lost A", 8),
+        ("lost B", 8),
+        ("flags A", 9),
+        ("flags B", 9),
+    )
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.model: CompareModel | None = None
+
+    def show(self, model: CompareModel | None) -> None:
+        self.model = model
+        self.set_count(len(model) if model is not None else 0)
+
+    def header(self) -> list[Cell]:
+        return [("".join(_col(h, w) for h, w in self.HEADS) + "  ", "header")]
+
+    def row_cells(self, row: int) -> list[Cell]:
+        assert self.model is not None
+        c = self.model.comparison
+        ta, tb = (int(v[row]) for v in c.values["target_used"])
+        cells: list[Cell] = [
+            (_col(int(c.steps[row]), 7), "muted"),
+            (_col(ta if row < len(self.model.a) else "–", 10), "row"),
+            (_col(tb if row < len(self.model.b) else "–", 10), "row"),
+        ]
+        # More target tokens per step is better; for the other deltas only "changed" matters.
+        for name, width, good in (
+            ("target_used", 7, 1),
+            ("query_rows", 9, 0),
+            ("admitted", 9, 0),
+            ("preempted", 11, -1),
+        ):
+            d = int(c.delta(name)[row])
+            style = (
+                "muted" if d == 0 else ("more" if d * good > 0 else ("less" if d * good < 0 else "warning"))
+            )
+            cells.append((_col(f"{d:+d}" if d else "0", width), style))
+        for side in (self.model.a, self.model.b):
+            lost = int(side.report.analysis.withheld[row]) if row < len(side) else 0
+            cells.append((_col(lost or "", 8), "lost"))
+        for side in (self.model.a, self.model.b):
+            flags = side.flags_by_row.get(row, [])
+            text = "".join(GLYPH.get(f.severity, "?") for f in flags[:4])
+            cells.append((_col(text or "", 9), flags[0].severity if flags else "muted"))
+        return cells
