@@ -212,6 +212,38 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return launch.main(["serve", *vllm_args, "--scheduler-cls", f"tracer.scheduler.{cls}"])
 
 
+def cmd_tui(args: argparse.Namespace) -> int:
+    """The Textual terminal UI; imported here so tracer never imports textual at module level."""
+    if args.follow is None and args.trace is None:
+        print("schedscope: error: give a trace, two traces to compare, or --follow FILE", file=sys.stderr)
+        return 2
+    for path in (args.trace, args.trace_b):  # a clear message before the terminal switches screens
+        if path is not None and not os.path.isfile(path):
+            what = "is a directory, not a trace file" if os.path.isdir(path) else "no such file"
+            print(f"schedscope: error: {path}: {what}", file=sys.stderr)
+            return 2
+    try:
+        from tui import make_app
+    except ImportError as exc:
+        print(
+            f"schedscope: error: the terminal UI needs textual ({exc}): pip install 'schedscope[tui]'",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        app = make_app(
+            args.trace, args.trace_b, follow=args.follow, compare=args.compare, strict=not args.lenient
+        )
+    except ValueError as exc:
+        print(f"schedscope: error: {exc}", file=sys.stderr)
+        return 2
+    app.run()
+    if app.error is not None:
+        print(f"schedscope: error: {app.error}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="schedscope",
@@ -325,6 +357,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("vllm_args", nargs=argparse.REMAINDER, help="arguments for `vllm serve`")
     p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser(
+        "tui",
+        help="the terminal UI: timeline, step table, inspector, flags, replay, follow, compare",
+        description="Open a trace in the terminal UI; two traces open side by side (compare); "
+        "--follow tails a trace that a live server is still writing. Press ? in the UI for every key.",
+    )
+    p.add_argument("trace", nargs="?", help="trace file (.jsonl, .jsonl.gz)")
+    p.add_argument("trace_b", nargs="?", help="a second trace: compare it with the first (B against A)")
+    p.add_argument("--follow", metavar="FILE", help="tail FILE as it grows (a plain .jsonl being written)")
+    p.add_argument("--compare", action="store_true", help="compare TRACE and TRACE_B side by side")
+    p.add_argument("--lenient", action="store_true", help="skip malformed lines instead of stopping")
+    p.set_defaults(func=cmd_tui)
     return parser
 
 
