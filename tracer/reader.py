@@ -9,14 +9,24 @@
 
 TraceBuilder takes bytes incrementally, so a follower of a growing file or a
 live stream reuses the same parsing and validation.
+
+Speed (bench/p2_ingest.py): each line is parsed once with orjson and reduced
+on the spot to one packed row (struct) per step, so no per-record Python object
+outlives its line. Records shaped as the recorder writes them take a fast path
+with the same checks; anything else (older traces, missing keys, odd types,
+errors) goes through the general path, which is the reference for values and
+for the error contract.
 """
 
 from __future__ import annotations
 
 import gzip
+import io
+import struct
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +96,28 @@ _INT_COLS = (
 _FLOAT_COLS = ("t", "sched_us", "kv_usage")
 RUNNER_COLS = ("target_rows", "target_cap", "draft_rows", "draft_cap")
 
+# One packed row per step: the int columns, the line's byte span, the float columns.
+_ROW = struct.Struct(f"<{len(_INT_COLS) + 2}q{len(_FLOAT_COLS)}d")
+_ROW_DTYPE = np.dtype(
+    [(name, "<i8") for name in (*_INT_COLS, "_start", "_end")] + [(name, "<f8") for name in _FLOAT_COLS]
+)
+# One packed row per runner record: step, pass (0 target, 1 draft), rows, cap (-1: none).
+_RUNNER_ROW = struct.Struct("<4q")
+_RUNNER_DTYPE = np.dtype([("step", "<i8"), ("pass", "<i8"), ("rows", "<i8"), ("cap", "<i8")])
+# The fast path reads a step's keys in one C call each (a missing key sends the
+# record down the general path).
+_STEP_KEYS = itemgetter(
+    "step", "t", "target", "input", "query", "new", "resumed", "running",
+    "preempted", "finished", "sampled", "num_waiting", "num_running", "sched_us", "kv_usage",
+)  # fmt: skip
+_TARGET_KEYS = itemgetter("cap", "used", "left")
+_INPUT_KEYS = itemgetter("cap", "used", "reserved", "left")
+_QUERY_KEYS = itemgetter("per_req", "rows", "cap")
+_RUNNER_KEYS = itemgetter("step", "pass", "rows", "cap")
+_TOKENS = itemgetter(1)
+_SPEC = itemgetter(2)
+_JUST_INT = frozenset({int})
+
 
 @dataclass
 class Trace:
@@ -151,10 +183,11 @@ class TraceBuilder:
         self.footer: dict[str, Any] | None = None
         self.problems: list[TraceError] = []
         self.gaps: list[tuple[int, int]] = []  # (after, before): steps missing in between
-        self._cols: dict[str, list[Any]] = {name: [] for name in (*_INT_COLS, *_FLOAT_COLS)}
-        self._runner: dict[int, list[int]] = {}
-        self._data = bytearray()
-        self._spans: list[tuple[int, int]] = []
+        self._rows = bytearray()  # _ROW per step
+        self._runner_rows = bytearray()  # _RUNNER_ROW per runner record
+        # Everything fed so far: bytes when a whole file came in one piece (not
+        # copied), a growing bytearray otherwise.
+        self._data: bytes | bytearray = b""
         self._line = 0  # lines consumed so far
         self._pos = 0  # bytes of _data consumed as complete lines
 
@@ -162,22 +195,131 @@ class TraceBuilder:
     def consumed(self) -> int:
         return self._pos
 
+    @property
+    def steps_parsed(self) -> int:
+        return len(self._rows) // _ROW.size
+
     def feed(self, chunk: bytes) -> int:
         """Parse every complete line in `chunk` (plus any held remainder); return steps added."""
+        before = self.steps_parsed
+        if not self._data and type(chunk) is bytes:
+            self._data = chunk  # a whole file at once: parse it in place
+            self._parse(io.BytesIO(chunk), len(chunk))
+            return self.steps_parsed - before
+        if type(self._data) is not bytearray:
+            self._data = bytearray(self._data)
         data = self._data
         data += chunk
-        before = len(self._spans)
         pos = self._pos
-        while True:
-            end = data.find(b"\n", pos)
-            if end < 0:
+        stop = data.rfind(b"\n", pos) + 1
+        if stop > pos:
+            with memoryview(data) as view:
+                region = bytes(view[pos:stop])
+            self._consume(io.BytesIO(region), pos, stop)
+            self._pos = stop
+        return self.steps_parsed - before
+
+    def _parse(self, source: io.BytesIO, total: int, progress: Progress | None = None) -> None:
+        """Parse the complete lines of the whole buffer `source` (which is _data), in
+        windows of about 4 MiB so `progress` can be told how far it got."""
+        data, pos, window = self._data, self._pos, 1 << 22
+        while pos < total:
+            stop = data.rfind(b"\n", pos, pos + window) + 1 or data.find(b"\n", pos + window) + 1
+            if stop <= pos:
+                break  # only an unterminated last line is left: finish() decides
+            self._consume(source, pos, stop)
+            self._pos = pos = stop
+            if progress is not None:
+                progress(pos, total)
+
+    def _consume(self, source: io.BytesIO, pos: int, stop: int) -> None:
+        """Parse lines from `source` (positioned at byte `pos` of _data) up to `stop`,
+        a line boundary. The hot loop of trace loading: per line one orjson parse and
+        one packed row; line numbers are counted (in C) only when a record needs one."""
+        loads, decode_error = orjson.loads, orjson.JSONDecodeError
+        rows, runner_rows = self._rows, self._runner_rows
+        pack, pack_runner = _ROW.pack, _RUNNER_ROW.pack
+        data = self._data
+        counted, line_no = pos, self._line  # line_no: lines before byte `counted`
+        have_header = self.header is not None
+        for line in source:
+            n = len(line)
+            if n == 1:  # an empty line
+                pos += 1
+                if pos >= stop:
+                    break
+                continue
+            try:
+                r = loads(line)
+                kind = r["kind"]
+            except (decode_error, TypeError, KeyError):
+                kind = None
+            fast = False
+            if kind == "step" and have_header:
+                try:
+                    step, t, tg, ip, q, new, res, run, pre, fin, smp, nw, nr, su, kv = _STEP_KEYS(r)
+                    tc, tu, tl = _TARGET_KEYS(tg)
+                    ic, iu, ir, il = _INPUT_KEYS(ip)
+                    qp, qr, qc = (0, 0, -1) if q is None else _QUERY_KEYS(q)
+                    nt = rt = ut = spec = 0
+                    ok = type(new) is list and type(res) is list and type(run) is list
+                    # Token counts must be ints, not bools (so each entry is a list of
+                    # >= 2): the general path's check, in C.
+                    if new and ok:
+                        ok = set(map(type, map(_TOKENS, new))) == _JUST_INT
+                        nt, spec = sum(map(_TOKENS, new)), sum(map(_SPEC, new))
+                    if res and ok:
+                        ok = set(map(type, map(_TOKENS, res))) == _JUST_INT
+                        rt, spec = sum(map(_TOKENS, res)), spec + sum(map(_SPEC, res))
+                    if run and ok:
+                        ok = set(map(type, map(_TOKENS, run))) == _JUST_INT
+                        ut, spec = sum(map(_TOKENS, run)), spec + sum(map(_SPEC, run))
+                    # The budget fields must be exactly ints. The other values are
+                    # checked by pack() itself: "q" takes ints and bools (read as 1/0,
+                    # as int() does on the general path) and refuses the rest, "d"
+                    # takes numbers, so anything else goes down the general path.
+                    if (
+                        ok
+                        and type(step) is int
+                        and type(tc) is int
+                        and type(tu) is int
+                        and type(tl) is int
+                        and type(ic) is int
+                        and type(iu) is int
+                        and type(il) is int
+                    ):
+                        rows += pack(
+                            step, tc, tu, tl, ic, iu, ir, il, qp, qr, qc or -1,
+                            len(new), len(res), len(run), len(pre), len(fin), nt, rt, ut, spec,
+                            -1 if smp is None else sum(smp.values()) if type(smp) is dict else None,
+                            nw, nr, pos, pos + n - 1, t, su, kv,
+                        )  # fmt: skip
+                        fast = True
+                except (KeyError, TypeError, IndexError, AttributeError, struct.error):
+                    pass  # not the recorder's shape: the general path decides
+            elif kind == "runner" and have_header:
+                try:
+                    step, pass_, rows_, cap = _RUNNER_KEYS(r)
+                    if (
+                        type(step) is int
+                        and type(rows_) is int
+                        and (cap is None or type(cap) is int)
+                        and (pass_ == "target" or pass_ == "draft")
+                    ):
+                        runner_rows += pack_runner(step, pass_ != "target", rows_, -1 if cap is None else cap)
+                        fast = True
+                except (KeyError, struct.error):
+                    pass
+            if not fast:
+                line_no += data.count(b"\n", counted, pos)
+                counted = pos
+                self._line = line_no + 1
+                self._record(pos, pos + n - 1)
+                have_header = self.header is not None
+            pos += n
+            if pos >= stop:
                 break
-            self._line += 1
-            if end > pos:
-                self._record(pos, end)
-            pos = end + 1
-        self._pos = pos
-        return len(self._spans) - before
+        self._line = line_no + data.count(b"\n", counted, pos)
 
     def finish(self) -> Torn | None:
         """End of input: a last line without newline is parsed if whole, else reported torn."""
@@ -309,10 +451,11 @@ class TraceBuilder:
             "num_waiting": int(r.get("num_waiting") or 0),
             "num_running": int(r.get("num_running") or 0),
         }
-        cols = self._cols
-        for name, value in row.items():
-            cols[name].append(value)
-        self._spans.append((start, end))
+        try:
+            packed = _ROW.pack(*(row[name] for name in _INT_COLS), start, end, *(row[f] for f in _FLOAT_COLS))
+        except struct.error as exc:  # e.g. an integer beyond 64 bits
+            raise ValueError(str(exc)) from None
+        self._rows += packed
 
     def _add_runner(self, r: dict[str, Any], line: int) -> None:
         for key in schema.RUNNER_REQUIRED:
@@ -334,25 +477,22 @@ class TraceBuilder:
                 line=line,
                 field="pass",
             )
-        slot = self._runner.setdefault(step, [-1, -1, -1, -1])
-        base = 0 if r["pass"] == "target" else 2
-        slot[base] = rows if slot[base] < 0 else slot[base] + rows
-        slot[base + 1] = int(cap) if isinstance(cap, int) else -1
+        try:
+            packed = _RUNNER_ROW.pack(step, r["pass"] != "target", rows, -1 if cap is None else cap)
+        except struct.error as exc:
+            raise ValueError(str(exc)) from None
+        self._runner_rows += packed
 
     def build(self, torn: Torn | None = None) -> Trace:
         if self.header is None:
             raise TraceError(self.path, "empty trace: no header record")
-        columns = {name: np.asarray(self._cols[name], dtype=np.int64) for name in _INT_COLS}
-        columns.update({name: np.asarray(self._cols[name], dtype=np.float64) for name in _FLOAT_COLS})
-        steps = columns["step"]
-        runner = {name: np.full(len(steps), -1, dtype=np.int64) for name in RUNNER_COLS}
-        if self._runner and len(steps):
-            index = {int(s): i for i, s in enumerate(steps)}
-            for step, values in self._runner.items():
-                i = index.get(step)
-                if i is not None:
-                    for name, value in zip(RUNNER_COLS, values, strict=True):
-                        runner[name][i] = value
+        # Views on the packed rows, copied out at once: a live view would stop the
+        # bytearrays from growing when more is fed.
+        table = np.frombuffer(self._rows, dtype=_ROW_DTYPE)
+        columns = {name: table[name].copy() for name in (*_INT_COLS, *_FLOAT_COLS)}
+        spans = np.stack([table["_start"], table["_end"]], axis=1)
+        del table
+        runner = _join_runner(columns["step"], np.frombuffer(self._runner_rows, _RUNNER_DTYPE).copy())
         return Trace(
             path=self.path,
             header=self.header,
@@ -363,8 +503,60 @@ class TraceBuilder:
             problems=list(self.problems),
             gaps=list(self.gaps),
             _data=self._data,
-            _spans=np.asarray(self._spans, dtype=np.int64).reshape(-1, 2),
+            _spans=spans,
         )
+
+
+def _join_runner(steps: np.ndarray, records: np.ndarray) -> dict[str, np.ndarray]:
+    """Runner columns per step row: rows summed over a step's records of each pass,
+    the capacity of its last one; -1 where a step has none."""
+    runner = {name: np.full(len(steps), -1, dtype=np.int64) for name in RUNNER_COLS}
+    if not len(records) or not len(steps):
+        return runner
+    if bool((records["rows"] < 0).any()):
+        return _join_runner_exact(steps, records, runner)
+    # Group by (step, pass), keeping file order inside a group.
+    order = np.lexsort((np.arange(len(records)), records["pass"], records["step"]))
+    rec = records[order]
+    step, pass_ = rec["step"], rec["pass"]
+    first = np.ones(len(rec), dtype=bool)
+    first[1:] = (step[1:] != step[:-1]) | (pass_[1:] != pass_[:-1])
+    starts = np.flatnonzero(first)
+    ends = np.append(starts[1:], len(rec)) - 1
+    g_step, g_pass = step[starts], pass_[starts]
+    g_rows = np.add.reduceat(rec["rows"], starts)
+    g_cap = rec["cap"][ends]
+    # A step number seen twice in the step rows joins its last row.
+    if len(steps) > 1 and bool(np.all(steps[1:] > steps[:-1])):
+        at = np.minimum(np.searchsorted(steps, g_step), len(steps) - 1)
+        known = steps[at] == g_step
+    else:
+        index = {int(s): i for i, s in enumerate(steps)}
+        at = np.array([index.get(int(s), -1) for s in g_step], dtype=np.int64)
+        known = at >= 0
+    for p, rows_col, cap_col in ((0, "target_rows", "target_cap"), (1, "draft_rows", "draft_cap")):
+        sel = known & (g_pass == p)
+        runner[rows_col][at[sel]] = g_rows[sel]
+        runner[cap_col][at[sel]] = g_cap[sel]
+    return runner
+
+
+def _join_runner_exact(steps: np.ndarray, records: np.ndarray, runner: dict[str, np.ndarray]) -> dict:
+    """_join_runner record by record, for rows < 0 (never written by the recorder): a
+    negative running total restarts from the next record's rows, as it always has."""
+    slots: dict[int, list[int]] = {}
+    for step, pass_, rows, cap in records.tolist():
+        slot = slots.setdefault(step, [-1, -1, -1, -1])
+        base = 2 * pass_
+        slot[base] = rows if slot[base] < 0 else slot[base] + rows
+        slot[base + 1] = cap
+    index = {int(s): i for i, s in enumerate(steps)}
+    for step, values in slots.items():
+        i = index.get(step)
+        if i is not None:
+            for name, value in zip(RUNNER_COLS, values, strict=True):
+                runner[name][i] = value
+    return runner
 
 
 def _read_bytes(path: Path) -> tuple[bytes, str | None]:
@@ -408,11 +600,10 @@ def load(path: str | Path, *, strict: bool = True, progress: Progress | None = N
         raise TraceError(path, f"cannot read: {exc}") from None
     builder = TraceBuilder(path, strict=strict)
     total = len(data)
-    chunk = 1 << 22
-    for pos in range(0, total, chunk):
-        builder.feed(data[pos : pos + chunk])
-        if progress is not None:
-            progress(min(pos + chunk, total), total)
+    builder._data = data  # parsed in place: the Trace keeps these bytes for step detail
+    builder._parse(io.BytesIO(data), total, progress)
+    if progress is not None:
+        progress(total, total)
     torn = builder.finish()
     if builder.header is None:
         what = "empty file" if total == 0 else (torn.describe() if torn else "no records")

@@ -1,0 +1,46 @@
+"""Helpers shared by the bench scripts (run as `python bench/NAME.py`, so this imports as `_common`).
+
+Every figure is a ratio measured in one run: A and B alternate, each round
+gives one ratio, and the median of the rounds is the figure (min and max
+beside it). Absolute times are printed only next to their ratio.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import resource
+import statistics
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench"
+
+
+def spread(values: Sequence[float]) -> tuple[float, float, float]:
+    """(min, median, max)."""
+    return min(values), statistics.median(values), max(values)
+
+
+def fmt_spread(values: Sequence[float], unit: str = "x", digits: int = 3) -> str:
+    lo, med, hi = spread(values)
+    return f"{med:.{digits}f}{unit} (min {lo:.{digits}f}, max {hi:.{digits}f}, n={len(values)})"
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set size (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} CPUs, Python {sys.version.split()[0]}, {platform.system()}"
