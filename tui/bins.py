@@ -39,7 +39,7 @@ class Window:
         if span == self.span:
             span = max(1, min(total, self.span + (1 if factor > 1 else -1)))
         rel = (around - self.start) / self.span if self.span else 0.5
-        return Window(round(around - rel * span), span).clamp(total)
+        return Window(round(around - rel * span), span).follow(around, total)
 
     def pan(self, fraction: float, total: int) -> Window:
         shift = round(self.span * fraction) or (1 if fraction > 0 else -1)

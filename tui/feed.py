@@ -75,8 +75,11 @@ class Failed(FeedMessage):
 def _compressed(path: Path) -> bool:
     if path.suffix in (".gz", ".zst"):
         return True
-    with path.open("rb") as f:
-        return f.read(2) == b"\x1f\x8b"
+    try:
+        with path.open("rb") as f:
+            return f.read(2) == b"\x1f\x8b"
+    except OSError:
+        return False  # the reader says why, in its own words
 
 
 class TraceFeed(threading.Thread):

@@ -108,13 +108,14 @@ class Inspector(Static):
             f"  after the step: {rec['num_running']} running · {rec['num_waiting']} waiting · "
             f"KV {100 * float(rec['kv_usage']):.1f}%"
         )
-        out += Inspector._requests(rec, int(col["query_per_req"][row]))
+        # Flags before requests: why the step was flagged is the first thing to read.
         flags = model.flags_by_row.get(row, [])
         out.append(f"[b $primary]Flags[/] ({len(flags)})" if flags else "[b $primary]Flags[/] none")
         for f in flags:
             style = SEVERITY_STYLE.get(f.severity, "$text")
             out.append(f"  [{style}]{GLYPH.get(f.severity, '?')} {f.kind}[/] [$text-muted]({f.severity})[/]")
             out.append(f"    {escape(f.message)}")
+        out += Inspector._requests(rec, int(col["query_per_req"][row]))
         return out
 
     @staticmethod

@@ -106,12 +106,17 @@ class VirtualList(ScrollView, can_focus=True):
             self.scroll_to_row(row)
 
     def scroll_to_row(self, row: int) -> None:
+        self._scroll_into_view(row)
+        # A new row count reaches the scroll limits only at the next layout: check again then.
+        self.call_after_refresh(self._scroll_into_view, row)
+
+    def _scroll_into_view(self, row: int) -> None:
         visible = max(1, self.size.height - 1)
         top = int(self.scroll_y)
         if row < top:
-            self.scroll_to(y=row, animate=False, immediate=True)
+            self.scroll_to(y=row, animate=False)
         elif row >= top + visible:
-            self.scroll_to(y=row - visible + 1, animate=False, immediate=True)
+            self.scroll_to(y=row - visible + 1, animate=False)
 
     def _choose(self, row: int) -> None:
         if self.count:

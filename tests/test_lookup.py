@@ -1,0 +1,51 @@
+"""tracer.lookup: per-request search that parses only the steps naming the request."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.conftest import ROOT
+from tracer.compare import lifetimes
+from tracer.flags import detect
+from tracer.lookup import flag_rows, matching_ids, request_life, rows_of_steps
+from tracer.reader import load
+
+SAMPLES = sorted((ROOT / "sample_traces").glob("*.jsonl"))
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.stem)
+def test_request_life_equals_the_full_lifetimes(path) -> None:  # type: ignore[no-untyped-def]
+    trace = load(path)
+    lives = lifetimes(trace)
+    for rid, life in lives.items():
+        assert request_life(trace, rid) == life
+    assert request_life(trace, "no-such-request") is None
+    assert set(matching_ids(trace, "", limit=10_000)) >= set(lives)
+
+
+def test_matching_ids_takes_prefixes_not_keys_or_values() -> None:
+    trace = load(ROOT / "sample_traces" / "priority_preempt.jsonl")
+    assert matching_ids(trace, "l") == ["low"]
+    assert matching_ids(trace, "st") == []  # "step", "stock" are a key and a value, not ids
+    assert matching_ids(trace, "ki") == []
+
+
+def test_rows_of_steps_and_flag_rows() -> None:
+    trace = load(ROOT / "sample_traces" / "dspark_k4_additive.jsonl")
+    assert rows_of_steps(trace, [1, 6, 999]).tolist() == [0, 5, -1]
+    rows, kinds = flag_rows(trace, detect(trace))
+    assert rows.tolist() == [0, 1, 5]
+    assert set(kinds.tolist()) == {"additive-double-reservation"}
+    assert rows_of_steps(trace, np.array([], dtype=np.int64)).size == 0
+
+
+def test_lookup_and_cli_import_no_ui() -> None:
+    script = "import tracer.lookup, tracer.cli, json, sys; print(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True)
+    roots = {m.split(".")[0] for m in json.loads(out.stdout)}
+    assert not roots & {"textual", "dash", "plotly", "tui", "web"}
