@@ -48,11 +48,12 @@ def make_app(
     if follow is not None and LIVE not in keys:  # the file has no header yet
         options.append({"label": f"live: {Path(follow).name}", "value": LIVE})
     default = LIVE if follow is not None else (keys[0] if keys else None)
-    pair = (
-        ("a", "b")
-        if trace_b is not None
-        else ((keys[0], LIVE) if follow is not None and keys else (default, None))
-    )
+    if trace_b is not None:
+        pair: tuple[str | None, str | None] = ("a", "b")
+    elif follow is not None and trace_a is not None:
+        pair = ("a", LIVE)
+    else:
+        pair = (default, None)
 
     app = Dash(__name__, title="schedscope", update_title=None)
     app.index_string = ui.INDEX

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from dash import Dash, Input, Output, Patch, State, dcc, html, no_update
+from dash import ALL, Dash, Input, Output, Patch, State, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
 from web import layout as ids
@@ -19,7 +19,7 @@ from web.chart import build_figure, extend_patch, range_patch, selected_shape
 from web.compare_view import compare_chart, headline, totals_table
 from web.decimate import MAX_POINTS, row_range
 from web.export import figure_html, figure_png
-from web.flagtable import filter_flags, page
+from web.flagtable import JUMP, filter_flags, page, table
 from web.inspector import inspector
 from web.model import TraceView
 from web.store import TraceStore, UploadError
@@ -160,17 +160,15 @@ class Handlers:
 
     # -- selection, inspector, flags, summary --------------------------------------------
     def select(
-        self,
-        trigger: str | None,
-        key: str | None,
-        click: dict[str, Any] | None,
-        cell: dict[str, Any] | None,
-        table: list[dict[str, Any]] | None,
-    ) -> dict[str, Any] | None:
+        self, trigger: str | dict[str, Any] | None, key: str | None, click: dict[str, Any] | None, value: Any
+    ) -> Any:
+        """The selected step: from a click on the timeline, or a flag table step button."""
         if trigger == ids.GRAPH and click and click.get("points"):
             return {"key": key, "step": round(float(click["points"][0]["x"]))}
-        if trigger == ids.FLAG_TABLE and cell and table and cell.get("row", -1) < len(table):
-            return {"key": key, "step": int(table[cell["row"]]["step"])}
+        if isinstance(trigger, dict) and trigger.get("type") == JUMP:
+            if not value:  # the buttons were just (re)drawn, not clicked
+                raise PreventUpdate
+            return {"key": key, "step": int(trigger["step"])}
         return None
 
     def inspect(self, selected: dict[str, Any] | None, key: str | None) -> list[Any]:
@@ -179,12 +177,20 @@ class Handlers:
         return inspector(self.store.get(key), selected.get("step"))
 
     def flag_table(
-        self, key: str | None, kinds: list[str] | None, text: str | None, page_current: int | None
-    ) -> tuple[list[dict[str, Any]], int]:
+        self, trigger: Any, key: str | None, kinds: list[str] | None, text: str | None, current: int | None
+    ) -> tuple[Any, str, int]:
+        """-> (table, "page i of n", page). Filters and a new trace go back to the first page."""
         view = self.store.get(key)
-        if view is None:
-            return [], 1
-        return page(filter_flags(view.report.flags, kinds, text), page_current)
+        flags = filter_flags(view.report.flags, kinds, text) if view is not None else []
+        if trigger == ids.FLAG_NEXT:
+            current = (current or 0) + 1
+        elif trigger == ids.FLAG_PREV:
+            current = (current or 0) - 1
+        elif trigger != ids.VERSION:
+            current = 0
+        rows, current, count = page(flags, current)
+        total = len(view.report.flags) if view is not None else 0
+        return table(rows, total), f"page {current + 1} of {count} ({len(flags)} flags)", current
 
     def summary(self, key: str | None) -> Any:
         view = self.store.get(key)
@@ -215,33 +221,36 @@ class Handlers:
     def compare(
         self,
         trigger: str | None,
+        tab: str | None,
         key_a: str | None,
         key_b: str | None,
         relayout: dict[str, Any] | None,
-        state: Any,
+        state: dict[str, Any] | None,
     ) -> tuple[Any, ...]:
-        """-> (figure or Patch, headline, totals, compare state)."""
+        """-> (figure or Patch, headline, totals, compare state). Computed only while the tab is open."""
+        if tab != "compare":
+            raise PreventUpdate
         c = self.store.comparison(key_a, key_b)
         if c is None:
             msg = "Load two traces to compare: `schedscope web A B`, or upload one."
             return _empty_figure(msg), html.P(msg), None, None
         cache_key = f"{key_a}:{self.store.get(key_a).version}|{key_b}:{self.store.get(key_b).version}"
         chart = self._compare_chart(cache_key, c)
-        if trigger == ids.CMP_GRAPH and state and state.get("key") == cache_key:
+        same_pair = bool(state) and state.get("pair") == [key_a, key_b]
+        if trigger == ids.CMP_GRAPH:
             changed, x_range = parse_xrange(relayout)
-            if not changed:
+            if not changed or not same_pair:
                 raise PreventUpdate
-            return (
-                range_patch(chart, x_range, self.max_points),
-                no_update,
-                no_update,
-                {**state, "range": x_range},
-            )
-        if trigger == ids.VERSION and state and state.get("key") == cache_key:
-            raise PreventUpdate  # a live tick that changed neither side
+            patch = range_patch(chart, x_range, self.max_points)
+            return patch, no_update, no_update, {**state, "range": x_range, "key": cache_key}
+        if same_pair and state.get("key") == cache_key:
+            raise PreventUpdate  # back on the tab, or a tick that changed neither side
+        lines = [html.P(s) for s in headline(c)]
+        if same_pair:  # a followed side grew: new arrays, same figure
+            patch = range_patch(chart, state.get("range"), self.max_points)
+            return patch, lines, totals_table(c), {**state, "key": cache_key}
         fig = build_figure(chart, None, self.max_points, uirevision=cache_key)
-        lines = headline(c)
-        return fig, [html.P(s) for s in lines], totals_table(c), {"key": cache_key, "range": None}
+        return fig, lines, totals_table(c), {"key": cache_key, "pair": [key_a, key_b], "range": None}
 
     def _compare_chart(self, cache_key: str, c: Any) -> Any:
         cache = getattr(self, "_cmp_cache", None)
@@ -261,8 +270,7 @@ class Handlers:
         if tab == "compare":
             if not cmp_state:
                 raise PreventUpdate
-            key_a, key_b = (part.split(":")[0] for part in cmp_state["key"].split("|"))
-            c = self.store.comparison(key_a, key_b)
+            c = self.store.comparison(*cmp_state["pair"])
             if c is None:
                 raise PreventUpdate
             fig = build_figure(
@@ -323,8 +331,8 @@ function(contents, filename, limit) {
 def register(app: Dash, h: Handlers) -> None:
     from dash import ctx
 
-    def trig() -> str | None:
-        return ctx.triggered_id if isinstance(ctx.triggered_id, str) else None
+    def trig() -> Any:  # a component id, or a pattern-matching id (dict)
+        return ctx.triggered_id
 
     @app.callback(
         Output(ids.GRAPH, "figure"),
@@ -345,12 +353,11 @@ def register(app: Dash, h: Handlers) -> None:
         Output(ids.SELECTED, "data"),
         Input(ids.TRACE, "value"),
         Input(ids.GRAPH, "clickData"),
-        Input(ids.FLAG_TABLE, "active_cell"),
-        State(ids.FLAG_TABLE, "data"),
+        Input({"type": JUMP, "step": ALL}, "n_clicks"),
         prevent_initial_call=True,
     )
-    def _select(key, click, cell, table):  # type: ignore[no-untyped-def]
-        return h.select(trig(), key, click, cell, table)
+    def _select(key, click, _jumps):  # type: ignore[no-untyped-def]
+        return h.select(trig(), key, click, ctx.triggered[0]["value"] if ctx.triggered else None)
 
     @app.callback(
         Output(ids.INSPECTOR, "children"),
@@ -362,16 +369,19 @@ def register(app: Dash, h: Handlers) -> None:
         return h.inspect(selected, key)
 
     @app.callback(
-        Output(ids.FLAG_TABLE, "data"),
-        Output(ids.FLAG_TABLE, "page_count"),
+        Output(ids.FLAG_TABLE, "children"),
+        Output(ids.FLAG_PAGE_LABEL, "children"),
+        Output(ids.FLAG_PAGE, "data"),
         Input(ids.TRACE, "value"),
         Input(ids.FLAG_KINDS, "value"),
         Input(ids.FLAG_TEXT, "value"),
-        Input(ids.FLAG_TABLE, "page_current"),
+        Input(ids.FLAG_PREV, "n_clicks"),
+        Input(ids.FLAG_NEXT, "n_clicks"),
         Input(ids.VERSION, "data"),
+        State(ids.FLAG_PAGE, "data"),
     )
-    def _flags(key, kinds, text, page_current, _version):  # type: ignore[no-untyped-def]
-        return h.flag_table(key, kinds, text, page_current)
+    def _flags(key, kinds, text, _prev, _next, _version, current):  # type: ignore[no-untyped-def]
+        return h.flag_table(trig(), key, kinds, text, current)
 
     @app.callback(Output(ids.SUMMARY, "children"), Input(ids.TRACE, "value"), Input(ids.VERSION, "data"))
     def _summary(key, _version):  # type: ignore[no-untyped-def]
@@ -417,10 +427,11 @@ def register(app: Dash, h: Handlers) -> None:
         Input(ids.CMP_B, "value"),
         Input(ids.CMP_GRAPH, "relayoutData"),
         Input(ids.VERSION, "data"),
+        Input(ids.TABS, "value"),
         State(ids.CMP_VIEW, "data"),
     )
-    def _compare(key_a, key_b, relayout, _version, state):  # type: ignore[no-untyped-def]
-        return h.compare(trig(), key_a, key_b, relayout, state)
+    def _compare(key_a, key_b, relayout, _version, tab, state):  # type: ignore[no-untyped-def]
+        return h.compare(trig(), tab, key_a, key_b, relayout, state)
 
     @app.callback(
         Output(ids.DOWNLOAD, "data"),

@@ -43,7 +43,8 @@ def compare_chart(c: Comparison) -> Chart:
         )
 
     def delta(title: str, column: str) -> Panel:
-        return Panel(title, (Line("B − A", c.delta(column), DELTA_COLOR, fill=True),), weight=0.7)
+        # No fill: WebGL fills of signed step data draw stray polygons.
+        return Panel(title, (Line("B − A", c.delta(column), DELTA_COLOR, width=2),), weight=0.7)
 
     panels = (
         overlay("target tokens scheduled per step", "target_used"),

@@ -1,19 +1,19 @@
-"""The flag table: filtered and paged on the server (a long trace can hold many flags)."""
+"""The flag table: filtered and paged on the server (a long trace can hold many flags).
+
+A plain HTML table rather than dash_table.DataTable, which Dash 4 deprecates;
+each row's step is a button that jumps to the step.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+from dash import html
+
 from tracer.flags import Flag
 
 PAGE_SIZE = 12
-COLUMNS = [
-    {"name": "step", "id": "step"},
-    {"name": "severity", "id": "severity"},
-    {"name": "kind", "id": "kind"},
-    {"name": "tokens lost", "id": "tokens_lost"},
-    {"name": "what to do", "id": "message"},
-]
+JUMP = "flag-jump"  # pattern-matching id type of the step buttons
 
 
 def filter_flags(flags: list[Flag], kinds: list[str] | None, text: str | None) -> list[Flag]:
@@ -30,20 +30,29 @@ def filter_flags(flags: list[Flag], kinds: list[str] | None, text: str | None) -
     return out
 
 
-def page(
-    flags: list[Flag], page_current: int | None, page_size: int = PAGE_SIZE
-) -> tuple[list[dict[str, Any]], int]:
-    """Rows of one page and the page count."""
+def page(flags: list[Flag], current: int | None, page_size: int = PAGE_SIZE) -> tuple[list[Flag], int, int]:
+    """(flags of the page, the page clamped into range, page count)."""
     count = max(1, -(-len(flags) // page_size))
-    current = min(max(0, page_current or 0), count - 1)
+    current = min(max(0, current or 0), count - 1)
+    return flags[current * page_size : (current + 1) * page_size], current, count
+
+
+def table(flags: list[Flag], total: int) -> Any:
+    if not flags:
+        return html.P("no flags" if not total else "no flag matches the filter", className="muted")
+    head = html.Tr([html.Th(h) for h in ("step", "severity", "kind", "tokens lost", "what to do")])
     rows = [
-        {
-            "step": f.step,
-            "severity": f.severity,
-            "kind": f.kind,
-            "tokens_lost": f.numbers.get("tokens_lost", ""),
-            "message": f.message,
-        }
-        for f in flags[current * page_size : (current + 1) * page_size]
+        html.Tr(
+            [
+                html.Td(
+                    html.Button(str(f.step), id={"type": JUMP, "step": f.step}, title="jump to this step")
+                ),
+                html.Td(f.severity, className=f"sev-{f.severity}"),
+                html.Td(f.kind),
+                html.Td(f.numbers.get("tokens_lost", "")),
+                html.Td(f.message, className="message"),
+            ]
+        )
+        for f in flags
     ]
-    return rows, count
+    return html.Table([html.Thead(head), html.Tbody(rows)], className="flags")

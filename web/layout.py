@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from dash import dash_table, dcc, html
+from dash import dcc, html
 
 from tracer.flags import KINDS
-from web.flagtable import COLUMNS, PAGE_SIZE
 
 # Component ids.
 TRACE = "trace-select"
@@ -25,6 +24,10 @@ INSPECTOR = "inspector"
 FLAG_KINDS = "flag-kinds"
 FLAG_TEXT = "flag-text"
 FLAG_TABLE = "flag-table"
+FLAG_PREV = "flag-prev"
+FLAG_NEXT = "flag-next"
+FLAG_PAGE = "flag-page"
+FLAG_PAGE_LABEL = "flag-page-label"
 UPLOAD = "upload"
 UPLOAD_GATE = "upload-gate"
 UPLOAD_LIMIT = "upload-limit"
@@ -56,7 +59,11 @@ header h1 { font-size: 18px; margin: 0; }
 .muted { color: #666; font-size: 12px; }
 .columns { display: grid; grid-template-columns: minmax(380px, 2fr) 3fr; gap: 16px; padding: 0 16px 24px; }
 #inspector pre { background: #f6f6f6; padding: 8px; font-size: 13px; white-space: pre-wrap; }
-table.requests, table.totals { border-collapse: collapse; font-size: 13px; }
+table.requests, table.totals, table.flags { border-collapse: collapse; font-size: 13px; }
+table.flags td, table.flags th { border-bottom: 1px solid #ddd; padding: 3px 6px; text-align: left;
+  vertical-align: top; }
+table.flags td.message { font-size: 12px; }
+td.sev-error { color: #b00020; } td.sev-warning { color: #c75000; } td.sev-info { color: #00838f; }
 table.requests td, table.requests th, table.totals td, table.totals th {
   border-bottom: 1px solid #ddd; padding: 2px 8px; text-align: right; }
 table.requests td:nth-child(-n+2), table.totals td:first-child { text-align: left; }
@@ -119,19 +126,18 @@ def _timeline_tab(options: list[dict[str, Any]], default: str | None, live: bool
                 className="bar",
                 style={"padding": "0 0 8px 0"},
             ),
-            dash_table.DataTable(
-                id=FLAG_TABLE,
-                columns=COLUMNS,
-                data=[],
-                page_action="custom",
-                page_current=0,
-                page_size=PAGE_SIZE,
-                style_cell={"textAlign": "left", "whiteSpace": "normal", "height": "auto", "fontSize": 12},
-                style_cell_conditional=[{"if": {"column_id": "message"}, "minWidth": "420px"}],
-                style_header={"fontWeight": "bold"},
-                tooltip_delay=0,
+            html.Div(id=FLAG_TABLE),
+            html.Div(
+                [
+                    html.Button("‹ previous", id=FLAG_PREV),
+                    html.Span(id=FLAG_PAGE_LABEL, className="muted"),
+                    html.Button("next ›", id=FLAG_NEXT),
+                    html.Span("click a step to jump to it", className="muted"),
+                ],
+                className="bar",
+                style={"padding": "6px 0"},
             ),
-            html.Div("click a row to jump to its step", className="muted"),
+            dcc.Store(id=FLAG_PAGE, data=0),
         ]
     )
     return dcc.Tab(

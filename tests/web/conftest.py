@@ -32,6 +32,11 @@ CHROMIUM_FLAGS = (
 )
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # selenium 4.2 (pinned by dash[testing]) calls urllib3 APIs that warn on every request.
+    config.addinivalue_line("filterwarnings", "ignore:HTTPResponse.getheader:DeprecationWarning")
+
+
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
     if not config.getoption("headless", default=False):
         return True

@@ -17,6 +17,7 @@ from tracer.budget import arithmetic
 from tracer.cli import main
 from web import layout as ids
 from web.callbacks import Handlers, parse_xrange
+from web.flagtable import JUMP
 from web.store import TraceStore
 
 from .helpers import ADDITIVE, SEPARATE, sample, tiled
@@ -70,10 +71,12 @@ def test_selecting_a_step_draws_its_line_and_jumps_when_off_screen(h: Handlers) 
 
 
 def test_select_from_click_and_table(h: Handlers) -> None:
-    assert h.select(ids.GRAPH, "a", {"points": [{"x": 2, "y": 8185}]}, None, None) == {"key": "a", "step": 2}
-    table = [{"step": 4}, {"step": 9}]
-    assert h.select(ids.FLAG_TABLE, "a", None, {"row": 1, "column": 0}, table) == {"key": "a", "step": 9}
-    assert h.select(ids.TRACE, "a", None, None, None) is None
+    assert h.select(ids.GRAPH, "a", {"points": [{"x": 2, "y": 8185}]}, None) == {"key": "a", "step": 2}
+    jump = {"type": JUMP, "step": 9}
+    assert h.select(jump, "a", None, 1) == {"key": "a", "step": 9}
+    with pytest.raises(PreventUpdate):  # buttons redrawn, not clicked
+        h.select(jump, "a", None, None)
+    assert h.select(ids.TRACE, "a", None, None) is None
 
 
 def _text(component: Any) -> str:
@@ -95,12 +98,22 @@ def test_inspector_shows_tracer_arithmetic_requests_and_flags(h: Handlers) -> No
     assert "no step 99" in _text(h.inspect({"key": "a", "step": 99}, "a"))
 
 
+def _steps_in(table: Any) -> list[str]:
+    return [row.children[0].children.children for row in table.children[1].children]
+
+
 def test_flag_table_filters_and_pages(h: Handlers) -> None:
-    rows, pages = h.flag_table("a", None, None, 0)
-    assert [r["step"] for r in rows] == [1, 2, 3, 4] and pages == 1
-    assert h.flag_table("a", ["query-overflow"], None, 0) == ([], 1)
-    assert [r["step"] for r in h.flag_table("a", None, "3", 0)[0]] == [3]
-    assert h.flag_table("b", None, None, 0) == ([], 1)
+    table, label, current = h.flag_table(None, "a", None, None, 0)
+    assert _steps_in(table) == ["1", "2", "3", "4"] and label == "page 1 of 1 (4 flags)" and current == 0
+    assert "no flag matches" in _text(h.flag_table(ids.FLAG_KINDS, "a", ["query-overflow"], None, 0)[0])
+    assert _steps_in(h.flag_table(ids.FLAG_TEXT, "a", None, "3", 0)[0]) == ["3"]
+    assert _text(h.flag_table(ids.TRACE, "b", None, None, 0)[0]) == "no flags"
+    h.store.add("big", "big", tiled(200))  # 4 of every 7 steps flagged: 116 flags, 10 pages
+    _, label, current = h.flag_table(ids.FLAG_NEXT, "big", None, None, 8)
+    assert (label, current) == ("page 10 of 10 (116 flags)", 9)
+    assert h.flag_table(ids.FLAG_NEXT, "big", None, None, 9)[2] == 9  # clamped
+    assert h.flag_table(ids.FLAG_PREV, "big", None, None, 9)[2] == 8
+    assert h.flag_table(ids.FLAG_KINDS, "big", None, None, 9)[2] == 0  # a new filter starts over
 
 
 def test_upload_opens_plain_and_gzip_traces(h: Handlers) -> None:
@@ -165,7 +178,9 @@ def test_pause_toggles_the_interval(h: Handlers) -> None:
 
 
 def test_compare_headline_is_the_cli_diff_headline(h: Handlers) -> None:
-    fig, headline, totals, state = h.compare(None, "a", "b", None, None)
+    with pytest.raises(PreventUpdate):  # nothing is computed until the tab is opened
+        h.compare(None, "timeline", "a", "b", None, None)
+    fig, headline, totals, state = h.compare(ids.TABS, "compare", "a", "b", None, None)
     shown = [p.children for p in headline]
     out = io.StringIO()
     with redirect_stdout(out):
@@ -174,10 +189,22 @@ def test_compare_headline_is_the_cli_diff_headline(h: Handlers) -> None:
     assert shown == printed[3 : 3 + len(shown)] and printed[3 + len(shown)] == ""
     assert shown[0] == "B (separate) drained the workload in 5 steps instead of 6 (A, stock): fewer by 1."
     assert "steps to drain" in _text(totals)
-    assert isinstance(fig, go.Figure) and state["key"] == "a:0|b:0"
-    patch, *_ = h.compare(ids.CMP_GRAPH, "a", "b", {"xaxis.range[0]": 1, "xaxis.range[1]": 3}, state)
-    assert isinstance(patch, Patch)
-    assert "Load two traces" in _text(h.compare(None, "a", None, None, None)[1])
+    assert isinstance(fig, go.Figure) and state == {"key": "a:0|b:0", "pair": ["a", "b"], "range": None}
+    zoom = {"xaxis.range[0]": 1, "xaxis.range[1]": 3}
+    patch, _, _, state = h.compare(ids.CMP_GRAPH, "compare", "a", "b", zoom, state)
+    assert isinstance(patch, Patch) and state["range"] == [1.0, 3.0]
+    with pytest.raises(PreventUpdate):  # a tick that changed neither side
+        h.compare(ids.VERSION, "compare", "a", "b", None, state)
+    assert "Load two traces" in _text(h.compare(None, "compare", "a", None, None, None)[1])
+
+
+def test_compare_against_a_growing_trace_patches(h: Handlers) -> None:
+    h.store.add("live", "live", tiled(10), version=1)
+    _, _, _, state = h.compare(None, "compare", "a", "live", None, None)
+    h.store.add("live", "live", tiled(12), version=2)
+    patch, lines, _, state = h.compare(ids.VERSION, "compare", "a", "live", None, state)
+    assert isinstance(patch, Patch) and state["key"] == "a:0|live:2" and lines
+    assert {op["location"][0] for op in _ops(patch)} == {"data"}
 
 
 def test_downloads_rebuild_the_figure_on_the_server(h: Handlers) -> None:
@@ -191,6 +218,6 @@ def test_downloads_rebuild_the_figure_on_the_server(h: Handlers) -> None:
         png["filename"] == "schedscope-timeline.png"
         and base64.b64decode(png["content"])[:8] == b"\x89PNG\r\n\x1a\n"
     )
-    _, _, _, cmp_state = h.compare(None, "a", "b", None, None)
+    _, _, _, cmp_state = h.compare(None, "compare", "a", "b", None, None)
     page = h.download(ids.DOWNLOAD_HTML, "compare", state, cmp_state)
     assert page["filename"] == "schedscope-compare.html"

@@ -1,0 +1,199 @@
+"""End to end in Debian's headless chromium (dash_duo): what a user sees and clicks.
+
+Each test ends by asserting the browser logged no error (dash_duo captures SEVERE
+console entries: failed callbacks, JS exceptions, failed requests). Screenshots
+are written to artifacts/web/.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dash import Dash
+from selenium.webdriver.common.action_chains import ActionChains
+from selenium.webdriver.common.by import By
+
+from tracer.compare import compare, headline_sentences
+from web.app import make_app
+
+from .helpers import ADDITIVE, LIVE_NGRAM, SEPARATE, sample, tiled_lines
+
+pytestmark = pytest.mark.usefixtures("needs_chromium")
+
+GRAPH_DATA_JS = """
+const gd = document.querySelector('#timeline .js-plotly-plot');
+return gd.data.map(t => ({name: t.name, type: t.type, x: Array.from(t.x || []), y: Array.from(t.y || [])}));
+"""
+# Record the callback responses, to see what each tick sent.
+SPY_JS = """
+window.__responses = [];
+const orig = window.fetch;
+window.fetch = async function(...args) {
+  const r = await orig.apply(this, args);
+  if (String(args[0]).includes('_dash-update-component')) {
+    r.clone().text().then(t => window.__responses.push(t));
+  }
+  return r;
+};
+"""
+
+
+@pytest.fixture
+def apps() -> Iterator[list[Dash]]:
+    made: list[Dash] = []
+    yield made
+    for app in made:
+        if app.follower is not None:  # type: ignore[attr-defined]
+            app.follower.stop()  # type: ignore[attr-defined]
+
+
+def _graph(dash_duo: Any) -> list[dict[str, Any]]:
+    return dash_duo.driver.execute_script(GRAPH_DATA_JS)
+
+
+def _no_console_errors(dash_duo: Any) -> None:
+    assert dash_duo.get_logs() == []
+
+
+def test_timeline_flags_and_inspector(dash_duo: Any, artifacts: Path, apps: list[Dash]) -> None:
+    apps.append(make_app(sample("dflash_k7_additive.jsonl")))
+    dash_duo.start_server(apps[0])
+    dash_duo.wait_for_element("#timeline .js-plotly-plot", timeout=10)
+    dash_duo.wait_for_contains_text("#summary", "additive-double-reservation ×4", timeout=10)
+    assert dash_duo.find_elements("#timeline canvas")  # the lines are WebGL
+
+    # The flag markers: one per withheld prefill step, coloured by kind.
+    markers = dash_duo.find_elements("#timeline .scatterlayer .trace.scatter .points path")
+    assert len(markers) == 4
+    assert {m.get_attribute("style").split("fill: ")[1].split(";")[0] for m in markers} == {
+        "rgb(214, 39, 40)"
+    }
+    data = {t["name"]: t for t in _graph(dash_duo)}
+    assert data["reserved (red band: excess)"]["y"][:4] == [7, 7, 7, 7]
+    assert data["needed by the method"]["y"][:4] == [0, 0, 0, 0]
+    assert data["additive (4)"]["x"] == [1, 2, 3, 4]
+
+    # Hover: the sentence and the numbers.
+    ActionChains(dash_duo.driver).move_to_element(markers[1]).perform()
+    dash_duo.wait_for_contains_text("#timeline .hoverlayer", "withheld 7 target tokens", timeout=5)
+    assert "tokens_lost=7" in dash_duo.find_element("#timeline .hoverlayer").text
+    dash_duo.driver.save_screenshot(str(artifacts / "timeline-hover.png"))
+
+    # Click: the inspector shows the step's arithmetic, requests and flags.
+    ActionChains(dash_duo.driver).move_to_element(markers[1]).click().perform()
+    dash_duo.wait_for_text_to_equal("#inspector-title", "Step 2", timeout=5)
+    arithmetic = dash_duo.find_element("#inspector-arithmetic").text
+    assert "input 8192 = 8185 target + 1×7 reserved draft slots" in arithmetic
+    assert "withheld exactly 7 target tokens by the excess reservation" in arithmetic
+    assert "additive-double-reservation" in dash_duo.find_element("#inspector-flags").text
+    assert "long" in dash_duo.find_element("#inspector table.requests").text
+    dash_duo.driver.save_screenshot(str(artifacts / "timeline-inspector.png"))
+    _no_console_errors(dash_duo)
+
+
+def test_flag_table_filters_and_jumps(dash_duo: Any, apps: list[Dash]) -> None:
+    apps.append(make_app(sample("dflash_k7_additive.jsonl")))
+    dash_duo.start_server(apps[0])
+    dash_duo.wait_for_contains_text("#flag-table", "additive-double-reservation", timeout=10)
+    assert len(dash_duo.find_elements("#flag-table tbody tr")) == 4
+    dash_duo.find_element("#flag-text").send_keys("3\n")
+    dash_duo.wait_for_text_to_equal("#flag-page-label", "page 1 of 1 (1 flags)", timeout=5)
+    buttons = dash_duo.find_elements("#flag-table tbody button")
+    assert [b.text for b in buttons] == ["3"]
+    buttons[0].click()
+    dash_duo.wait_for_text_to_equal("#inspector-title", "Step 3", timeout=5)
+    _no_console_errors(dash_duo)
+
+
+def test_compare_page(dash_duo: Any, artifacts: Path, apps: list[Dash]) -> None:
+    apps.append(make_app(sample("dflash_k7_additive.jsonl"), sample("dflash_k7_separate.jsonl")))
+    dash_duo.start_server(apps[0])
+    dash_duo.wait_for_element("#timeline .js-plotly-plot", timeout=10)
+    dash_duo.find_element("#compare-tab").click()
+    dash_duo.wait_for_element("#compare-graph .js-plotly-plot", timeout=10)
+    expected = headline_sentences(
+        compare(sample("dflash_k7_additive.jsonl"), sample("dflash_k7_separate.jsonl"))
+    )
+    dash_duo.wait_for_contains_text("#compare-headline", expected[0], timeout=10)
+    shown = [p.text for p in dash_duo.find_elements("#compare-headline p")]
+    assert shown == expected
+    totals = dash_duo.find_element("#compare-totals-table").text
+    assert "steps to drain 6 5 -1" in totals and "tokens lost (additive) 28 0 -28" in totals
+    deltas = dash_duo.driver.execute_script(
+        "return Array.from(document.querySelector('#compare-graph .js-plotly-plot').data[2].y);"
+    )
+    assert deltas[:4] == [7, 7, 7, 7]  # B schedules 7 more target tokens in each prefill step
+    dash_duo.driver.save_screenshot(str(artifacts / "compare.png"))
+    _no_console_errors(dash_duo)
+
+
+def test_live_follow_adds_steps_with_patches(
+    dash_duo: Any, artifacts: Path, tmp_path: Path, apps: list[Dash]
+) -> None:
+    src = tiled_lines(40)
+    path = tmp_path / "live.jsonl"
+    path.write_bytes(b"".join(src[:3]))  # header + 2 steps
+    apps.append(make_app(follow=path, follow_interval=0.1))
+    dash_duo.start_server(apps[0])
+    dash_duo.wait_for_contains_text("#summary", "| 2 steps", timeout=10)
+    dash_duo.driver.execute_script(SPY_JS)
+
+    with path.open("ab") as f:
+        f.write(b"".join(src[3:6]))
+    appended = time.monotonic()
+    dash_duo.wait_for_contains_text("#summary", "| 5 steps", timeout=5)
+    seen_after = time.monotonic() - appended
+    deadline = time.monotonic() + 5
+    while len(_graph(dash_duo)[0]["x"]) < 5 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _graph(dash_duo)[0]["x"] == [1, 2, 3, 4, 5]
+    assert seen_after < 2.0, seen_after  # ~0.1 s poll + 0.5 s tick
+    figure_updates = [
+        r for r in dash_duo.driver.execute_script("return window.__responses;") if '"figure"' in r
+    ]
+    assert figure_updates and all("__dash_patch_update" in r for r in figure_updates)
+    assert all('"template"' not in r for r in figure_updates)  # never the whole figure
+
+    # Pause: the file grows, the page does not; resume catches up.
+    dash_duo.find_element("#pause").click()
+    dash_duo.wait_for_text_to_equal("#pause", "Resume", timeout=5)
+    with path.open("ab") as f:
+        f.write(b"".join(src[6:11]))
+    time.sleep(1.5)
+    assert len(_graph(dash_duo)[0]["x"]) == 5
+    dash_duo.find_element("#pause").click()
+    dash_duo.wait_for_contains_text("#summary", "| 10 steps", timeout=5)
+    dash_duo.driver.save_screenshot(str(artifacts / "live.png"))
+    _no_console_errors(dash_duo)
+
+
+def test_upload_bad_file_shows_the_error_then_a_good_one_opens(
+    dash_duo: Any, artifacts: Path, tmp_path: Path, apps: list[Dash]
+) -> None:
+    apps.append(make_app(sample("dflash_k7_additive.jsonl"), max_upload=20_000))
+    dash_duo.start_server(apps[0])
+    dash_duo.wait_for_element("#timeline .js-plotly-plot", timeout=10)
+    upload = dash_duo.driver.find_element(By.CSS_SELECTOR, "#upload input[type=file]")
+
+    bad = tmp_path / "notes.jsonl"
+    bad.write_text('{"kind": "step", "step": 1}\nnot json at all\n')
+    upload.send_keys(str(bad))
+    dash_duo.wait_for_contains_text("#upload-msg", "Could not open the upload", timeout=10)
+    assert "the first record must be a header" in dash_duo.find_element("#upload-msg").text
+    dash_duo.driver.save_screenshot(str(artifacts / "upload-error.png"))
+
+    upload.send_keys(str(LIVE_NGRAM))  # 52 kB: over this app's 20 kB limit, refused in the browser
+    dash_duo.wait_for_contains_text("#upload-msg", "larger than the upload limit", timeout=10)
+
+    upload.send_keys(str(SEPARATE))
+    dash_duo.wait_for_contains_text(
+        "#upload-msg", "opened upload: dflash_k7_separate.jsonl (6 steps)", timeout=10
+    )
+    dash_duo.wait_for_contains_text("#summary", "upload: dflash_k7_separate.jsonl", timeout=10)
+    assert "no flags" in dash_duo.find_element("#summary").text
+    assert ADDITIVE.exists()
+    _no_console_errors(dash_duo)
