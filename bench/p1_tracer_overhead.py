@@ -25,10 +25,12 @@ thread's encoding is reported beside it, per step, from a separate timed pass.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import sys
 import tempfile
 import time
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -43,17 +45,21 @@ MAX_TOKENS = 60_000
 K = 3
 
 
+def request_id(i: int) -> str:
+    """Request ids shaped like a server's (cmpl-<16 hex>-0-<8 hex>), so trace sizes are real."""
+    h = hashlib.blake2b(str(i).encode(), digest_size=12).hexdigest()
+    return f"cmpl-{h[:16]}-0-{h[16:]}"
+
+
 def mixed_accept(req_id: str, step: int, drafts: int) -> int:
     """Full, partial and no acceptance, varying by request and step (deterministic)."""
-    return (step + len(req_id)) % (drafts + 1)
+    return (step + zlib.crc32(req_id.encode())) % (drafts + 1)
 
 
-def build_schedulers(n: int, steps: int, trace: Path) -> tuple[Any, Any, Any]:
-    """(stock Scheduler, a second stock Scheduler, TracingScheduler recording to `trace`)."""
-    from vllm.v1.core.sched.scheduler import Scheduler
-
+def build(n: int, steps: int, cls: type | None = None, trace: Path | None = None) -> Any:
+    """A real vLLM scheduler (`cls`, default the stock Scheduler) with `n` requests that
+    stay running for `steps` steps; recording to `trace` when given."""
     from tracer.offline import EngineSpec, build_scheduler, make_request
-    from tracer.scheduler import TracingScheduler
 
     tokens_per_req = PROMPT + (K + 1) * (steps + 8)
     spec = EngineSpec(
@@ -66,19 +72,25 @@ def build_schedulers(n: int, steps: int, trace: Path) -> tuple[Any, Any, Any]:
     )
     saved = os.environ.pop("SCHEDSCOPE_TRACE", None)
     try:
-        stock = build_scheduler(spec, Scheduler)
-        control = build_scheduler(spec, Scheduler)
-        os.environ["SCHEDSCOPE_TRACE"] = str(trace)
-        traced = build_scheduler(spec, TracingScheduler)
+        if trace is not None:
+            os.environ["SCHEDSCOPE_TRACE"] = str(trace)
+        sched = build_scheduler(spec, cls)
     finally:
         os.environ.pop("SCHEDSCOPE_TRACE", None)
         if saved is not None:
             os.environ["SCHEDSCOPE_TRACE"] = saved
+    for i in range(n):
+        sched.add_request(make_request(request_id(i), PROMPT, MAX_TOKENS))
+    return sched
+
+
+def build_schedulers(n: int, steps: int, trace: Path) -> tuple[Any, Any, Any]:
+    """(stock Scheduler, a second stock Scheduler, TracingScheduler recording to `trace`)."""
+    from tracer.scheduler import TracingScheduler
+
+    traced = build(n, steps, TracingScheduler, trace)
     assert traced._schedscope is not None, "recording must be on"
-    for sched in (stock, control, traced):
-        for i in range(n):
-            sched.add_request(make_request(f"req-{i}", PROMPT, MAX_TOKENS))
-    return stock, control, traced
+    return build(n, steps), build(n, steps), traced
 
 
 class Loop:

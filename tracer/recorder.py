@@ -175,7 +175,7 @@ class Recorder:
             new_ids,
             list(cached.req_ids),
             resumed,
-            dict(getattr(out, "scheduled_spec_decode_tokens", None) or {}),
+            _spec_lengths(out),
             preempted,
             finished,
             *_request_counts(sched),
@@ -260,10 +260,10 @@ class Recorder:
         )
         demand = dict(zip(running_ids, running_demand, strict=True))
         demand.update(waiting_pre)
-        tokens_of, spec_of, demand_of = num_sched.get, spec.get, demand.get
+        tokens_of, spec_of, demand_of = num_sched.get, dict(zip(*spec, strict=True)).get, demand.get
 
         def entries(ids: Any) -> list[list[Any]]:
-            return [[r, tokens_of(r, 0), len(spec_of(r, ())), demand_of(r, -1)] for r in ids]
+            return [[r, tokens_of(r, 0), spec_of(r, 0), demand_of(r, -1)] for r in ids]
 
         n = len(num_sched)
         reserved = n * self.draft_slots
@@ -303,6 +303,13 @@ class Recorder:
         }
         self.steps_built += 1
         return record
+
+
+def _spec_lengths(out: Any) -> tuple[list[str], list[int]]:
+    """(ids, draft counts) of scheduled_spec_decode_tokens: lengths only, as flat lists
+    (C loops), so the step keeps none of vLLM's per-request token lists alive."""
+    spec = getattr(out, "scheduled_spec_decode_tokens", None) or {}
+    return list(spec), list(map(len, spec.values()))
 
 
 def _fast_demand_ok(request: Any) -> bool:

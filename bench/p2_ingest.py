@@ -1,0 +1,215 @@
+#!/usr/bin/env python3
+"""P2: trace ingest. tracer.reader.load against a bare orjson loop and pandas.
+
+On a generated trace in the real format (bench/gen_trace.py, 1,000,000 steps by
+default, cached under --dir), each contender runs in its own subprocess, so
+each peak RSS is its own; the contenders alternate within each repetition and
+every ratio is the median over repetitions:
+
+- orjson: `for line in open(path, "rb"): orjson.loads(line)` (gzip.open for .gz),
+  the floor any JSON Lines reader pays;
+- reader: `tracer.reader.load(path)`, columns and runner join included;
+- pandas: `pandas.read_json(path, lines=True)`, on the first --pandas-steps
+  steps (default 100,000; its memory grows several times faster than the
+  file), against the reader on that same file.
+
+Times exclude interpreter start-up and imports. MB/s is decompressed bytes per
+second. Peak RSS is the subprocess's ru_maxrss (imports included) and is also
+given against the file's size.
+
+    .venv/bin/python bench/p2_ingest.py            # 1M steps, plain and .gz
+    .venv/bin/python bench/p2_ingest.py --quick    # 50k steps, 3 repetitions
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import BENCH, ROOT, fmt_spread, machine, peak_rss_bytes, spread
+
+PY = sys.executable
+
+
+# -- worker side (one measurement per subprocess) -------------------------------------
+def worker(kind: str, path: Path) -> dict[str, Any]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    if kind == "orjson":
+        import orjson
+
+        loads = orjson.loads
+        base = peak_rss_bytes()
+        t0 = time.perf_counter()
+        n = 0
+        with opener(path, "rb") as f:
+            for line in f:
+                loads(line)
+                n += 1
+        dt = time.perf_counter() - t0
+    elif kind == "reader":
+        from tracer.reader import load
+
+        base = peak_rss_bytes()
+        t0 = time.perf_counter()
+        trace = load(path)
+        dt = time.perf_counter() - t0
+        n = len(trace)
+    elif kind == "pandas":
+        import pandas as pd
+
+        base = peak_rss_bytes()
+        t0 = time.perf_counter()
+        frame = pd.read_json(path, lines=True)
+        dt = time.perf_counter() - t0
+        n = len(frame)
+    else:
+        raise SystemExit(f"unknown worker {kind}")
+    return {"kind": kind, "seconds": dt, "items": n, "rss": peak_rss_bytes(), "rss_base": base}
+
+
+def run_worker(kind: str, path: Path) -> dict[str, Any]:
+    out = subprocess.run(
+        [PY, str(Path(__file__).resolve()), "--worker", kind, str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# -- driver ----------------------------------------------------------------------------
+def ensure_trace(directory: Path, steps: int) -> Path:
+    """The generated trace for `steps`, made once and reused (generation is the slow part)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"gen_{steps}.jsonl"
+    if not path.exists():
+        tmp = path.with_suffix(".tmp.jsonl")
+        subprocess.run([PY, str(BENCH / "gen_trace.py"), str(tmp), "--steps", str(steps)], check=True)
+        tmp.rename(path)
+    return path
+
+
+def ensure_gz(path: Path) -> Path:
+    gz = path.with_suffix(".jsonl.gz")
+    if not gz.exists():
+        tmp = gz.with_suffix(".tmp.gz")
+        with open(path, "rb") as src, gzip.open(tmp, "wb", compresslevel=3) as dst:
+            shutil.copyfileobj(src, dst, 1 << 22)  # the level the recorder writes .gz at
+        tmp.rename(gz)
+    return gz
+
+
+def ensure_head(path: Path, steps: int) -> Path:
+    """The first `steps` step records of `path` (header and runner records with them)."""
+    head = path.with_name(f"{path.stem}_head{steps}.jsonl")
+    if not head.exists():
+        tmp = head.with_suffix(".tmp.jsonl")
+        seen = 0
+        with open(path, "rb") as src, open(tmp, "wb") as dst:
+            for line in src:
+                if line.startswith(b'{"kind":"step"'):
+                    seen += 1
+                    if seen > steps:
+                        break
+                dst.write(line)
+        tmp.rename(head)
+    return head
+
+
+def compare(label: str, path: Path, kinds: list[str], reps: int, raw_size: int) -> dict[str, list]:
+    """Alternate the contenders `reps` times; return their measurements per kind."""
+    results: dict[str, list] = {k: [] for k in kinds}
+    for rep in range(reps):
+        order = kinds if rep % 2 == 0 else kinds[::-1]
+        for kind in order:
+            results[kind].append(run_worker(kind, path))
+    size = path.stat().st_size
+    print(f"  {label}: {path.name}, {size / 1e6:.1f} MB on disk, {raw_size / 1e6:.1f} MB of JSON Lines")
+    for kind in kinds:
+        secs = [r["seconds"] for r in results[kind]]
+        rss = [r["rss"] for r in results[kind]]
+        _, med, _ = spread(secs)
+        print(
+            f"    {kind:7s} {fmt_spread(secs, ' s', 2)}, {raw_size / med / 1e6:6.1f} MB/s, "
+            f"peak RSS {spread(rss)[1] / 1e6:7.1f} MB ({spread(rss)[1] / size:.2f}x the file; "
+            f"{spread([r['rss_base'] for r in results[kind]])[1] / 1e6:.0f} MB after imports), "
+            f"{results[kind][0]['items']:,} items"
+        )
+    return results
+
+
+def ratios(results: dict[str, list], a: str, b: str) -> list[float]:
+    return [x["seconds"] / y["seconds"] for x, y in zip(results[a], results[b], strict=True)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--worker", nargs=2, metavar=("KIND", "PATH"), help=argparse.SUPPRESS)
+    ap.add_argument("--steps", type=int, default=1_000_000)
+    ap.add_argument("--pandas-steps", type=int, default=100_000)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "schedscope-bench")
+    ap.add_argument("--no-gz", action="store_true", help="skip the .gz figures")
+    ap.add_argument("--no-pandas", action="store_true", help="skip the pandas comparison")
+    ap.add_argument("--quick", action="store_true", help="50,000 steps, 3 repetitions")
+    args = ap.parse_args(argv)
+    if args.worker:
+        print(json.dumps(worker(args.worker[0], Path(args.worker[1]))))
+        return 0
+    if args.quick:
+        args.steps, args.pandas_steps, args.reps = 50_000, 50_000, 3
+    try:
+        import pandas  # noqa: F401
+    except ImportError:
+        args.no_pandas = True
+        print("  (pandas is not installed: `pip install -e '.[bench]'` for the pandas comparison)")
+
+    print(f"P2 trace ingest: {machine()}")
+    path = ensure_trace(args.dir, args.steps)
+    raw = path.stat().st_size
+    steps = args.steps
+    print(f"  trace: {steps:,} steps, {raw / steps:.0f} bytes per step (bench/gen_trace.py defaults)")
+    plain = compare("plain", path, ["orjson", "reader"], args.reps, raw)
+    gz_ratio: list[float] = []
+    if not args.no_gz:
+        gz = compare("gzip", ensure_gz(path), ["orjson", "reader"], args.reps, raw)
+        gz_ratio = ratios(gz, "reader", "orjson")
+    pandas_ratio: list[float] = []
+    if not args.no_pandas:
+        head = path if args.pandas_steps >= steps else ensure_head(path, args.pandas_steps)
+        label = f"pandas ({min(args.pandas_steps, steps):,} steps)"
+        versus = compare(label, head, ["reader", "pandas"], args.reps, head.stat().st_size)
+        pandas_ratio = ratios(versus, "pandas", "reader")
+
+    reader_ratio = ratios(plain, "reader", "orjson")
+    print(f"  reader / bare orjson loop, plain: {fmt_spread(reader_ratio, 'x', 2)}")
+    if gz_ratio:
+        print(f"  reader / bare orjson loop, .gz:   {fmt_spread(gz_ratio, 'x', 2)}")
+    if pandas_ratio:
+        print(f"  pandas.read_json / reader:        {fmt_spread(pandas_ratio, 'x', 1)}")
+    med = spread(reader_ratio)[1]
+    figure = (
+        f"P2 figure: {steps:,}-step trace, reader {med:.2f}x a bare orjson loop (target <= 1.5x: "
+        f"{'met' if med <= 1.5 else 'NOT met'})"
+    )
+    if pandas_ratio:
+        pm = spread(pandas_ratio)[1]
+        verdict = "met" if pm >= 5 else "NOT met"
+        figure += f"; {pm:.1f}x faster than pandas.read_json (target >= 5x: {verdict})"
+    print(figure)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
