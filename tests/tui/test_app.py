@@ -17,10 +17,13 @@ from tui.screens.error import ErrorScreen
 from tui.screens.help import HelpScreen, help_sections
 from tui.screens.main import MainScreen
 from tui.widgets.tables import FlagList, StepTable
+from tui.widgets.textview import TextView
 from tui.widgets.timeline import Timeline
 
 
 def text(widget: Widget) -> str:
+    if isinstance(widget, TextView):
+        return widget.plain
     visual = widget.render()
     return getattr(visual, "plain", str(visual))
 

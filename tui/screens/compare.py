@@ -20,6 +20,7 @@ from tui.data import CompareModel, TraceModel
 from tui.screens.base import Command, StepScreen
 from tui.widgets.inspector import engine_line
 from tui.widgets.tables import DeltaTable
+from tui.widgets.textview import TextView
 from tui.widgets.timeline import Timeline
 from tui.widgets.vlist import VirtualList
 
@@ -69,7 +70,7 @@ class CompareScreen(StepScreen):
     CompareScreen #sides { height: auto; }
     CompareScreen .side { width: 1fr; height: auto; }
     CompareScreen .side-title { padding: 0 1; height: auto; }
-    CompareScreen .arith { padding: 0 1; height: auto; color: $text; }
+    CompareScreen .arith { height: 7; color: $text; }
     CompareScreen Timeline { border: round $primary 40%; }
     CompareScreen DeltaTable { height: 1fr; min-height: 5; }
     """
@@ -105,13 +106,13 @@ class CompareScreen(StepScreen):
                     timeline = Timeline(compact=True, id=f"timeline-{side}")
                     timeline.border_title = side.upper()
                     yield timeline
-                    yield Static("", id=f"arith-{side}", classes="arith")
+                    yield TextView("", id=f"arith-{side}", classes="arith")
         yield DeltaTable(id="deltas")
         yield Footer()
 
     def on_mount(self) -> None:
         self.query_one(DeltaTable).focus()
-        self.app.mark("first_frame")  # type: ignore[attr-defined]
+        self.call_after_refresh(self.app.mark, "first_frame")  # type: ignore[attr-defined]
         self.load()
 
     @property
@@ -163,7 +164,7 @@ class CompareScreen(StepScreen):
             return
         for side, trace_model in (("a", model.a), ("b", model.b)):
             self.query_one(f"#timeline-{side}", Timeline).set_view(self.window, self.cursor)
-            self.query_one(f"#arith-{side}", Static).update(self._arith(trace_model, side.upper()))
+            self.query_one(f"#arith-{side}", TextView).update(self._arith(trace_model, side.upper()))
         self.query_one(DeltaTable).set_cursor(self.cursor)
 
     def _arith(self, side: TraceModel, label: str) -> str:

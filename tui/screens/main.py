@@ -76,7 +76,7 @@ class MainScreen(StepScreen):
         with Horizontal(id="lower"):
             yield StepTable(id="steps")
             with TabbedContent(id="side", initial="inspector-tab"):
-                with TabPane("Inspector", id="inspector-tab"), VerticalScroll():
+                with TabPane("Inspector", id="inspector-tab"):
                     yield Inspector(id="inspector")
                 with TabPane("Flags", id="flags-tab"):
                     yield Static("", id="flag-filter")
@@ -89,7 +89,7 @@ class MainScreen(StepScreen):
 
     def on_mount(self) -> None:
         self.query_one(StepTable).focus()
-        self.app.mark("first_frame")  # type: ignore[attr-defined]
+        self.call_after_refresh(self.app.mark, "first_frame")  # type: ignore[attr-defined]
         self.feed = TraceFeed(self, self.path, follow=self.follow, strict=self.strict)
         self.feed.start()
         self.update_status()

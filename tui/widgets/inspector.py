@@ -14,6 +14,7 @@ from textual.widgets import Static
 from tracer.budget import arithmetic
 from tracer.compare import RequestLife
 from tui.data import TraceModel
+from tui.widgets.textview import TextView
 
 GLYPH = {"error": "✖", "warning": "▲", "info": "●"}
 SEVERITY_STYLE = {"error": "$error", "warning": "$warning", "info": "$text-muted"}
@@ -68,10 +69,8 @@ def run_line(model: TraceModel) -> str:
     )
 
 
-class Inspector(Static):
+class Inspector(TextView):
     """Everything about the step under the cursor."""
-
-    DEFAULT_CSS = "Inspector { padding: 0 1; }"
 
     def show(self, model: TraceModel | None, row: int) -> None:
         if model is None or not 0 <= row < len(model):

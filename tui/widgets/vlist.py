@@ -78,6 +78,7 @@ class VirtualList(ScrollView, can_focus=True):
         super().__init__(**kwargs)
         self.count = 0
         self.cursor = 0
+        self._scroll_pending = False
 
     # -- what a subclass provides -----------------------------------------------------
     def header(self) -> list[Cell]:
@@ -106,17 +107,30 @@ class VirtualList(ScrollView, can_focus=True):
             self.scroll_to_row(row)
 
     def scroll_to_row(self, row: int) -> None:
-        self._scroll_into_view(row)
-        # A new row count reaches the scroll limits only at the next layout: check again then.
-        self.call_after_refresh(self._scroll_into_view, row)
+        if not self.size.height:  # hidden (an inactive tab): scroll when it is shown
+            self._scroll_pending = True
+            return
+        if not self._scroll_into_view(row):
+            # A new row count reaches the scroll limits only at the next layout: try again then.
+            self.call_after_refresh(self._scroll_into_view, row)
 
-    def _scroll_into_view(self, row: int) -> None:
+    def _scroll_into_view(self, row: int) -> bool:
+        """Scroll so `row` is visible; False if the scroll limits do not allow it yet."""
         visible = max(1, self.size.height - 1)
         top = int(self.scroll_y)
         if row < top:
-            self.scroll_to(y=row, animate=False)
+            self.scroll_to(y=row, animate=False, force=True)
         elif row >= top + visible:
-            self.scroll_to(y=row - visible + 1, animate=False)
+            y = row - visible + 1
+            if y > self.max_scroll_y:
+                return False
+            self.scroll_to(y=y, animate=False, force=True)
+        return True
+
+    def on_resize(self, event: events.Resize) -> None:
+        if self._scroll_pending and self.size.height:
+            self._scroll_pending = False
+            self.scroll_to_row(self.cursor)
 
     def _choose(self, row: int) -> None:
         if self.count:
