@@ -203,30 +203,33 @@ class TraceBuilder:
         """Parse every complete line in `chunk` (plus any held remainder); return steps added."""
         before = self.steps_parsed
         if not self._data and type(chunk) is bytes:
-            self._data = chunk  # a whole file at once: parse it in place
-            self._parse(io.BytesIO(chunk), len(chunk))
-            return self.steps_parsed - before
-        if type(self._data) is not bytearray:
-            self._data = bytearray(self._data)
-        data = self._data
-        data += chunk
-        pos = self._pos
-        stop = data.rfind(b"\n", pos) + 1
-        if stop > pos:
-            with memoryview(data) as view:
-                region = bytes(view[pos:stop])
-            self._consume(io.BytesIO(region), pos, stop)
-            self._pos = stop
+            self._data = chunk  # a whole file at once: parsed in place, not copied
+        else:
+            if type(self._data) is not bytearray:
+                self._data = bytearray(self._data)
+            self._data += chunk
+        self._parse()
         return self.steps_parsed - before
 
-    def _parse(self, source: io.BytesIO, total: int, progress: Progress | None = None) -> None:
-        """Parse the complete lines of the whole buffer `source` (which is _data), in
-        windows of about 4 MiB so `progress` can be told how far it got."""
+    def _parse(self, progress: Progress | None = None) -> None:
+        """Parse every complete line of _data not parsed yet, in windows of about 4 MiB
+        (`progress` hears after each). bytes are read in place; a bytearray (it may
+        grow) one window at a time through a copy."""
         data, pos, window = self._data, self._pos, 1 << 22
+        total = len(data)
+        shared = None
+        if type(data) is bytes:
+            shared = io.BytesIO(data)  # shares the buffer
+            shared.seek(pos)
         while pos < total:
             stop = data.rfind(b"\n", pos, pos + window) + 1 or data.find(b"\n", pos + window) + 1
             if stop <= pos:
                 break  # only an unterminated last line is left: finish() decides
+            if shared is None:
+                with memoryview(data) as view:
+                    source = io.BytesIO(bytes(view[pos:stop]))
+            else:
+                source = shared
             self._consume(source, pos, stop)
             self._pos = pos = stop
             if progress is not None:
@@ -559,25 +562,33 @@ def _join_runner_exact(steps: np.ndarray, records: np.ndarray, runner: dict[str,
     return runner
 
 
-def _read_bytes(path: Path) -> tuple[bytes, str | None]:
+def _read_bytes(path: Path) -> tuple[bytes | bytearray, str | None]:
     """The file's decompressed bytes, and a note if a compressed stream was cut short."""
     raw = path.read_bytes()
     if path.suffix == ".gz" or raw[:2] == b"\x1f\x8b":
-        out = []
+        # Into one growing bytearray, 16 MiB of output at a time: no list of chunks
+        # plus their join (twice the trace in memory at once).
+        out = bytearray()
         note = None
         while raw:
             d = zlib.decompressobj(wbits=31)
+            tail = raw
             try:
-                out.append(d.decompress(raw))
+                while not d.eof:
+                    chunk = d.decompress(tail, 1 << 24)
+                    out += chunk
+                    tail = d.unconsumed_tail
+                    if not tail and not chunk:
+                        break
             except zlib.error as exc:
                 note = f"gzip data corrupt ({exc}); kept what decompressed"
                 break
             if not d.eof:
-                out.append(d.flush())
+                out += d.flush()
                 note = "gzip stream cut short; kept what decompressed"
                 break
             raw = d.unused_data  # appended writes make several gzip members
-        return b"".join(out), note
+        return out, note
     if path.suffix == ".zst":
         try:
             import zstandard  # optional: only if installed
@@ -601,7 +612,7 @@ def load(path: str | Path, *, strict: bool = True, progress: Progress | None = N
     builder = TraceBuilder(path, strict=strict)
     total = len(data)
     builder._data = data  # parsed in place: the Trace keeps these bytes for step detail
-    builder._parse(io.BytesIO(data), total, progress)
+    builder._parse(progress)
     if progress is not None:
         progress(total, total)
     torn = builder.finish()
