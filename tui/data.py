@@ -7,33 +7,44 @@ for quick navigation; it holds no budget logic and imports no Textual.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from tracer.compare import Comparison, compare
-from tracer.flags import KINDS, SEVERITY, Flag, FlagReport, detect
+from tracer.flags import KINDS, Flag, FlagReport, detect
 from tracer.lookup import flag_rows
 from tracer.reader import Trace
+
+SEVERITY_CODE = {"info": 1, "warning": 2, "error": 3}
+
+
+def _neighbour(rows: np.ndarray, row: int, backwards: bool) -> int | None:
+    """The first of the sorted `rows` after `row` (or the last before it)."""
+    if backwards:
+        i = int(np.searchsorted(rows, row, side="left")) - 1
+        return int(rows[i]) if i >= 0 else None
+    i = int(np.searchsorted(rows, row, side="right"))
+    return int(rows[i]) if i < len(rows) else None
 
 
 @dataclass
 class TraceModel:
+    """A trace with its flag report, indexed by row. Per-flag arrays, no per-step objects."""
+
     trace: Trace
     report: FlagReport
     flag_rows: np.ndarray  # row of each flag, sorted (flags are sorted by step)
     flag_kinds: np.ndarray  # kind of each flag (object array)
-    flags_by_row: dict[int, list[Flag]] = field(default_factory=dict)
+    flag_severity: np.ndarray  # 1 info, 2 warning, 3 error
 
     @classmethod
     def build(cls, trace: Trace, report: FlagReport | None = None) -> TraceModel:
         report = report if report is not None else detect(trace)
         rows, kinds = flag_rows(trace, report)
-        by_row: dict[int, list[Flag]] = {}
-        for row, flag in zip(rows.tolist(), report.flags, strict=True):
-            by_row.setdefault(row, []).append(flag)
-        return cls(trace, report, rows, kinds, by_row)
+        severity = np.fromiter((SEVERITY_CODE.get(f.severity, 1) for f in report.flags), np.int8, len(rows))
+        return cls(trace, report, rows, kinds, severity)
 
     @property
     def name(self) -> str:
@@ -47,26 +58,26 @@ class TraceModel:
         present = set(self.flag_kinds.tolist())
         return [k for k in KINDS if k in present]
 
-    def flag_mask(self, kind: str | None) -> np.ndarray:
-        return np.ones(len(self.flag_rows), bool) if kind is None else self.flag_kinds == kind
+    def flags_at(self, row: int) -> list[Flag]:
+        lo, hi = np.searchsorted(self.flag_rows, [row, row + 1])
+        return self.report.flags[int(lo) : int(hi)]
+
+    def flag_index(self, kind: str | None) -> np.ndarray:
+        """Positions in report.flags of the flags of `kind` (all when None)."""
+        if kind is None:
+            return np.arange(len(self.flag_rows))
+        return np.flatnonzero(self.flag_kinds == kind)
 
     def next_flag(self, row: int, kind: str | None = None, *, backwards: bool = False) -> int | None:
         """Row of the next (or previous) flagged step after `row`, optionally of one kind."""
-        rows = self.flag_rows[self.flag_mask(kind)]
-        if backwards:
-            i = int(np.searchsorted(rows, row, side="left")) - 1
-            return int(rows[i]) if i >= 0 else None
-        i = int(np.searchsorted(rows, row, side="right"))
-        return int(rows[i]) if i < len(rows) else None
+        rows = self.flag_rows if kind is None else self.flag_rows[self.flag_kinds == kind]
+        return _neighbour(rows, row, backwards)
 
-    def severity_rows(self) -> dict[str, np.ndarray]:
-        """Rows flagged at each severity (for the timeline's markers)."""
-        out: dict[str, np.ndarray] = {}
-        for sev in ("error", "warning", "info"):
-            kinds = [k for k, s in SEVERITY.items() if s == sev]
-            out[sev] = (
-                self.flag_rows[np.isin(self.flag_kinds, kinds)] if len(self.flag_rows) else self.flag_rows
-            )
+    def severity_by_row(self) -> np.ndarray:
+        """The worst flag severity of each row (0: none), for the timeline's markers."""
+        out = np.zeros(len(self.trace), dtype=np.int8)
+        ok = self.flag_rows >= 0
+        np.maximum.at(out, self.flag_rows[ok], self.flag_severity[ok])
         return out
 
 
@@ -90,9 +101,4 @@ class CompareModel:
         return len(self.comparison.steps)
 
     def next_change(self, row: int, *, backwards: bool = False) -> int | None:
-        rows = self.changed
-        if backwards:
-            i = int(np.searchsorted(rows, row, side="left")) - 1
-            return int(rows[i]) if i >= 0 else None
-        i = int(np.searchsorted(rows, row, side="right"))
-        return int(rows[i]) if i < len(rows) else None
+        return _neighbour(self.changed, row, backwards)

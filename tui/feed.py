@@ -154,6 +154,10 @@ class TraceFeed(threading.Thread):
             return False
         if self.snapshots == 0 or steps >= 2 * self.posted_steps:
             return True
+        if not self.follow:
+            # Loading: each snapshot re-runs the detectors over every step so far, so only
+            # doublings are posted; all of them together cost about one more final build.
+            return False
         if time.monotonic() - self._last_post >= self.interval:
             self.interval = max(self.base_interval, self.interval / 2)  # the UI keeps up again
             return True

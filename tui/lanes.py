@@ -131,9 +131,7 @@ def build_lanes(model: TraceModel, *, compact: bool = False) -> list[Lane]:
                 readout=lambda r: _fmt(at(col["num_waiting"], r)),
             )
         )
-    sev = np.zeros(n, dtype=np.int8)
-    for level, name in ((1, "info"), (2, "warning"), (3, "error")):
-        sev[model.severity_rows()[name]] = level
+    sev = model.severity_by_row()
     counts = np.bincount(model.flag_rows[model.flag_rows >= 0], minlength=n) if n else np.zeros(0, np.int64)
     lanes.append(
         Lane(

@@ -175,7 +175,7 @@ class CompareScreen(StepScreen):
         for line in arithmetic(side.trace, row, side.report.analysis):
             style = "$error" if line.startswith("withheld") else "$text"
             lines.append(f"[{style}]{escape(line)}[/]")
-        for flag in side.flags_by_row.get(row, []):
+        for flag in side.flags_at(row):
             lines.append(f"[$warning]{flag.kind}[/]")
         return "\n".join(lines)
 

@@ -108,7 +108,7 @@ class Inspector(TextView):
             f"KV {100 * float(rec['kv_usage']):.1f}%"
         )
         # Flags before requests: why the step was flagged is the first thing to read.
-        flags = model.flags_by_row.get(row, [])
+        flags = model.flags_at(row)
         out.append(f"[b $primary]Flags[/] ({len(flags)})" if flags else "[b $primary]Flags[/] none")
         for f in flags:
             style = SEVERITY_STYLE.get(f.severity, "$text")

@@ -6,7 +6,6 @@ from typing import Any
 
 import numpy as np
 
-from tracer.flags import Flag
 from tui.data import CompareModel, TraceModel
 from tui.widgets.vlist import Cell, VirtualList
 
@@ -69,7 +68,7 @@ class StepTable(VirtualList):
             (_col(int(col["num_waiting"][row]), 5), "row"),
             ("  ", "row"),
         ]
-        for flag in self.model.flags_by_row.get(row, ()):
+        for flag in self.model.flags_at(row):
             cells.append((f"{GLYPH.get(flag.severity, '?')} {flag.kind} ", flag.severity))
         return cells
 
@@ -81,18 +80,17 @@ class FlagList(VirtualList):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.flags: list[Flag] = []
+        self.model: TraceModel | None = None
+        self.index = np.zeros(0, dtype=np.int64)  # position in report.flags of each listed flag
         self.rows = np.zeros(0, dtype=np.int64)  # step row of each listed flag
 
     def show(self, model: TraceModel | None, kind: str | None) -> None:
-        if model is None:
-            self.flags, self.rows = [], np.zeros(0, dtype=np.int64)
-        else:
-            mask = model.flag_mask(kind)
-            self.flags = [f for f, keep in zip(model.report.flags, mask.tolist(), strict=True) if keep]
-            self.rows = model.flag_rows[mask]
+        # Index arrays, not a copied list: a trace can carry hundreds of thousands of flags.
+        self.model = model
+        self.index = model.flag_index(kind) if model is not None else np.zeros(0, dtype=np.int64)
+        self.rows = model.flag_rows[self.index] if model is not None else np.zeros(0, dtype=np.int64)
         self.empty_text = "no flags" if kind is None else f"no {kind} flags"
-        self.set_count(len(self.flags))
+        self.set_count(len(self.index))
 
     def sync_to_row(self, row: int) -> None:
         """Put the list cursor on the last flag at or before step `row`."""
@@ -103,7 +101,8 @@ class FlagList(VirtualList):
         return [(f"{'step':>7}   {'kind':<29}{'lost':>5}  what to do" + " " * 60, "header")]
 
     def row_cells(self, row: int) -> list[Cell]:
-        f = self.flags[row]
+        assert self.model is not None
+        f = self.model.report.flags[int(self.index[row])]
         lost = f.numbers.get("tokens_lost")
         return [
             (f"{f.step:>7} ", "muted"),
@@ -167,7 +166,7 @@ class DeltaTable(VirtualList):
             lost = int(side.report.analysis.withheld[row]) if row < len(side) else 0
             cells.append((_col(lost or "", 8), "lost"))
         for side in (self.model.a, self.model.b):
-            flags = side.flags_by_row.get(row, [])
+            flags = side.flags_at(row) if row < len(side) else []
             text = "".join(GLYPH.get(f.severity, "?") for f in flags[:4])
             cells.append((_col(text or "", 9), flags[0].severity if flags else "muted"))
         return cells
