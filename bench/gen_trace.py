@@ -101,6 +101,7 @@ class SimScheduler:
         self.draft_slots = draft_slots
         self.accept_p = args.accept
         self.num_blocks = args.kv_blocks
+        self.max_prompt = args.kv_blocks * BLOCK // 2
         self.free_blocks = args.kv_blocks
         self.arrival_rate = args.arrival_rate
         self.running: list[Req] = []
@@ -122,8 +123,10 @@ class SimScheduler:
     def arrive(self) -> None:
         rng = self.rng
         for _ in range(_poisson(rng, self.arrival_rate)):
-            prompt = int(min(16_000, max(8, rng.lognormvariate(5.5, 1.0))))
-            out = int(min(4_000, max(4, rng.lognormvariate(5.0, 0.9))))
+            # Capped so one request always fits the KV cache on its own, as vLLM
+            # refuses longer ones: otherwise preemptions can livelock the simulation.
+            prompt = int(min(self.max_prompt, max(8, rng.lognormvariate(5.5, 1.0))))
+            out = int(min(self.max_prompt // 2, max(4, rng.lognormvariate(5.0, 0.9))))
             rid = f"cmpl-{rng.getrandbits(64):016x}-0-{rng.getrandbits(32):08x}"
             self.requests[rid] = req = Req(rid, prompt, out)
             self.waiting.append(req)
