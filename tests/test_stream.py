@@ -204,9 +204,13 @@ def test_real_scheduler_streams_what_it_writes(tmp_path: Path, monkeypatch: pyte
 
     viewer = threading.Thread(target=view, daemon=True)
     viewer.start()
+    deadline = time.monotonic() + 30
+    while server.hub.viewers < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
     run_workload(sched, requests, accept=mixed_accept)
     sched.shutdown()
-    viewer.join(10)
+    viewer.join(60)  # generous: a loaded CI machine, not a timing assertion
+    assert not viewer.is_alive(), "the footer never reached the viewer"
     server.close()
     saved = tmp_path / "saved.jsonl"
     saved.write_bytes(b"".join(received))
