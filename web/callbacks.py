@@ -15,9 +15,9 @@ from dash import ALL, Dash, Input, Output, Patch, State, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
 from web import layout as ids
-from web.chart import build_figure, extend_patch, range_patch, selected_shape
+from web.chart import build_figure, extend_patch, range_patch, range_update, selected_shape
 from web.compare_view import compare_chart, headline, totals_table
-from web.decimate import MAX_POINTS, row_range
+from web.decimate import MAX_POINTS
 from web.export import figure_html, figure_png
 from web.flagtable import JUMP, filter_flags, page, table
 from web.inspector import inspector
@@ -50,21 +50,10 @@ def parse_xrange(relayout: dict[str, Any] | None) -> tuple[bool, Range]:
     return True, [float(lo), float(hi)]
 
 
-def _sent_rows(view: TraceView, x_range: Range, max_points: int) -> int:
-    """Rows the browser holds undecimated for this range, or -1 if they were decimated."""
-    lo, hi = row_range(view.steps, *(x_range or (None, None)))
-    return hi - lo if hi - lo <= max_points else -1
-
-
-def _state(view: TraceView, x_range: Range, selected: int | None, max_points: int) -> dict[str, Any]:
-    return {
-        "key": view.key,
-        "version": view.version,
-        "rows": len(view),
-        "range": x_range,
-        "sent": _sent_rows(view, x_range, max_points),
-        "selected": selected,
-    }
+def _state(view: TraceView, sent: int) -> dict[str, Any]:
+    """What the browser holds: which trace and version, its rows, the visible range, the most
+    points any line trace carries (`sent`: a live tick may extend up to the budget)."""
+    return {"key": view.key, "version": view.version, "rows": len(view), "range": None, "sent": sent}
 
 
 class Handlers:
@@ -92,20 +81,17 @@ class Handlers:
             msg = status or "no trace loaded: upload one"
             return _empty_figure(msg), None, None, status
         if trigger in (None, ids.TRACE) or not state or state.get("key") != view.key:
-            state = _state(view, None, None, self.max_points)
             fig = build_figure(timeline_chart(view), None, self.max_points, uirevision=view.key)
-            return fig, state, _version(view), status
+            sent = max((len(t.x) for t in fig.data if t.type == "scattergl"), default=0)
+            return fig, _state(view, sent), _version(view), status
         if trigger == ids.GRAPH:
             changed, x_range = parse_xrange(relayout)
             if not changed:
                 raise PreventUpdate
-            patch = range_patch(timeline_chart(view), x_range, self.max_points)
-            return (
-                patch,
-                {**state, "range": x_range, "sent": _sent_rows(view, x_range, self.max_points)},
-                no_update,
-                status,
-            )
+            patch, sent = range_update(timeline_chart(view), x_range, self.max_points)
+            # The arrays now hold every step of this view: a later tick extends from here.
+            held = {"range": x_range, "sent": sent, "rows": len(view), "version": view.version}
+            return patch, {**state, **held}, _version(view), status
         if trigger == ids.SELECTED:
             step = (selected or {}).get("step") if (selected or {}).get("key") == view.key else None
             return self._select(view, state, step), {**state, "selected": step}, no_update, status
@@ -121,11 +107,10 @@ class Handlers:
             # Jump: centre the step in a window of the current width, re-decimated.
             half = (x_range[1] - x_range[0]) / 2
             x_range = [step - half, step + half]
-            range_patch(timeline_chart(view), x_range, self.max_points, patch)
+            _, state["sent"] = range_update(timeline_chart(view), x_range, self.max_points, patch)
             patch["layout"]["xaxis"]["range"] = x_range
             patch["layout"]["xaxis"]["autorange"] = False
-            state["range"] = x_range
-            state["sent"] = _sent_rows(view, x_range, self.max_points)
+            state.update(range=x_range, rows=len(view), version=view.version)
         return patch
 
     def _tick(
@@ -142,13 +127,12 @@ class Handlers:
             width = x_range[1] - x_range[0]
             last = float(view.steps[-1])
             x_range = [last - width + 0.5, last + 0.5]
-        sent = state.get("sent", -1)
-        if sent >= 0 and sent + (new - old) <= self.max_points and x_range == state.get("range"):
+        sent = state.get("sent", self.max_points)
+        if sent + (new - old) <= self.max_points:
             patch = extend_patch(chart, old)  # only the new steps travel
             sent += new - old
-        else:
-            patch = range_patch(chart, x_range, self.max_points)
-            sent = _sent_rows(view, x_range, self.max_points)
+        else:  # over the budget: re-decimate, leaving a quarter of it for the next ticks' steps
+            patch, sent = range_update(chart, x_range, self.max_points * 3 // 4)
         if x_range != state.get("range"):
             patch["layout"]["xaxis"]["range"] = x_range
             patch["layout"]["xaxis"]["autorange"] = False
@@ -237,9 +221,11 @@ class Handlers:
         cache_key = f"{key_a}:{self.store.get(key_a).version}|{key_b}:{self.store.get(key_b).version}"
         chart = self._compare_chart(cache_key, c)
         same_pair = bool(state) and state.get("pair") == [key_a, key_b]
-        if trigger == ids.CMP_GRAPH:
+        # Until the browser holds this pair's figure, every trigger builds it: Dash keeps only the
+        # newest answer of a callback, so the graph's own first relayout must not answer "no update".
+        if trigger == ids.CMP_GRAPH and same_pair:
             changed, x_range = parse_xrange(relayout)
-            if not changed or not same_pair:
+            if not changed:
                 raise PreventUpdate
             patch = range_patch(chart, x_range, self.max_points)
             return patch, no_update, no_update, {**state, "range": x_range, "key": cache_key}

@@ -26,6 +26,8 @@ from web.decimate import MAX_POINTS, row_range, select_rows, thin
 
 XRange = tuple[float, float] | None
 MARKERS_MODE_BELOW = 200  # draw point markers on lines when this few points are visible
+# Flag markers per kind: about one per pixel column; each carries a long hover text.
+MAX_MARKERS = 1000
 
 
 @dataclass(frozen=True)
@@ -121,7 +123,7 @@ def trace_data(chart: Chart, x_range: XRange = None, max_points: int = MAX_POINT
         mode = "lines+markers" if len(x) <= MARKERS_MODE_BELOW else "lines"
         out += [{"x": x, "y": y, "mode": mode} for y in ys]
     for m in chart.markers:
-        out.append(_marker_data(chart, m, _marker_rows(m, lo, hi, max_points)))
+        out.append(_marker_data(chart, m, _marker_rows(m, lo, hi, min(max_points, MAX_MARKERS))))
     return out
 
 
@@ -253,11 +255,23 @@ def range_patch(
     chart: Chart, x_range: XRange, max_points: int = MAX_POINTS, patch: Patch | None = None
 ) -> Patch:
     """Re-decimated arrays of every trace for a new visible range; the layout is left alone."""
+    return range_update(chart, x_range, max_points, patch)[0]
+
+
+def range_update(
+    chart: Chart, x_range: XRange, max_points: int = MAX_POINTS, patch: Patch | None = None
+) -> tuple[Patch, int]:
+    """range_patch, and the most points any line trace now holds in the browser."""
     patch = patch if patch is not None else Patch()
-    for i, d in enumerate(trace_data(chart, x_range, max_points)):
+    data = trace_data(chart, x_range, max_points)
+    for i, d in enumerate(data):
         for key, value in d.items():
             patch["data"][i][key] = value
-    return patch
+    return patch, held_points(data)
+
+
+def held_points(data: list[dict[str, Any]]) -> int:
+    return max((len(d["x"]) for d in data if "mode" in d), default=0)
 
 
 def extend_patch(chart: Chart, old_rows: int, patch: Patch | None = None) -> Patch:

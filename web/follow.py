@@ -36,6 +36,7 @@ class FileFollower:
         self.status = f"waiting for {self.path}"
         self._builder = TraceBuilder(self.path, strict=False)
         self._offset = 0
+        self._bad: tuple[int, int] | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="schedscope-follow", daemon=True)
 
@@ -53,26 +54,35 @@ class FileFollower:
     def poll(self) -> bool:
         """Read what was appended since the last poll; publish a snapshot if anything changed."""
         try:
-            size = self.path.stat().st_size
+            st = self.path.stat()
         except FileNotFoundError:
             self.status = f"waiting for {self.path}"
             return False
+        size = st.st_size
+        if self._bad == (size, st.st_mtime_ns):
+            return False  # still the file we could not read
         if size < self._offset:  # truncated or replaced: start over
             self._builder = TraceBuilder(self.path, strict=False)
             self._offset = 0
         if size == self._offset:
             return False
+        had_header = self._builder.header is not None
+        added = 0
         with self.path.open("rb") as f:
             f.seek(self._offset)
-            chunk = f.read(min(CHUNK, size - self._offset))
-        self._offset += len(chunk)
-        had_header = self._builder.header is not None
-        try:
-            added = self._builder.feed(chunk)
-        except TraceError as exc:  # a bad header: nothing can be read until the file is rewritten
-            self.status = f"cannot follow: {exc}"
-            self._builder = TraceBuilder(self.path, strict=False)
-            return False
+            while self._offset < size:  # catch up in chunks, then publish once
+                chunk = f.read(min(CHUNK, size - self._offset))
+                if not chunk:
+                    break
+                self._offset += len(chunk)
+                try:
+                    added += self._builder.feed(chunk)
+                except TraceError as exc:  # a bad header: nothing to read until the file changes
+                    self.status = f"cannot follow: {exc}"
+                    self._builder = TraceBuilder(self.path, strict=False)
+                    self._offset = 0
+                    self._bad = (size, st.st_mtime_ns)
+                    return False
         if self._builder.header is None or (not added and had_header):
             return False
         trace = self._builder.build()

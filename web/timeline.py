@@ -46,6 +46,13 @@ def flag_markers(view: TraceView, panel: int) -> tuple[Markers, ...]:
     for kind in KINDS:
         flags = [f for f in view.report.flags if f.kind == kind]
         rows = np.searchsorted(steps, np.asarray([f.step for f in flags], dtype=np.int64))
+        hover: dict[int, str] = {}  # built on first show, reused by every later zoom
+
+        def text(i: int, flags: list[Flag] = flags, hover: dict[int, str] = hover) -> str:
+            if i not in hover:
+                hover[i] = flag_hover(flags[i])
+            return hover[i]
+
         out.append(
             Markers(
                 name=f"{KIND_SHORT[kind]} ({len(flags)})",
@@ -53,7 +60,7 @@ def flag_markers(view: TraceView, panel: int) -> tuple[Markers, ...]:
                 rows=rows,
                 y=[kind] * len(flags),
                 color=KIND_COLORS[kind],
-                text=lambda i, flags=flags: flag_hover(flags[i]),
+                text=text,
             )
         )
     return tuple(out)

@@ -53,6 +53,7 @@ def test_timeline_first_render_then_zoom_patches(h: Handlers) -> None:
     patch, state2, *_ = h.timeline(
         ids.GRAPH, "a", {"xaxis.range[0]": 1.5, "xaxis.range[1]": 3.5}, None, state, None
     )
+    assert state2["sent"] == 4 and state2["rows"] == 7  # steps 1..4 (one step of margin each side)
     assert isinstance(patch, Patch) and state2["range"] == [1.5, 3.5]
     assert {op["location"][0] for op in _ops(patch)} == {"data"}
     with pytest.raises(PreventUpdate):
@@ -164,12 +165,16 @@ def test_live_tick_extends_then_re_decimates(h: Handlers) -> None:
     patch, state, *_ = h.timeline(ids.TICK, "live", None, None, state, ["on"])
     assert state["range"] == [4_990.5, 5_000.5]
     assert any(op["location"] == ["layout", "xaxis", "range"] for op in _ops(patch))
-    # Past the point budget the arrays are re-decimated, not extended.
-    state = {**state, "range": None, "sent": -1}
+    # Past the point budget the arrays are re-decimated, leaving room for later ticks ...
     h.store.add("live", "live", tiled(9_000), version=4)
-    patch, state, *_ = h.timeline(ids.TICK, "live", None, None, state, [])
+    patch, state, *_ = h.timeline(ids.TICK, "live", None, None, {**state, "range": None}, [])
     xs = [op for op in _ops(patch) if op["location"][-1] == "x"]
-    assert all(op["operation"] == "Assign" and len(op["params"]["value"]) <= 4000 for op in xs)
+    assert all(op["operation"] == "Assign" and len(op["params"]["value"]) <= 3000 for op in xs)
+    assert state["sent"] == max(len(op["params"]["value"]) for op in xs)
+    # ... which then only extend, even though the view is decimated.
+    h.store.add("live", "live", tiled(9_050), version=5)
+    patch, state, *_ = h.timeline(ids.TICK, "live", None, None, state, [])
+    assert {op["operation"] for op in _ops(patch) if op["location"][-1] == "x"} == {"Extend"}
 
 
 def test_pause_toggles_the_interval(h: Handlers) -> None:

@@ -58,8 +58,12 @@ def test_the_thread_publishes_within_a_second(tmp_path: Path) -> None:
 def test_a_bad_header_is_reported_not_raised(tmp_path: Path) -> None:
     path = tmp_path / "bad.jsonl"
     path.write_bytes(b'{"kind":"step","step":1}\n')
-    f = FileFollower(path, Sink())
+    sink = Sink()
+    f = FileFollower(path, sink)
     assert not f.poll() and "cannot follow" in f.status
+    assert not f.poll()  # the same bad file is not read again
+    path.write_bytes(b"".join(lines()[:2]))  # rewritten as a trace: it is followed
+    assert f.poll() and sink.traces[-1] == (1, 1)
 
 
 def test_compressed_files_cannot_be_followed(tmp_path: Path) -> None:
