@@ -13,9 +13,12 @@ every ratio is the median over repetitions:
   steps (default 100,000; its memory grows several times faster than the
   file), against the reader on that same file.
 
-Times exclude interpreter start-up and imports. MB/s is decompressed bytes per
-second. Peak RSS is the subprocess's ru_maxrss (imports included) and is also
-given against the file's size.
+Times exclude interpreter start-up and imports. Ratios use each subprocess's
+CPU time (the work is single-threaded, so on an idle machine it equals wall
+time; on a shared one it leaves out the waits for a core); wall time is shown
+beside it. MB/s is decompressed bytes per CPU second. Peak RSS is the
+subprocess's ru_maxrss (imports included) and is also given against the
+file's size.
 
     .venv/bin/python bench/p2_ingest.py            # 1M steps, plain and .gz
     .venv/bin/python bench/p2_ingest.py --quick    # 50k steps, 3 repetitions
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import hashlib
 import json
 import shutil
 import subprocess
@@ -47,34 +51,33 @@ def worker(kind: str, path: Path) -> dict[str, Any]:
     if kind == "orjson":
         import orjson
 
-        loads = orjson.loads
-        base = peak_rss_bytes()
-        t0 = time.perf_counter()
-        n = 0
-        with opener(path, "rb") as f:
-            for line in f:
-                loads(line)
-                n += 1
-        dt = time.perf_counter() - t0
+        def run() -> int:
+            loads, n = orjson.loads, 0
+            with opener(path, "rb") as f:
+                for line in f:
+                    loads(line)
+                    n += 1
+            return n
+
     elif kind == "reader":
         from tracer.reader import load
 
-        base = peak_rss_bytes()
-        t0 = time.perf_counter()
-        trace = load(path)
-        dt = time.perf_counter() - t0
-        n = len(trace)
+        def run() -> int:
+            return len(load(path))
+
     elif kind == "pandas":
         import pandas as pd
 
-        base = peak_rss_bytes()
-        t0 = time.perf_counter()
-        frame = pd.read_json(path, lines=True)
-        dt = time.perf_counter() - t0
-        n = len(frame)
+        def run() -> int:
+            return len(pd.read_json(path, lines=True))
+
     else:
         raise SystemExit(f"unknown worker {kind}")
-    return {"kind": kind, "seconds": dt, "items": n, "rss": peak_rss_bytes(), "rss_base": base}
+    base = peak_rss_bytes()
+    wall, cpu = time.perf_counter(), time.process_time()
+    n = run()
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    return {"kind": kind, "seconds": wall, "cpu": cpu, "items": n, "rss": peak_rss_bytes(), "rss_base": base}
 
 
 def run_worker(kind: str, path: Path) -> dict[str, Any]:
@@ -92,7 +95,9 @@ def run_worker(kind: str, path: Path) -> dict[str, Any]:
 def ensure_trace(directory: Path, steps: int) -> Path:
     """The generated trace for `steps`, made once and reused (generation is the slow part)."""
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"gen_{steps}.jsonl"
+    # Named after the generator's source too: a changed generator makes a new file.
+    version = hashlib.sha1((BENCH / "gen_trace.py").read_bytes()).hexdigest()[:8]
+    path = directory / f"gen_{steps}_{version}.jsonl"
     if not path.exists():
         tmp = path.with_suffix(".tmp.jsonl")
         subprocess.run([PY, str(BENCH / "gen_trace.py"), str(tmp), "--steps", str(steps)], check=True)
@@ -137,11 +142,13 @@ def compare(label: str, path: Path, kinds: list[str], reps: int, raw_size: int) 
     size = path.stat().st_size
     print(f"  {label}: {path.name}, {size / 1e6:.1f} MB on disk, {raw_size / 1e6:.1f} MB of JSON Lines")
     for kind in kinds:
-        secs = [r["seconds"] for r in results[kind]]
+        cpu = [r["cpu"] for r in results[kind]]
+        wall = spread([r["seconds"] for r in results[kind]])[1]
         rss = [r["rss"] for r in results[kind]]
-        _, med, _ = spread(secs)
+        _, med, _ = spread(cpu)
         print(
-            f"    {kind:7s} {fmt_spread(secs, ' s', 2)}, {raw_size / med / 1e6:6.1f} MB/s, "
+            f"    {kind:7s} CPU {fmt_spread(cpu, ' s', 2)} (wall {wall:.2f} s), "
+            f"{raw_size / med / 1e6:6.1f} MB/s, "
             f"peak RSS {spread(rss)[1] / 1e6:7.1f} MB ({spread(rss)[1] / size:.2f}x the file; "
             f"{spread([r['rss_base'] for r in results[kind]])[1] / 1e6:.0f} MB after imports), "
             f"{results[kind][0]['items']:,} items"
@@ -150,7 +157,9 @@ def compare(label: str, path: Path, kinds: list[str], reps: int, raw_size: int) 
 
 
 def ratios(results: dict[str, list], a: str, b: str) -> list[float]:
-    return [x["seconds"] / y["seconds"] for x, y in zip(results[a], results[b], strict=True)]
+    """Per repetition, a's CPU time over b's: CPU time, not wall, so that waiting for a
+    core on a shared machine does not count (the work is single-threaded)."""
+    return [x["cpu"] / y["cpu"] for x, y in zip(results[a], results[b], strict=True)]
 
 
 def main(argv: list[str] | None = None) -> int:
