@@ -34,10 +34,10 @@ class Window:
 
     def zoom(self, factor: float, around: int, total: int) -> Window:
         """Scale the span by `factor` (<1 zooms in), keeping `around` at the same place."""
-        span = round(self.span * factor)
-        span = max(min(MIN_SPAN, total), min(max(1, total), span))
-        if span == self.span:
-            span = max(1, min(total, self.span + (1 if factor > 1 else -1)))
+        lo, hi = min(MIN_SPAN, max(1, total)), max(1, total)
+        span = max(lo, min(hi, round(self.span * factor)))
+        if span == self.span:  # rounding kept a small span: move by one step, within the bounds
+            span = max(lo, min(hi, self.span + (1 if factor > 1 else -1)))
         rel = (around - self.start) / self.span if self.span else 0.5
         return Window(round(around - rel * span), span).follow(around, total)
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from textual.message import Message
 from textual.message_pump import MessagePump
 
-from tracer.reader import TraceBuilder, TraceError, load
+from tracer.reader import Torn, TraceBuilder, TraceError, load
 from tui.data import TraceModel
 
 FIRST_CHUNK = 1 << 20  # small, so the first frame with data comes quickly
@@ -137,9 +137,9 @@ class TraceFeed(threading.Thread):
         trace = load(self.path, strict=self.strict, progress=lambda d, t: self._post(Progress(self, d, t)))
         self._post(Snapshot(self, TraceModel.build(trace), done=True))
 
-    def _snapshot(self, builder: TraceBuilder, *, done: bool, torn: object = None) -> None:
+    def _snapshot(self, builder: TraceBuilder, *, done: bool, torn: Torn | None = None) -> None:
         self._acked.clear()
-        model = TraceModel.build(builder.build(torn))  # type: ignore[arg-type]
+        model = TraceModel.build(builder.build(torn))
         self.posted_steps = len(model)
         self.snapshots += 1
         self._last_post = time.monotonic()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import time
 from pathlib import Path
 from typing import ClassVar
 
@@ -14,6 +13,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.markup import escape
 from textual.widgets import Footer, ProgressBar, Static, TabbedContent, TabPane
 
+from tracer.compare import RequestLife
 from tracer.lookup import matching_ids, request_life, rows_of_steps
 from tui.bins import Window
 from tui.data import TraceModel
@@ -272,20 +272,16 @@ class MainScreen(StepScreen):
         model = self.model
         if model is None:
             return
-        started = time.perf_counter()
         life = request_life(model.trace, text)
         suggestions = [] if life is not None else matching_ids(model.trace, text, limit=12)
         if life is None and len(suggestions) == 1:
             life = request_life(model.trace, suggestions[0])
-        self.app.call_from_thread(self._show_life, text, life, suggestions, time.perf_counter() - started)
+        self.app.call_from_thread(self._show_life, text, life, suggestions)
 
-    def _show_life(self, text: str, life: object, suggestions: list[str], _seconds: float) -> None:
-        from tracer.compare import RequestLife
-
-        panel = self.query_one(LifetimePanel)
-        panel.show_life(text, life if isinstance(life, RequestLife) else None, suggestions)
+    def _show_life(self, text: str, life: RequestLife | None, suggestions: list[str]) -> None:
+        self.query_one(LifetimePanel).show_life(text, life, suggestions)
         self.query_one(TabbedContent).active = "request-tab"
-        if isinstance(life, RequestLife) and self.model is not None:
+        if life is not None and self.model is not None:
             step = life.admitted if life.admitted is not None else (life.scheduled or [None])[0]
             if step is not None:
                 row = int(rows_of_steps(self.model.trace, [step])[0])

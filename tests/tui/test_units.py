@@ -1,0 +1,77 @@
+"""Pure pieces of the TUI: the zoom window, column binning, flag navigation, the feed's backoff."""
+
+from __future__ import annotations
+
+import numpy as np
+from textual.message import Message
+
+from tests.tui.helpers import ADDITIVE, SAMPLES
+from tracer.reader import load
+from tui.bins import MIN_SPAN, Columns, Window, eighths
+from tui.data import CompareModel, TraceModel
+from tui.feed import MAX_INTERVAL, Progress, Snapshot, TraceFeed
+
+
+def test_window_zoom_pan_follow_stay_in_range() -> None:
+    total = 1_000_000
+    w = Window.fit(total)
+    for _ in range(30):
+        w = w.zoom(0.5, 999_999, total)
+        assert w.start <= 999_999 < w.end <= total
+    assert w.span == MIN_SPAN
+    assert w.pan(-0.5, total).start < w.start
+    assert Window(0, 10).follow(50, 100) == Window(41, 10)
+    assert Window.fit(3).zoom(2, 1, 3) == Window(0, 3)
+
+
+def test_columns_reduce_max_sum_and_mean_per_bin() -> None:
+    values = np.arange(100, dtype=np.int64)
+    cols = Columns.of(Window(0, 100), 10)
+    assert cols.max(values).tolist() == list(range(9, 100, 10))
+    assert cols.sum(values)[0] == sum(range(10))
+    assert cols.mean(values)[1] == 14.5
+    assert cols.of_row(55) == (5, 6)
+    stretched = Columns.of(Window(0, 4), 12)  # 3 columns per step
+    assert stretched.stretched and stretched.spans() == [(0, 0, 3), (1, 3, 6), (2, 6, 9), (3, 9, 12)]
+    assert stretched.of_row(2) == (6, 9)
+    assert Columns.of(Window(0, 10), 5).max(np.arange(4)).tolist() == [1, 3, 0, 0, 0]  # past the end: 0
+
+
+def test_eighths_never_hide_a_nonzero_value() -> None:
+    assert eighths(np.array([0, 1, 8192]), 8192, 3).tolist() == [0, 1, 24]
+
+
+def test_flag_navigation_and_compare_changes() -> None:
+    model = TraceModel.build(load(SAMPLES / "dspark_k4_additive.jsonl"))
+    assert model.flag_rows.tolist() == [0, 1, 5]
+    assert model.next_flag(1) == 5 and model.next_flag(5) is None
+    assert model.next_flag(5, backwards=True) == 1 and model.next_flag(0, backwards=True) is None
+    assert model.next_flag(0, "query-overflow") is None
+    assert [f.step for f in model.flags_at(5)] == [6] and model.flags_at(2) == []
+    assert model.severity_by_row().tolist() == [2, 2, 0, 0, 0, 2, 0, 0]
+    cmp = CompareModel.build(load(ADDITIVE), load(SAMPLES / "dflash_k7_separate.jsonl"))
+    assert cmp.changed[0] == 0 and cmp.next_change(0) == 1
+
+
+class _Sink:
+    def __init__(self) -> None:
+        self.messages: list[Message] = []
+
+    def post_message(self, message: Message) -> bool:
+        self.messages.append(message)
+        return True
+
+
+def test_feed_backs_off_while_the_ui_is_behind_and_coalesces() -> None:
+    feed = TraceFeed(_Sink(), ADDITIVE, follow=True)  # type: ignore[arg-type]
+    assert feed._due(1)  # the first snapshot is always due
+    feed.snapshots, feed.posted_steps = 1, 1
+    feed._acked.clear()  # a snapshot is out and the UI has not applied it
+    before = feed.interval
+    assert not feed._due(5)
+    assert not feed._due(9)
+    assert feed.interval == min(MAX_INTERVAL, before * 4)
+    feed.ack()
+    assert feed._due(9)  # doubled since the last post
+    a, b = Progress(feed, 1, 2), Progress(feed, 2, 2)
+    assert a.can_replace(b) and not a.can_replace(Snapshot(feed, TraceModel.build(load(ADDITIVE)), done=True))
