@@ -16,12 +16,14 @@ import orjson
 import pytest
 
 from tracer.attach import StreamFollower
-from tracer.reader import load
+from tracer.reader import TraceError, load
 from tracer.stream import StreamConfigError, StreamHub, StreamServer, parse_bind
 
 
 def step_line(i: int) -> bytes:
-    return orjson.dumps({"kind": "step", "step": i, "t": 0.0}, option=orjson.OPT_APPEND_NEWLINE)
+    budget = {"cap": 8, "used": 1, "left": 7}
+    rec = {"kind": "step", "step": i, "t": 0.0, "target": budget, "input": budget}
+    return orjson.dumps(rec, option=orjson.OPT_APPEND_NEWLINE)
 
 
 HEADER = orjson.dumps(
@@ -234,3 +236,37 @@ def test_stream_bench_quick_completes_without_drops(mode: list[str]) -> None:
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "0 drops to both viewers" in done.stdout
+
+
+def test_mirror_makes_a_followable_trace_with_gaps(tmp_path: Path) -> None:
+    """`tui/web --attach` mirror the stream into a file they then follow."""
+    import argparse
+
+    from tracer.attach import StreamMirror
+    from tracer.cli import _attach_as_follow
+
+    hub = StreamHub(backlog=3)
+    server = StreamServer(hub, "127.0.0.1", 0)
+    try:
+        hub.publish([HEADER, *(step_line(i) for i in range(1, 6))])
+        mirror = StreamMirror(server.url, tmp_path / "m.jsonl")
+
+        def steps_so_far() -> int:
+            try:
+                return len(load(tmp_path / "m.jsonl"))
+            except TraceError:  # no header written yet
+                return 0
+
+        deadline = time.monotonic() + 10
+        while steps_so_far() < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        hub.publish([step_line(6)])
+        while steps_so_far() < 4 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        trace = load(tmp_path / "m.jsonl")
+        assert list(trace.columns["step"]) == [3, 4, 5, 6] and mirror.gaps == 0
+        args = argparse.Namespace(attach=server.url, save=str(tmp_path / "s.jsonl"), token=None, follow=None)
+        _attach_as_follow(args)
+        assert args.follow == str(tmp_path / "s.jsonl")
+    finally:
+        server.close()

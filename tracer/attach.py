@@ -8,11 +8,13 @@ explicit `gap` record, so a gap is always shown, never silently skipped.
 
 from __future__ import annotations
 
+import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlparse, urlunparse
 
@@ -144,3 +146,33 @@ def step_line(record: dict[str, Any]) -> str:
         f"/{i['cap']:<5}{q}  new {n[0]} res {n[1]} run {n[2]}  pre {len(record.get('preempted', ()))} "
         f"fin {len(record.get('finished', ()))}  wait {record.get('num_waiting', 0)}"
     )
+
+
+class StreamMirror:
+    """Mirror a live stream into a local trace file, in a daemon thread.
+
+    The TUI and the web app follow that file exactly as they follow a file a
+    server writes (`--follow`), so attaching reuses their tailing, and the file
+    is a normal trace afterwards (`gap` records included, which the reader
+    keeps in `Trace.gaps`).
+    """
+
+    def __init__(self, url: str, path: str | Path, *, token: str | None = None) -> None:
+        self.path = Path(path)
+        self.path.write_bytes(b"")
+        self.follower = StreamFollower(url, token=token)
+        self.status = "connecting"
+        self.gaps = 0
+        self._thread = threading.Thread(target=self._run, name="schedscope-attach", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        with self.path.open("ab") as out:
+            for event in self.follower.events():
+                if event.kind == "status":
+                    self.status = event.message
+                    continue
+                if (event.record or {}).get("kind") == "gap":
+                    self.gaps += 1
+                out.write(event.line)
+                out.flush()

@@ -166,11 +166,26 @@ def cmd_attach(args: argparse.Namespace) -> int:
     return 0
 
 
+def _attach_as_follow(args: argparse.Namespace) -> None:
+    """--attach URL: mirror the live stream into a file (--save, or a temp file) and follow it."""
+    if not getattr(args, "attach", None):
+        return
+    import tempfile
+
+    from tracer.attach import StreamMirror
+
+    path = args.save or os.path.join(tempfile.mkdtemp(prefix="schedscope-attach-"), "live.jsonl")
+    StreamMirror(args.attach, path, token=args.token or os.environ.get("SCHEDSCOPE_STREAM_TOKEN"))
+    print(f"schedscope: attached to {args.attach}; mirroring into {path}", file=sys.stderr)
+    args.follow = path
+
+
 def cmd_web(args: argparse.Namespace) -> int:
     """Serve the Dash web app over one or two traces and/or a growing file; loopback unless --allow-remote."""
     from tracer.reader import load
     from tracer.stream import is_loopback
 
+    _attach_as_follow(args)
     if not args.trace and not args.follow:
         print("schedscope: error: web needs a TRACE, or --follow FILE", file=sys.stderr)
         return 2
@@ -214,6 +229,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def cmd_tui(args: argparse.Namespace) -> int:
     """The Textual terminal UI; imported here so tracer never imports textual at module level."""
+    _attach_as_follow(args)
     if args.follow is None and args.trace is None:
         print("schedscope: error: give a trace, two traces to compare, or --follow FILE", file=sys.stderr)
         return 2
@@ -254,6 +270,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"schedscope {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def attach_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--attach",
+            metavar="URL",
+            help="follow a live server's stream (SCHEDSCOPE_STREAM), e.g. http://127.0.0.1:8799/trace",
+        )
+        p.add_argument("--save", metavar="FILE", help="with --attach: keep what is received in FILE")
+        p.add_argument("--token", help="with --attach: bearer token (default: $SCHEDSCOPE_STREAM_TOKEN)")
 
     def trace_arg(p: argparse.ArgumentParser) -> None:
         p.add_argument("trace", help="trace file (.jsonl, .jsonl.gz)")
@@ -334,6 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("trace", nargs="?", help="trace file (.jsonl, .jsonl.gz)")
     p.add_argument("trace_b", nargs="?", help="a second trace, to compare against the first")
     p.add_argument("--follow", metavar="FILE", help="follow a trace file as it grows (plain .jsonl)")
+    attach_args(p)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8050, help="port (default 8050)")
     p.add_argument(
@@ -367,6 +393,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("trace", nargs="?", help="trace file (.jsonl, .jsonl.gz)")
     p.add_argument("trace_b", nargs="?", help="a second trace: compare it with the first (B against A)")
     p.add_argument("--follow", metavar="FILE", help="tail FILE as it grows (a plain .jsonl being written)")
+    attach_args(p)
     p.add_argument("--compare", action="store_true", help="compare TRACE and TRACE_B side by side")
     p.add_argument("--lenient", action="store_true", help="skip malformed lines instead of stopping")
     p.set_defaults(func=cmd_tui)
