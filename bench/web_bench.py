@@ -91,28 +91,35 @@ def points(payload: dict[str, Any]) -> int:
     return max((len(t.get("x", ())) for t in payload["data"]), default=0)
 
 
-def _prefix(path: Path, steps: int) -> tuple[bytes, list[bytes]]:
-    """The trace's header and records up to `steps` steps, then the next 100 steps' records."""
+def _prefix(path: Path, steps: int, more: int) -> tuple[bytes, list[bytes]]:
+    """The trace's records up to `steps` steps, then each of the next `more` steps' records."""
     head, tail, n = [], [], 0
     with path.open("rb") as f:
         for line in f:
             n += line.startswith(b'{"kind":"step"')
-            if n > steps + 100:
+            if n > steps + more:
                 break
-            (head if n <= steps else tail).append(line)
+            if n <= steps:
+                head.append(line)
+            elif line.startswith(b'{"kind":"step"') or not tail:
+                tail.append(line)
+            else:
+                tail[-1] += line  # runner records ride with their step
     return b"".join(head), tail
 
 
-def live(path: Path, steps: int, rounds: int) -> None:
-    """--follow: a file of `steps` steps grows by 100; the follower's snapshot, then the tick's Patch."""
+def live(path: Path, steps: int, rounds: int, per_tick: int = 100) -> None:
+    """--follow: a file of `steps` steps grows by `per_tick` steps between ticks. Timed: the
+    follower's snapshot (its thread), the first tick's Patch (re-decimates a full view) and the
+    next ones (extend)."""
     import tempfile
 
     from web.follow import FileFollower
 
-    head, tail = _prefix(path, steps)
+    head, tail = _prefix(path, steps, 4 * per_tick)
+    snap, first, later, first_kib, later_kib = [], [], [], 0.0, 0.0
     with tempfile.TemporaryDirectory() as tmp:
         file = Path(tmp) / "live.jsonl"
-        snap_times, tick_times, sizes = [], [], []
         for _ in range(rounds):
             file.write_bytes(head)
             store = TraceStore()
@@ -120,19 +127,23 @@ def live(path: Path, steps: int, rounds: int) -> None:
             follower.poll()
             h = Handlers(store)
             _, state, *_ = h.timeline(None, "live", None, None, None, [])
-            with file.open("ab") as f:
-                f.write(b"".join(tail))
-            t = time.perf_counter()
-            follower.poll()  # read, parse, snapshot, analyze + detect: the follower thread's work
-            snap_times.append(time.perf_counter() - t)
-            t = time.perf_counter()
-            patch, *_ = h.timeline(ids.TICK, "live", None, None, state, [])
-            payload = to_json(patch)
-            tick_times.append(time.perf_counter() - t)
-            sizes.append(len(payload))
+            for k in range(4):
+                with file.open("ab") as f:
+                    f.write(b"".join(tail[k * per_tick : (k + 1) * per_tick]))
+                t = time.perf_counter()
+                follower.poll()  # read, parse, snapshot, analyze + detect: the follower thread's work
+                snap.append(time.perf_counter() - t)
+                t = time.perf_counter()
+                patch, state, *_ = h.timeline(ids.TICK, "live", None, None, state, [])
+                payload = to_json(patch)
+                (first if k == 0 else later).append(time.perf_counter() - t)
+                if k == 0:
+                    first_kib = max(first_kib, len(payload) / 1024)
+                else:
+                    later_kib = max(later_kib, len(payload) / 1024)
     print(
-        f"live, {steps:,} steps + 100: follower snapshot {spread(snap_times)}; "
-        f"tick Patch {spread(tick_times)}, {max(sizes) / 1024:.0f} KiB"
+        f"live, {steps:,} steps, +{per_tick} per tick: follower snapshot {spread(snap)}; "
+        f"first tick {spread(first)}, ≤{first_kib:.0f} KiB; later ticks {spread(later)}, ≤{later_kib:.0f} KiB"
     )
 
 
@@ -186,7 +197,14 @@ def main(argv: list[str] | None = None) -> int:
     store = TraceStore()
     store.put(view)
     h = Handlers(store)
-    h.timeline(None, "a", None, None, None, None)  # charts cached, as after the first page load
+
+    def page_load() -> str:  # `schedscope web` builds the view at start: a page load is this
+        view.cache.clear()
+        fig, *_ = h.timeline(None, "a", None, None, None, None)
+        return fig.to_json()
+
+    times, _ = timed(page_load, args.rounds)
+    print(f"first figure of a running app (page load: chart, figure, JSON): {spread(times)}")
     last = float(view.steps[-1])
     zooms = {
         "reset (whole trace)": {"xaxis.autorange": True},
