@@ -43,7 +43,7 @@ CMP_HEADLINE = "compare-headline"
 CMP_TOTALS = "compare-totals"
 CMP_VIEW = "compare-view"
 
-TICK_MS = 500  # with the follower's 0.25 s poll, new steps show within a second
+TICK_MS = 300  # with the follower's 0.25 s poll, new steps show within a second
 
 CSS = """
 body { font-family: "Liberation Sans", "DejaVu Sans", Arial, sans-serif; margin: 0; color: #222; }
