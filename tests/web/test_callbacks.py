@@ -226,3 +226,20 @@ def test_downloads_rebuild_the_figure_on_the_server(h: Handlers) -> None:
     _, _, _, cmp_state = h.compare(None, "compare", "a", "b", None, None)
     page = h.download(ids.DOWNLOAD_HTML, "compare", state, cmp_state)
     assert page["filename"] == "schedscope-compare.html"
+
+
+def test_follow_before_the_file_exists(tmp_path: Any) -> None:
+    from web.follow import FileFollower
+
+    store = TraceStore()
+    path = tmp_path / "later.jsonl"
+    follower = FileFollower(path, lambda t, v: store.add("live", "live", t, version=v))
+    h = Handlers(store, follower=follower)
+    fig, state, _, status = h.timeline(None, "live", None, None, None, ["on"])
+    assert state is None and "waiting for" in status and "waiting for" in str(fig)
+    assert h.timeline(ids.TICK, "live", None, None, None, ["on"])[0] is no_update  # nothing resent
+    path.write_bytes(ADDITIVE.read_bytes())
+    follower.poll()
+    fig, state, version, status = h.timeline(ids.TICK, "live", None, None, None, ["on"])
+    assert isinstance(fig, go.Figure) and state["rows"] == 7 and version == "live:1"
+    assert status == "following later.jsonl: 7 steps"
