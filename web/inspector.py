@@ -65,7 +65,7 @@ def _id_list(label: str, ids: list[Any], extra: int = 0) -> html.Div | None:
 def inspector(view: TraceView | None, step: int | None) -> list[Any]:
     """Children of the inspector panel for a recorded step number."""
     if view is None or step is None:
-        return [html.P("Click a step in the timeline, or a row of the flag table, to inspect it.")]
+        return [html.P("Click a step in the timeline, or a step in the flag table, to inspect it.")]
     row = view.row_of(step)
     if row is None:
         return [html.P(f"This trace has no step {step}.")]
