@@ -18,6 +18,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
 
+# Measure another revision's tracer with today's benches (the "before" figures in
+# docs/performance.md): a directory holding a `tracer` package, e.g. made with
+#   git archive 2bd79de tracer | tar -x -C /tmp/before
+ALT_TRACER = os.environ.get("SCHEDSCOPE_BENCH_TRACER")
+if ALT_TRACER:
+    sys.path.insert(0, ALT_TRACER)
+
 
 def spread(values: Sequence[float]) -> tuple[float, float, float]:
     """(min, median, max)."""
