@@ -156,6 +156,47 @@ def compare(label: str, path: Path, kinds: list[str], reps: int, raw_size: int) 
     return results
 
 
+def where_time_goes(path: Path, reps: int) -> dict[str, float]:
+    """CPU seconds, in this process on `path` (already in memory), of: the bare loop;
+    the same loop that also reads each record's kind and tracks byte offsets (what
+    any reader with step detail must do at least); and tracer.reader's TraceBuilder.
+    The differences split the reader's time into parsing, bookkeeping and columns."""
+    import io
+
+    import orjson
+
+    from tracer.reader import TraceBuilder
+
+    data = path.read_bytes()
+    loads = orjson.loads
+
+    def bare() -> None:
+        for line in io.BytesIO(data):
+            loads(line)
+
+    def dispatch() -> None:
+        pos = 0
+        for line in io.BytesIO(data):
+            r = loads(line)
+            if r["kind"] == "step":
+                pos += len(line)
+            else:
+                pos += len(line)
+
+    def builder() -> None:
+        b = TraceBuilder(path)
+        b.feed(data)  # one bytes chunk: parsed in place, as load() does
+        b.build(b.finish())
+
+    out: dict[str, list[float]] = {"bare orjson loop": [], "+ kind and offsets": [], "TraceBuilder": []}
+    for _ in range(reps):
+        for name, fn in zip(out, (bare, dispatch, builder), strict=True):
+            t0 = time.process_time()
+            fn()
+            out[name].append(time.process_time() - t0)
+    return {name: spread(v)[1] for name, v in out.items()}
+
+
 def ratios(results: dict[str, list], a: str, b: str) -> list[float]:
     """Per repetition, a's CPU time over b's: CPU time, not wall, so that waiting for a
     core on a shared machine does not count (the work is single-threaded)."""
@@ -171,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "schedscope-bench")
     ap.add_argument("--no-gz", action="store_true", help="skip the .gz figures")
     ap.add_argument("--no-pandas", action="store_true", help="skip the pandas comparison")
+    ap.add_argument("--profile", action="store_true", help="also split the reader's time (in-process)")
     ap.add_argument("--quick", action="store_true", help="50,000 steps, 3 repetitions")
     args = ap.parse_args(argv)
     if args.worker:
@@ -200,6 +242,14 @@ def main(argv: list[str] | None = None) -> int:
         label = f"pandas ({min(args.pandas_steps, steps):,} steps)"
         versus = compare(label, head, ["reader", "pandas"], args.reps, head.stat().st_size)
         pandas_ratio = ratios(versus, "pandas", "reader")
+
+    if args.profile or args.quick:
+        head = path if steps <= 100_000 else ensure_head(path, 100_000)
+        split = where_time_goes(head, args.reps)
+        base = split["bare orjson loop"]
+        print(f"  where the reader's time goes ({head.name}, in-process CPU, median of {args.reps}):")
+        for name, secs in split.items():
+            print(f"    {name:22s} {secs:6.2f} s  {secs / base:5.2f}x")
 
     reader_ratio = ratios(plain, "reader", "orjson")
     print(f"  reader / bare orjson loop, plain: {fmt_spread(reader_ratio, 'x', 2)}")
