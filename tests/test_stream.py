@@ -270,3 +270,19 @@ def test_mirror_makes_a_followable_trace_with_gaps(tmp_path: Path) -> None:
         assert args.follow == str(tmp_path / "s.jsonl")
     finally:
         server.close()
+
+
+def test_a_viewer_that_connects_before_the_header_still_gets_it() -> None:
+    hub = StreamHub()
+    server = StreamServer(hub, "127.0.0.1", 0)
+    try:
+        got: list[dict[str, Any]] = []
+        viewer = threading.Thread(target=lambda: got.extend(collect(StreamFollower(server.url), 1)))
+        viewer.start()
+        while hub.viewers < 1:
+            time.sleep(0.01)
+        hub.publish([HEADER, step_line(1)])
+        viewer.join(10)
+        assert [r["kind"] for r in got] == ["header", "step"]
+    finally:
+        server.close()

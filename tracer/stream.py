@@ -109,17 +109,23 @@ class StreamHub:
     # writer thread
     def publish(self, lines: list[bytes]) -> None:
         fresh: list[bytes] = []
+        ringed: list[tuple[int, bytes]] = []
+        header = None
         for line in lines:
             step = _step_of(line)
             if step is None and line.startswith(b'{"kind":"header"'):
-                self.header = line
-                continue
-            if step is not None:
-                self.last_step = max(self.last_step, step)
+                header = line  # kept apart (every viewer opens with it), and sent on
+            else:
+                if step is not None:
+                    self.last_step = max(self.last_step, step)
+                ringed.append((step or self.last_step, line))
             fresh.append(line)
+        # One lock orders publish and subscribe: a record is either in a new
+        # viewer's opening lines or in its queue, never both nor neither.
         with self._lock:
-            for line in fresh:
-                self._ring.append((_step_of(line) or self.last_step, line))
+            if header is not None:
+                self.header = header
+            self._ring.extend(ringed)
             viewers = list(self._viewers)
         for viewer in viewers:
             if not viewer.offer(fresh):
@@ -142,7 +148,7 @@ class StreamHub:
             backlog = [line for step, line in self._ring if step > since]
             oldest = self._ring[0][0] if self._ring else self.last_step + 1
             self._viewers.add(viewer)
-        opening = [self.header] if self.header else []
+            opening = [self.header] if self.header else []
         if since and oldest > since + 1:
             gap = {"kind": "gap", "after": since, "before": oldest, "reason": "left the server's backlog"}
             opening.append(orjson.dumps(gap, option=orjson.OPT_APPEND_NEWLINE))
