@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from tracer.flags import detect
 from tracer.reader import Trace
 
 
@@ -73,6 +74,12 @@ def summary_lines(trace: Trace, *, first: int = 0, limit: int | None = 40) -> It
     )
     busiest = int(np.argmax(target))
     yield f"busiest  step {int(col['step'][busiest])}: {_budget_line(trace, busiest)}"
+    report = detect(trace)
+    counts = ", ".join(f"{kind} ×{n}" for kind, n in report.counts().items()) or "none"
+    lost = f"; {report.tokens_lost} target tokens lost" if report.tokens_lost else ""
+    yield f"flags    {counts}{lost}" + (" (schedscope flags TRACE lists them)" if report.flags else "")
+    for flag in report.flags[:1]:
+        yield f"         step {flag.step}: {flag.message}"
     yield ""
     yield from step_table(trace, first=first, limit=limit)
 

@@ -1,0 +1,38 @@
+"""The command line's reading commands on the bundled sample traces."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+
+from tests.conftest import ROOT
+from tracer.cli import main
+
+SAMPLE = str(ROOT / "sample_traces" / "dflash_k7_additive.jsonl")
+
+
+def test_summary_shows_the_budget_arithmetic_and_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["summary", SAMPLE]) == 0
+    out = capsys.readouterr().out
+    assert "busiest  step 1: input 8192 = 8185 target + 7 reserved draft slots" in out
+    assert "flags    additive-double-reservation ×4; 28 target tokens lost" in out
+    assert "     1  8185/8192   8192(+7)/8192" in out
+
+
+def test_step_prints_the_record(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["step", SAMPLE, "1"]) == 0
+    record = orjson.loads(capsys.readouterr().out)
+    assert record["target"] == {"cap": 8192, "used": 8185, "left": 7}
+    assert main(["step", SAMPLE, "99"]) == 2
+
+
+def test_bad_files_get_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["summary", str(tmp_path / "nope.jsonl")]) == 2
+    assert "nope.jsonl: no such file" in capsys.readouterr().err
+    torn = tmp_path / "torn.jsonl"
+    torn.write_bytes(Path(SAMPLE).read_bytes()[:-40])
+    assert main(["summary", str(torn)]) == 0
+    out = capsys.readouterr().out
+    assert "torn     torn at line" in out and "no footer" in out
