@@ -36,3 +36,14 @@ def test_bad_files_get_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert main(["summary", str(torn)]) == 0
     out = capsys.readouterr().out
     assert "torn     torn at line" in out and "no footer" in out
+
+
+def test_gaps_from_a_live_stream_are_shown(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    lines = Path(SAMPLE).read_bytes().splitlines(keepends=True)
+    gap = (
+        orjson.dumps({"kind": "gap", "after": 1, "before": 4, "reason": "left the server's backlog"}) + b"\n"
+    )
+    path = tmp_path / "attached.jsonl"
+    path.write_bytes(lines[0] + lines[1] + gap + b"".join(lines[4:]))
+    assert main(["summary", str(path)]) == 0
+    assert "gaps     steps 2–3 missing from the live stream" in capsys.readouterr().out

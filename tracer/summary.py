@@ -27,6 +27,15 @@ def describe_engine(trace: Trace) -> str:
     )
 
 
+def describe_gaps(trace: Trace, limit: int = 3) -> str:
+    """Steps a live stream lost (its `gap` records), e.g. "steps 4–15, 40 missing"; "" if none."""
+    if not trace.gaps:
+        return ""
+    spans = [f"{a + 1}–{b - 1}" if b - a > 2 else f"{a + 1}" for a, b in trace.gaps[:limit]]
+    more = f" and {len(trace.gaps) - limit} more gaps" if len(trace.gaps) > limit else ""
+    return f"steps {', '.join(spans)}{more} missing from the live stream"
+
+
 def _budget_line(trace: Trace, i: int) -> str:
     col = trace.columns
     used, reserved = int(col["input_used"][i]), int(col["input_reserved"][i])
@@ -52,6 +61,8 @@ def summary_lines(trace: Trace, *, first: int = 0, limit: int | None = 40) -> It
     yield f"steps    {n} ({state})"
     if trace.torn is not None:
         yield f"torn     {trace.torn.describe()}; every complete step before it is loaded"
+    if trace.gaps:
+        yield f"gaps     {describe_gaps(trace)}"
     for problem in trace.problems:
         yield f"skipped  {problem}"
     if n == 0:

@@ -15,7 +15,7 @@ from tracer.budget import analyze
 from tracer.flags import Flag, FlagReport, detect
 from tracer.reader import Trace
 from tracer.series import step_series
-from tracer.summary import describe_engine
+from tracer.summary import describe_engine, describe_gaps
 
 
 @dataclass
@@ -60,4 +60,5 @@ class TraceView:
         lost = self.report.tokens_lost
         tail = f"; {lost} target tokens lost to additive double-reservation" if lost else ""
         torn = f"; {t.torn.describe()}" if t.torn else ""
-        return f"{describe_engine(t)} | {len(t)} steps: {counts}{tail}{torn}"
+        gaps = f"; {describe_gaps(t)}" if t.gaps else ""
+        return f"{describe_engine(t)} | {len(t)} steps: {counts}{tail}{torn}{gaps}"

@@ -303,3 +303,16 @@ def test_the_step_table_is_virtual_over_many_rows() -> None:
         assert not list(table.children)
 
     drive(make_app(ADDITIVE), body)
+
+
+def test_run_line_names_live_stream_gaps(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from tracer.reader import load
+    from tui.data import TraceModel
+    from tui.widgets.inspector import run_line
+
+    sample = (Path(__file__).resolve().parents[2] / "sample_traces" / "dflash_k7_additive.jsonl").read_bytes()
+    lines = sample.splitlines(keepends=True)
+    gap = b'{"kind":"gap","after":1,"before":4}\n'
+    path = tmp_path / "attached.jsonl"
+    path.write_bytes(lines[0] + lines[1] + gap + b"".join(lines[4:]))
+    assert "steps 2–3 missing from the live stream" in run_line(TraceModel.build(load(path)))

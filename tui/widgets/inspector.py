@@ -13,6 +13,7 @@ from textual.widgets import Static
 
 from tracer.budget import arithmetic
 from tracer.compare import RequestLife
+from tracer.summary import describe_gaps
 from tui.data import TraceModel
 from tui.widgets.textview import TextView
 
@@ -62,10 +63,12 @@ def run_line(model: TraceModel) -> str:
     report = model.report
     lost = f" · [$error]{report.tokens_lost} tokens withheld[/]" if report.tokens_lost else ""
     flags = f"{len(report.flags)} flags" if report.flags else "no flags"
+    gaps = describe_gaps(model.trace)
+    gaps = f" · [$warning]{escape(gaps)}[/]" if gaps else ""
     return (
         f"[b]{escape(model.name)}[/b] · policy [b]{escape(str(h.get('policy')))}[/b] · "
         f"regime {escape(str(h.get('regime')))} · vLLM {escape(str(h.get('vllm_version')))} · "
-        f"{len(model)} steps · {flags}{lost}"
+        f"{len(model)} steps · {flags}{lost}{gaps}"
     )
 
 
