@@ -177,15 +177,18 @@ def _preemption_leak(trace: Trace, a: BudgetAnalysis) -> list[Flag]:
     """A request preempted in a step must hold none of that step's budget."""
     col = trace.columns
     out = []
-    mismatch = col["input_used"] != col["target_used"] + col["input_reserved"]
-    suspects = (col["n_preempted"] > 0) | mismatch
+    charged = col["new_tokens"] + col["resumed_tokens"] + col["running_tokens"]
+    mismatch = (col["input_used"] != col["target_used"] + col["input_reserved"]) | (
+        charged != col["target_used"]
+    )
+    # The reader counted preempted requests still holding tokens: only those steps are parsed.
+    suspects = (col["n_preempted_held"] > 0) | mismatch
     for i in _steps(trace, suspects):
         rec = trace.step(i)
         entries = rec["new"] + rec["resumed"] + rec["running"]
         held = {e[0]: e[1] for e in entries}
         leaked = [rid for rid in rec["preempted"] if rid in held]
-        charged = sum(held.values())
-        if not leaked and not mismatch[i] and charged == rec["target"]["used"]:
+        if not leaked and not mismatch[i]:
             continue
         out.append(
             Flag(
@@ -195,7 +198,7 @@ def _preemption_leak(trace: Trace, a: BudgetAnalysis) -> list[Flag]:
                 f"preempted request(s) {', '.join(leaked) or '?'} still hold this step's budget "
                 f"({sum(held.get(r, 0) for r in leaked)} tokens): restore both the target and the "
                 "input/query budget when preempting a request scheduled earlier in the step.",
-                {"leaked": leaked, "target_used": rec["target"]["used"], "charged": charged},
+                {"leaked": leaked, "target_used": rec["target"]["used"], "charged": int(charged[i])},
             )
         )
     return out

@@ -92,6 +92,9 @@ _INT_COLS = (
     "sampled_tokens",
     "num_waiting",
     "num_running",
+    # Preempted requests that still hold tokens in the same step (a budget leak
+    # when > 0); counted here so the detector parses only the steps that leak.
+    "n_preempted_held",
 )
 _FLOAT_COLS = ("t", "sched_us", "kv_usage")
 RUNNER_COLS = ("target_rows", "target_cap", "draft_rows", "draft_cap")
@@ -146,6 +149,14 @@ class Trace:
 
     def steps(self) -> list[dict[str, Any]]:
         return [self.step(i) for i in range(len(self))]
+
+
+def _held(preempted: Any, *entries: list[Any]) -> int:
+    """How many of a step's preempted requests still hold tokens in that step."""
+    if not preempted:
+        return 0
+    gone = set(preempted)
+    return sum(1 for group in entries for e in group if e[0] in gone)
 
 
 def _with_defaults(record: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
@@ -295,7 +306,7 @@ class TraceBuilder:
                             step, tc, tu, tl, ic, iu, ir, il, qp, qr, qc or -1,
                             len(new), len(res), len(run), len(pre), len(fin), nt, rt, ut, spec,
                             -1 if smp is None else sum(smp.values()) if type(smp) is dict else None,
-                            nw, nr, pos, pos + n - 1, t, su, kv,
+                            nw, nr, _held(pre, new, res, run) if pre else 0, pos, pos + n - 1, t, su, kv,
                         )  # fmt: skip
                         fast = True
                 except (KeyError, TypeError, IndexError, AttributeError, struct.error):
@@ -453,6 +464,7 @@ class TraceBuilder:
             "sampled_tokens": sum(map(int, sampled.values())) if isinstance(sampled, dict) else -1,
             "num_waiting": int(r.get("num_waiting") or 0),
             "num_running": int(r.get("num_running") or 0),
+            "n_preempted_held": _held(r.get("preempted") or (), new, resumed, running),
         }
         try:
             packed = _ROW.pack(*(row[name] for name in _INT_COLS), start, end, *(row[f] for f in _FLOAT_COLS))
