@@ -53,10 +53,6 @@ class MethodModel:
             buffer_capacity=config.get("buffer_capacity"),
         )
 
-    @property
-    def excess_slots(self) -> int:
-        return self.draft_slots - self.needed_slots
-
 
 @dataclass(frozen=True)
 class Withheld:
@@ -116,10 +112,6 @@ class BudgetAnalysis:
     exact: np.ndarray  # bool: withheld is exact (else an upper bound)
     query_rows: np.ndarray
     query_cap: np.ndarray
-
-    @property
-    def total_withheld(self) -> int:
-        return int(self.withheld.sum())
 
 
 def analyze(trace: Trace) -> BudgetAnalysis:

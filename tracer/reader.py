@@ -203,10 +203,6 @@ class TraceBuilder:
         self._pos = 0  # bytes of _data consumed as complete lines
 
     @property
-    def consumed(self) -> int:
-        return self._pos
-
-    @property
     def steps_parsed(self) -> int:
         return len(self._rows) // _ROW.size
 

@@ -11,7 +11,6 @@ from typing import Any, Final
 
 SCHEMA_VERSION: Final = "1.0"
 SCHEMA_MAJOR: Final = 1
-SCHEMA_MINOR: Final = 0
 
 HEADER: Final = "header"
 STEP: Final = "step"
@@ -71,10 +70,8 @@ STEP_DEFAULTS: Final[dict[str, Any]] = {
     "kv_usage": 0.0,
     "sampled": None,
 }
-BUDGET_KEYS: Final = {"target": ("cap", "used", "left"), "input": ("cap", "used", "left")}
 
 RUNNER_REQUIRED: Final = ("step", "pass", "rows")
-RUNNER_DEFAULTS: Final[dict[str, Any]] = {"cap": None, "reqs": None}
 RUNNER_PASSES: Final = ("target", "draft")
 
 FOOTER_DEFAULTS: Final[dict[str, Any]] = {
@@ -87,9 +84,7 @@ FOOTER_DEFAULTS: Final[dict[str, Any]] = {
 # Per-request entries of "new", "resumed" and "running":
 # [req_id, tokens, spec_tokens, demand], demand being the tokens the request
 # still needed before schedule() clipped it (-1 when unknown).
-REQ_FIELDS: Final = ("id", "tokens", "spec", "demand")
-# Entries of "waiting_demand": [req_id, demand].
-WAITING_FIELDS: Final = ("id", "demand")
+# Entries of "waiting_demand" and "unscheduled": [req_id, demand].
 # How many not-admitted waiting requests a step lists (queue order). The budget
 # model needs only the head of the queue; the rest is counted.
 WAITING_DEMAND_LIMIT: Final = 32
