@@ -271,7 +271,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"schedscope {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def attach_args(p: argparse.ArgumentParser) -> None:
+    def viewer_args(p: argparse.ArgumentParser) -> None:
+        """What the TUI and the web app both open: traces, a growing file, or a live stream."""
+        p.add_argument("trace", nargs="?", help="trace file (.jsonl, .jsonl.gz)")
+        p.add_argument("trace_b", nargs="?", help="a second trace, to compare with the first (B against A)")
+        p.add_argument(
+            "--follow", metavar="FILE", help="tail FILE as it grows (a plain .jsonl being written)"
+        )
         p.add_argument(
             "--attach",
             metavar="URL",
@@ -356,10 +362,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Serves a Dash app (needs the 'web' extra) on loopback and prints its URL. "
         "With TRACE_B the compare page opens on A vs B; --follow FILE shows a growing trace live.",
     )
-    p.add_argument("trace", nargs="?", help="trace file (.jsonl, .jsonl.gz)")
-    p.add_argument("trace_b", nargs="?", help="a second trace, to compare against the first")
-    p.add_argument("--follow", metavar="FILE", help="follow a trace file as it grows (plain .jsonl)")
-    attach_args(p)
+    viewer_args(p)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8050, help="port (default 8050)")
     p.add_argument(
@@ -390,10 +393,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Open a trace in the terminal UI; two traces open side by side (compare); "
         "--follow tails a trace that a live server is still writing. Press ? in the UI for every key.",
     )
-    p.add_argument("trace", nargs="?", help="trace file (.jsonl, .jsonl.gz)")
-    p.add_argument("trace_b", nargs="?", help="a second trace: compare it with the first (B against A)")
-    p.add_argument("--follow", metavar="FILE", help="tail FILE as it grows (a plain .jsonl being written)")
-    attach_args(p)
+    viewer_args(p)
     p.add_argument("--compare", action="store_true", help="compare TRACE and TRACE_B side by side")
     p.add_argument("--lenient", action="store_true", help="skip malformed lines instead of stopping")
     p.set_defaults(func=cmd_tui)
