@@ -36,7 +36,8 @@ def main() -> int:
     from vllm.v1.core.sched.scheduler import Scheduler
 
     from tracer.offline import EngineSpec, RequestSpec
-    from tracer.replay import Workload, replay
+    from tracer.replay import replay
+    from tracer.workload import Workload
 
     steps = 300 if args.quick else args.steps
     rounds = 2 if args.quick else args.rounds

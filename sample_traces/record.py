@@ -30,11 +30,11 @@ SAMPLES: dict[str, tuple[str, str, str]] = {
 def record(scenario: str, policy: str, path: Path) -> Path:
     from tracer.offline import build_scheduler, run_workload
     from tracer.policies import scheduler_class
-    from tracer.replay import _recording_to
+    from tracer.replay import recording_to
     from tracer.scenarios import SCENARIOS, mixed_accept
 
     spec, requests = SCENARIOS[scenario]
-    with _recording_to(path):
+    with recording_to(path):
         sched = build_scheduler(spec, scheduler_class(policy))
         run_workload(sched, requests, accept=mixed_accept)
         sched.shutdown()

@@ -12,7 +12,7 @@ from tests.conftest import probe_schedule
 from tracer.offline import build_scheduler, run_workload
 from tracer.policies import scheduler_class
 from tracer.reader import Trace, load
-from tracer.replay import _recording_to
+from tracer.replay import recording_to
 from tracer.scenarios import SCENARIOS, mixed_accept
 
 pytestmark = pytest.mark.vllm
@@ -31,7 +31,7 @@ def run_policy(
         budgets.append(seen)
         return out
 
-    with _recording_to(path):
+    with recording_to(path):
         sched = build_scheduler(spec, scheduler_class(policy))
         steps = run_workload(sched, requests, accept=mixed_accept, schedule=schedule)
         sched.shutdown()

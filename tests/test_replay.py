@@ -13,7 +13,8 @@ from tests.conftest import ROOT
 from tracer.cli import main
 from tracer.compare import compare, diff_lines, lifetimes
 from tracer.reader import Trace, load
-from tracer.replay import WorkloadError, load_workload, replay, workload_from_file
+from tracer.replay import replay
+from tracer.workload import WorkloadError, load_workload, workload_from_file
 
 pytestmark = pytest.mark.vllm
 SAMPLES = ROOT / "sample_traces"

@@ -103,14 +103,42 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from tracer.replay import WorkloadError, load_workload, replay
+    from tracer.fidelity import check_fidelity, fidelity_lines
+    from tracer.reader import load
+    from tracer.replay import replay
+    from tracer.workload import WorkloadError, workload_from_file, workload_from_trace
 
+    is_file = str(args.source).endswith((".json", ".yaml", ".yml"))
+    if args.check and is_file:
+        print("schedscope: error: --check needs a recorded trace, not a workload file", file=sys.stderr)
+        return 2
+    if not args.check and not args.output:
+        print("schedscope: error: replay needs -o OUTPUT (or --check)", file=sys.stderr)
+        return 2
     try:
-        workload = load_workload(args.source)
+        if is_file:
+            workload, recorded, recorded_policy = workload_from_file(args.source), None, None
+        else:
+            recorded = load(args.source)
+            workload = workload_from_trace(recorded)
+            recorded_policy = str(recorded.header.get("policy") or "stock")
+        if args.check:
+            fidelity = check_fidelity(recorded)
+            for line in fidelity_lines(fidelity):
+                print(line)
+            return 0 if fidelity.identical else 1
+        policy = args.policy or recorded_policy or "stock"
+        header: dict[str, object] = {"replay": {"source": str(args.source), "policy": policy}}
+        if recorded is not None and not args.no_identity:
+            # The baseline's own replay error, kept beside the what-if so diff can name it.
+            fidelity = check_fidelity(recorded)
+            header["replay"]["identity"] = fidelity.as_header()  # type: ignore[index]
+            print(fidelity_lines(fidelity)[0])
         out = replay(
             workload,
-            args.policy,
+            policy,
             args.output,
+            header=header,
             max_num_batched_tokens=args.max_num_batched_tokens,
             num_speculative_tokens=args.num_speculative_tokens,
             method=args.method,
@@ -121,7 +149,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
     except WorkloadError as exc:
         print(f"schedscope: error: {exc}", file=sys.stderr)
         return 2
-    print(f"wrote {out} ({len(workload.requests)} requests under policy {args.policy})")
+    for note in workload.notes:
+        print(f"note: {note}")
+    print(f"wrote {out} ({len(workload.requests)} requests under policy {policy})")
     return 0
 
 
@@ -319,12 +349,29 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "replay",
         help="what-if: re-run a trace's workload through vLLM's real scheduler under a policy",
-        description="Extracts the workload from a trace (or reads a JSON/YAML workload file) and "
-        "re-runs it through vLLM's real Scheduler, deterministically, under POLICY. Needs vLLM.",
+        description="Re-runs a trace's workload (or a JSON/YAML workload file) through vLLM's real "
+        "Scheduler, deterministically, under POLICY, giving the scheduler the recorded inputs "
+        "(arrivals, aborts, drafts offered, model outputs) in their recorded order. Under the "
+        "recorded policy it re-makes the run step for step; --check proves it. Needs vLLM.",
     )
     p.add_argument("source", help="a trace (.jsonl[.gz]) or a workload file (.json/.yaml)")
-    p.add_argument("--policy", required=True, choices=["stock", "additive", "cap", "separate"])
-    p.add_argument("-o", "--output", required=True, help="trace to write")
+    p.add_argument(
+        "--policy",
+        choices=["stock", "additive", "cap", "separate"],
+        help="policy to replay under (default: the one the trace was recorded with)",
+    )
+    p.add_argument("-o", "--output", help="trace to write")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="replay under the recorded policy and report how far it is from the recording "
+        "(exits 1 unless every step is identical)",
+    )
+    p.add_argument(
+        "--no-identity",
+        action="store_true",
+        help="skip the identity replay whose error the output's header keeps for diff",
+    )
     p.add_argument("--max-num-batched-tokens", type=int, help="override B")
     p.add_argument("--num-speculative-tokens", type=int, help="override K")
     p.add_argument("--method", help="override the spec method (ngram, draft_model, dflash, dspark)")

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tracer.fidelity import identity_line
 from tracer.flags import FlagReport, detect
 from tracer.reader import Trace
 
@@ -166,9 +167,15 @@ def diff_lines(c: Comparison, *, rows: int = 20) -> list[str]:
         f"B  {b.trace.path}  policy {b.name}, vLLM {b.trace.header.get('vllm_version')}",
         "",
         *headline_sentences(c),
-        "",
-        f"{'':24}{'A':>12}{'B':>12}{'B-A':>10}",
     ]
+    # A what-if trace keeps its baseline's identity check: say how much of this diff
+    # could be replay error rather than the policy.
+    for side in (b, a):
+        line = identity_line(side.trace.header)
+        if line is not None:
+            lines.append(f"{line}.")
+            break
+    lines += ["", f"{'':24}{'A':>12}{'B':>12}{'B-A':>10}"]
 
     def total(label: str, va: float, vb: float, fmt: str = "{:.0f}") -> None:
         lines.append(f"{label:24}{fmt.format(va):>12}{fmt.format(vb):>12}{fmt.format(vb - va):>10}")

@@ -58,11 +58,16 @@ def describe_scheduler(sched: Any) -> dict[str, Any]:
         # buffers) to max_num_batched_tokens rows.
         "buffer_capacity": batched,
         "scheduling_policy": str(_plain(_get(sched, "policy") or _get(scfg, "policy", default="fcfs"))),
-        "async_scheduling": bool(_get(scfg, "async_scheduling", default=False)),
+        # The scheduler class decides how steps interleave, whatever the config says
+        # (vLLM 0.32 leaves scheduler_config.async_scheduling unset with --async-scheduling).
+        "async_scheduling": bool(_get(scfg, "async_scheduling", default=False))
+        or any(c.__name__ == "AsyncScheduler" for c in type(sched).__mro__),
         "block_size": _get(sched, "block_size") or _get(cache, "block_size"),
         "num_kv_blocks": kv_blocks,
         "max_model_len": _get(sched, "max_model_len") or _get(model, "max_model_len"),
         "model": _get(model, "served_model_name", "model"),
+        "enable_prefix_caching": bool(getattr(cache, "enable_prefix_caching", False)),
+        "long_prefill_token_threshold": int(getattr(scfg, "long_prefill_token_threshold", 0) or 0),
     }
 
 

@@ -77,11 +77,21 @@ def matching_ids(trace: Trace, prefix: str, *, limit: int = 20) -> list[str]:
         return []
     needle = b'"' + orjson.dumps(prefix)[1:-1]
     found: dict[str, None] = {}
+    starts = spans[:, 0]
     pos = data.find(needle, int(spans[0, 0]))
     while pos >= 0 and len(found) < limit:
         end = data.find(b'"', pos + len(needle))
         if end < 0:
             break
+        # Request entries come before a step's "sampled"; after it, "inputs" and "ends"
+        # hold format words (event kinds, finish reasons) in the same list shapes.
+        row = int(np.searchsorted(starts, pos, side="right")) - 1
+        if row >= 0 and pos < spans[row, 1]:
+            line_end = int(spans[row, 1])
+            cut = data.find(b',"sampled":', int(starts[row]), line_end)
+            if 0 <= cut < pos:
+                pos = data.find(needle, line_end)
+                continue
         # Ids are list entries ([id, ...] or ["a", "b"]); keys are followed by ':' and
         # string values ("kind":"step") preceded by ':', so neither is taken for an id.
         if data[pos - 1 : pos] in (b"[", b",") and data[end + 1 : end + 2] in (b",", b"]"):

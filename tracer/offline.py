@@ -50,6 +50,10 @@ _DRAFT_CONFIGS: dict[str, dict[str, Any]] = {
 }
 OFFLINE_MODEL_NAME = "schedscope-offline-llama"
 SAMPLED_TOKEN = 7  # every sampled and drafted token; never EOS (ignore_eos is set)
+STOP_TOKEN = 5  # a replay ends a request that stopped on a stop token with this one
+# Prompt tokens are drawn from [PROMPT_TOKEN_BASE, PROMPT_TOKEN_BASE + 1000): never a
+# sampled or stop token, always inside the offline model's vocabulary.
+PROMPT_TOKEN_BASE = 10
 
 
 @dataclass
@@ -195,25 +199,38 @@ def build_scheduler(spec: EngineSpec, scheduler_cls: type | None = None, workdir
     )
 
 
-_hasher: Any = None
+_hashed = False
 
 
 def make_request(
-    req_id: str, prompt_len: int, max_tokens: int, *, priority: int = 0, arrival_time: float = 0.0
+    req_id: str,
+    prompt_len: int,
+    max_tokens: int,
+    *,
+    priority: int = 0,
+    arrival_time: float = 0.0,
+    prompt: list[int] | None = None,
+    block_size: int = 16,
 ) -> Any:
-    """A request with a prompt unique to its id (so no accidental prefix sharing)."""
-    global _hasher
+    """A request; without `prompt`, one unique to its id (no accidental prefix sharing).
+
+    `block_size` must be the engine's, so prefix-cache hits come out as vLLM's own.
+    A request never stops on a token unless it samples STOP_TOKEN.
+    """
+    global _hashed
     from vllm.sampling_params import SamplingParams
     from vllm.utils.hashing import sha256
     from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
     from vllm.v1.request import Request
 
-    if _hasher is None:
+    if not _hashed:
         init_none_hash(sha256)
-        _hasher = sha256
-    seed = int.from_bytes(hashlib.blake2b(req_id.encode(), digest_size=4).digest(), "little")
-    prompt = [(seed + i) % 1000 + 10 for i in range(prompt_len)]
-    params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, temperature=0.0)
+        _hashed = True
+    if prompt is None:
+        prompt = prompt_tokens([(None, req_id)], prompt_len, block_size)
+    params = SamplingParams(
+        max_tokens=max_tokens, ignore_eos=True, temperature=0.0, stop_token_ids=[STOP_TOKEN]
+    )
     return Request(
         request_id=req_id,
         prompt_token_ids=prompt,
@@ -221,8 +238,32 @@ def make_request(
         pooling_params=None,
         priority=priority,
         arrival_time=arrival_time,
-        block_hasher=get_request_block_hasher(16, sha256),
+        block_hasher=get_request_block_hasher(block_size, sha256),
     )
+
+
+def prompt_tokens(owners: list[tuple[int | None, str]], prompt_len: int, block_size: int) -> list[int]:
+    """Prompt tokens that share exactly the prefix blocks the owners say.
+
+    `owners` is a list of (first block after this segment, or None for the rest;
+    the request id that owns the segment's tokens). Token p of owner o depends only
+    on (o, p), so two prompts hold the same tokens in a block exactly when the same
+    request owns it: vLLM's chained block hashes then match there and nowhere else.
+    """
+    out: list[int] = []
+    start = 0
+    for end_block, owner in owners:
+        end = prompt_len if end_block is None else min(prompt_len, end_block * block_size)
+        seed = int.from_bytes(hashlib.blake2b(owner.encode(), digest_size=8).digest(), "little")
+        out.extend(
+            ((((seed ^ (p * 0x9E3779B97F4A7C15)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF) >> 40) % 1000
+            + PROMPT_TOKEN_BASE
+            for p in range(start, end)
+        )
+        start = end
+        if end >= prompt_len:
+            break
+    return out
 
 
 # accept(req_id, step, num_drafts_scheduled) -> drafts accepted (0..num_drafts_scheduled)
@@ -270,14 +311,15 @@ class Driver:
         out = (schedule or self.sched.schedule)()
         runner_output = self.model_output(out)
         self.sched.update_from_output(out, runner_output)
-        if self.num_drafts:
-            self._propose_drafts()
+        if self.num_drafts and out.total_num_scheduled_tokens > 0:  # as EngineCore.post_step
+            self._propose_drafts(out)
         return out, runner_output
 
-    def _propose_drafts(self) -> None:
+    def _propose_drafts(self, out: Any) -> None:
         from vllm.v1.outputs import DraftTokenIds
 
-        ids = [r.request_id for r in self.sched.running if not r.is_finished()]
+        # As a model runner's drafter: for the requests of the batch just run.
+        ids = list(out.num_scheduled_tokens)
         drafts = [[SAMPLED_TOKEN] * self.num_drafts for _ in ids]
         self.sched.update_draft_token_ids(DraftTokenIds(req_ids=ids, draft_token_ids=drafts))
 
@@ -288,13 +330,19 @@ class Driver:
 
 @dataclass(frozen=True)
 class RequestSpec:
-    """One synthetic request: it arrives before engine step `arrival_step` (1-based)."""
+    """One request: it arrives before engine step `arrival_step` (1-based).
+
+    `prefix` = (source request id, full blocks): the prompt's first blocks hold the
+    same tokens as that earlier request's, so they can hit the prefix cache.
+    """
 
     id: str
     prompt_len: int
     max_tokens: int
     arrival_step: int = 1
     priority: int = 0
+    arrival_time: float | None = None  # None: the arrival step, as a number
+    prefix: tuple[str, int] | None = None
 
 
 def run_workload(
@@ -319,7 +367,12 @@ def run_workload(
             r = pending.pop(0)
             sched.add_request(
                 make_request(
-                    r.id, r.prompt_len, r.max_tokens, priority=r.priority, arrival_time=float(upcoming)
+                    r.id,
+                    r.prompt_len,
+                    r.max_tokens,
+                    priority=r.priority,
+                    arrival_time=float(upcoming),
+                    block_size=int(sched.block_size),
                 )
             )
         if not sched.has_requests():

@@ -34,6 +34,14 @@ ENV_QUEUE = "SCHEDSCOPE_QUEUE"
 # once this many newer steps are pending (async scheduling keeps one or two).
 MAX_PENDING = 16
 
+# Header fields an offline harness adds to the traces it records (a replay names
+# its source here); set through tracer.replay.recording_to, never in a server.
+HEADER_EXTRA: dict[str, Any] = {}
+
+# Slots of a step's raw list (built in after_schedule, read in build_step) that
+# update_from_output fills in later.
+_SAMPLED, _ENDS = 15, 17
+
 # The runner hook attaches its per-pass notes to the ModelRunnerOutput under this name.
 RUNNER_NOTES_ATTR = "_schedscope_runner"
 
@@ -59,7 +67,15 @@ class Recorder:
     """Turns scheduler calls into trace records; every public method is exception-safe
     at the call site (the scheduler wrapper catches and counts)."""
 
-    def __init__(self, writer: TraceWriter, config: dict[str, Any], *, policy: str, scheduler_cls: str):
+    def __init__(
+        self,
+        writer: TraceWriter,
+        config: dict[str, Any],
+        *,
+        policy: str,
+        scheduler_cls: str,
+        header_extra: dict[str, Any] | None = None,
+    ):
         self.writer = writer
         self.config = config
         self.draft_slots = int(config.get("draft_slots") or 0)
@@ -73,6 +89,10 @@ class Recorder:
         self.errors = 0
         self._pending: OrderedDict[int, list[Any]] = OrderedDict()
         self._preempted: set[str] = set()  # ids preempted and not yet back
+        # What the scheduler was told since the last schedule(), in order: arrivals,
+        # aborts, drafts and model outputs. A replay re-tells it in the same order.
+        self._inputs: list[tuple[Any, ...]] = []
+        self._prefix = _PrefixIndex()  # writer thread only
         self._closed = False
         self._fast_demand = True  # until the canary in _fast_demand_ok disagrees once
         writer.emit(
@@ -88,6 +108,7 @@ class Recorder:
                 "t0": time.monotonic(),
                 "pid": os.getpid(),
                 "config": config,
+                **(header_extra or {}),
             }
         )
 
@@ -112,7 +133,8 @@ class Recorder:
             sink = open_sink(path)
         writer = TraceWriter(sink, encode_record, max_queue=queue, taps=taps)
         name = f"{type(sched).__module__}.{type(sched).__qualname__}"
-        return cls(writer, describe_scheduler(sched), policy=policy, scheduler_cls=name)
+        extra = HEADER_EXTRA or None
+        return cls(writer, describe_scheduler(sched), policy=policy, scheduler_cls=name, header_extra=extra)
 
     # -- scheduler thread: snapshots only ----------------------------------------------
     def before_schedule(self, sched: Any) -> tuple[Any, ...]:
@@ -182,20 +204,59 @@ class Recorder:
             float(getattr(kv, "usage", 0.0) or 0.0),
             pre,
             None,  # sampled tokens per request, from update_from_output
+            self._inputs,
+            None,  # how requests ended in update_from_output: {id: (reason, tokens kept)}
         ]
+        self._inputs = []
         self._pending[id(out)] = raw
         while len(self._pending) > MAX_PENDING:
             self._emit_step(self._pending.popitem(last=False)[1])
 
-    def after_update(self, out: Any, runner_output: Any) -> None:
+    # -- scheduler thread: what the engine tells the scheduler between steps ------------
+    def on_add(self, request: Any) -> None:
+        """A request reached the scheduler: what a replay needs to re-create it."""
+        hashes = getattr(request, "block_hashes", None)
+        self._inputs.append(
+            (
+                "a",
+                request.request_id,
+                int(getattr(request, "num_prompt_tokens", 0) or 0),
+                int(getattr(request, "max_tokens", 0) or 0),
+                int(getattr(request, "priority", 0) or 0),
+                float(getattr(request, "arrival_time", 0.0) or 0.0),
+                list(hashes) if hashes else None,
+            )
+        )
+
+    def on_finish(self, request_ids: Any, status: Any) -> None:
+        """finish_requests() from outside the scheduler: a client abort, mostly."""
+        if request_ids is None:
+            ids = None
+        elif isinstance(request_ids, str):
+            ids = [request_ids]
+        else:
+            ids = list(request_ids)
+        self._inputs.append(("x", ids, str(getattr(status, "name", status))))
+
+    def on_drafts(self, draft_token_ids: Any) -> None:
+        """update_draft_token_ids(): how many drafts the proposer offered each request."""
+        ids = list(getattr(draft_token_ids, "req_ids", None) or ())
+        drafts = getattr(draft_token_ids, "draft_token_ids", None) or ()
+        self._inputs.append(("d", ids, [len(d) for d in drafts]))
+
+    def after_update(self, out: Any, runner_output: Any, result: Any = None) -> None:
         raw = self._pending.pop(id(out), None)
         if raw is None:
+            self._inputs.append(("u", -1))
             return
+        self._inputs.append(("u", raw[0]))
+        if result:
+            raw[_ENDS] = _ends(result)
         req_ids = getattr(runner_output, "req_ids", None) or ()
         sampled = getattr(runner_output, "sampled_token_ids", None)
         if isinstance(sampled, list) and len(sampled) == len(req_ids):
             # Flat copies (C loops); the writer thread zips them into the step's dict.
-            raw[-1] = (list(req_ids), list(map(len, sampled)))
+            raw[_SAMPLED] = (list(req_ids), list(map(len, sampled)))
         for note in getattr(runner_output, RUNNER_NOTES_ATTR, None) or ():
             self.writer.emit(("runner", raw[0], *note))
         # Steps finish in order: an older step still pending will never get its update.
@@ -254,6 +315,8 @@ class Recorder:
             kv,
             pre,
             sampled,
+            inputs,
+            ends,
         ) = raw
         running_ids, running_demand, waiting_pre, truncated, priority = (
             pre if pre is not None else ((), (), (), 0, None)
@@ -300,9 +363,66 @@ class Recorder:
             "num_running": n_running,
             "kv_usage": round(kv, 6),
             "sampled": None if sampled is None else dict(zip(*sampled, strict=True)),
+            "inputs": [self._input_entry(e) for e in inputs],
+            "ends": ends or None,
         }
         self.steps_built += 1
         return record
+
+    def _input_entry(self, event: tuple[Any, ...]) -> list[Any]:
+        if event[0] != "a":
+            return list(event)
+        kind, rid, prompt, max_tokens, priority, arrival, hashes = event
+        return [kind, rid, prompt, max_tokens, priority, arrival, self._prefix.add(rid, hashes)]
+
+
+class _PrefixIndex:
+    """Which earlier request a new prompt shares its leading full KV blocks with.
+
+    vLLM chains block hashes (each covers every token before it), so a prompt
+    whose block i matches request X's block i matches X's first i+1 blocks: one
+    (source id, block count) pair describes the whole shared prefix, and a
+    replay re-creates the same prefix-cache structure from it. Bounded: the
+    oldest hashes are forgotten past LIMIT (a prefix older than that is far
+    likelier evicted than cached).
+    """
+
+    LIMIT = 1 << 20
+
+    def __init__(self) -> None:
+        self._owner: dict[Any, str] = {}
+
+    def add(self, rid: str, hashes: list[Any] | None) -> list[Any] | None:
+        if not hashes:
+            return None
+        owner = self._owner
+        shared, source = 0, None
+        for h in hashes:
+            found = owner.get(h)
+            if found is None:
+                break
+            shared, source = shared + 1, found
+        for h in hashes[shared:]:
+            owner[h] = rid
+        if len(owner) > self.LIMIT:
+            for h in list(islice(owner, len(owner) - self.LIMIT // 2)):
+                del owner[h]
+        return [source, shared] if shared else None
+
+
+def _ends(result: Any) -> dict[str, tuple[str, int]] | None:
+    """{request id: (finish reason, tokens kept in this step)} from update_from_output's
+    EngineCoreOutputs. A stop token ends a request mid-way through its sampled tokens;
+    the tokens kept say where, so a replay stops it at the same token."""
+    ends: dict[str, tuple[str, int]] = {}
+    outputs = result.values() if isinstance(result, dict) else ()
+    for eco in outputs:
+        for o in getattr(eco, "outputs", None) or ():
+            reason = getattr(o, "finish_reason", None)
+            if reason is not None:
+                name = str(getattr(reason, "name", reason)).lower()  # "stop", "length", "abort", …
+                ends[o.request_id] = (name, len(getattr(o, "new_token_ids", None) or ()))
+    return ends or None
 
 
 def _spec_lengths(out: Any) -> tuple[list[str], list[int]]:

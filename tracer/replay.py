@@ -1,179 +1,250 @@
 """What-if replay: re-run a workload through vLLM's real Scheduler under a policy.
 
-The workload comes from a recorded trace (arrival step, prompt length, output
-length and accepted drafts per sampling step of every request) or from a small
-JSON/YAML file. The replay drives tracer.offline's deterministic harness with
-the policy's tracing scheduler class, so its output is an ordinary trace whose
-header names the policy. Same input, same trace, timestamps aside.
+The replay plays the engine's part. It gives the scheduler the inputs of the
+recorded run in their recorded order (arrivals, aborts, drafts, model outputs;
+see tracer.workload) and answers each scheduled step with the model output the
+workload says: tokens sampled per request, drafts accepted, a stop token where
+the request stopped. Under the recorded policy and scheduler class this re-makes
+the run step for step; `check_fidelity` proves it for a given trace. Under
+another policy or configuration the same inputs meet a different schedule, and
+the per-request behaviour is looked up by output position instead.
+
+Its output is an ordinary trace whose header names the policy.
 """
 
 from __future__ import annotations
 
-import json
 import os
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from tracer.offline import EngineSpec, RequestSpec
-from tracer.reader import Trace, load
+from tracer.offline import SAMPLED_TOKEN, STOP_TOKEN, EngineSpec, RequestSpec, make_request, prompt_tokens
+from tracer.workload import Event, Workload, WorkloadError
 
 REPLAYABLE_METHODS = (None, "ngram", "draft_model", "dflash", "dspark")
 
 
-class WorkloadError(ValueError):
-    """A workload that cannot be replayed; names the file and the field."""
+class Replayer:
+    """Steps one scheduler as EngineCore does, with the workload's inputs and outputs."""
 
+    def __init__(self, sched: Any, workload: Workload, *, num_drafts: int, is_async: bool) -> None:
+        self.sched = sched
+        self.w = workload
+        self.num_drafts = num_drafts
+        self.is_async = is_async
+        self.block_size = int(getattr(sched, "block_size", workload.engine.block_size))
+        self.clock = 0  # the recorded step being replayed (1-based)
+        self.steps = 0  # schedule() calls made
+        # Scheduled and not yet updated, oldest first: (clock, output, prefill flags).
+        self.inflight: deque[tuple[int, Any, dict[str, bool]]] = deque()
+        self.batches: dict[int, list[str]] = {}  # clock -> requests of that batch (for drafts)
+        self.emitted: dict[str, int] = {}  # tokens sampled so far per request
+        self.sampling_steps: dict[str, int] = {}
+        self._owners: dict[str, list[tuple[int | None, str]]] = {}
 
-@dataclass
-class Workload:
-    engine: EngineSpec
-    requests: list[RequestSpec]
-    # Per request: drafts accepted at each of its sampling steps, in order
-    # (missing: accept all). A replay clips each to the drafts it scheduled.
-    accepted: dict[str, list[int]] = field(default_factory=dict)
-    accept_default: str = "all"  # or "none"
-
-    def accept_fn(self) -> Any:
-        cursors: dict[str, Iterator[int]] = {rid: iter(seq) for rid, seq in self.accepted.items()}
-        all_ = self.accept_default == "all"
-
-        def accept(req_id: str, step: int, drafts: int) -> int:
-            value = next(cursors[req_id], None) if req_id in cursors else None
-            if value is None:
-                return drafts if all_ else 0
-            return min(value, drafts)
-
-        return accept
-
-
-def engine_from_config(config: dict[str, Any]) -> EngineSpec:
-    method = config.get("spec_method")
-    return EngineSpec(
-        max_num_batched_tokens=int(config.get("max_num_batched_tokens") or 8192),
-        max_num_seqs=int(config.get("max_num_seqs") or 256),
-        max_model_len=int(config.get("max_model_len") or 65536),
-        method=method,
-        num_speculative_tokens=int(config.get("num_speculative_tokens") or 0) if method else 0,
-        block_size=int(config.get("block_size") or 16),
-        num_kv_blocks=int(config.get("num_kv_blocks") or 10_000),
-        scheduling_policy=str(config.get("scheduling_policy") or "fcfs"),
-    )
-
-
-def workload_from_trace(trace: Trace) -> Workload:
-    """Requests as the trace saw them: first sighting (admitted or waiting) is the
-    arrival, demand then is the prompt, and sampled tokens give the output."""
-    arrival: dict[str, int] = {}
-    priority: dict[str, int] = {}
-    prompt: dict[str, int] = {}
-    output: dict[str, int] = {}
-    accepted: dict[str, list[int]] = {}
-    for rec in trace.steps():
-        step = rec["step"]
-        for rid, p in (rec.get("priority") or {}).items():
-            priority.setdefault(rid, int(p))
-        # Queue order within a step: the admitted requests came first.
-        for rid, tokens, _spec, demand in rec["new"]:
-            if rid not in arrival:
-                arrival[rid], prompt[rid] = step, demand if demand >= 0 else tokens
-        for rid, demand in rec["waiting_demand"]:
-            if rid not in arrival:
-                arrival[rid], prompt[rid] = step, demand
-        for rid, n in (rec["sampled"] or {}).items():
-            output[rid] = output.get(rid, 0) + n
-            if n > 0:
-                accepted.setdefault(rid, []).append(n - 1)
-    # Dicts keep first-sighting order: arrival step, then queue order.
-    requests = [
-        RequestSpec(
-            rid,
-            prompt[rid],
-            max(1, output.get(rid, 1)),
-            arrival_step=arrival[rid],
-            priority=priority.get(rid, 0),
+    # -- inputs -------------------------------------------------------------------------
+    def add(self, spec: RequestSpec) -> None:
+        owners: list[tuple[int | None, str]] = [(None, spec.id)]
+        if spec.prefix is not None:
+            source, blocks = spec.prefix
+            base = self._owners.get(source)
+            if base is not None:
+                owners = _truncate(base, blocks) + owners
+        self._owners[spec.id] = owners
+        arrival = spec.arrival_time if spec.arrival_time is not None else float(spec.arrival_step)
+        prompt = prompt_tokens(owners, spec.prompt_len, self.block_size)
+        request = make_request(
+            spec.id,
+            spec.prompt_len,
+            spec.max_tokens,
+            priority=spec.priority,
+            arrival_time=arrival,
+            prompt=prompt,
+            block_size=self.block_size,
         )
-        for rid in arrival
-    ]
-    return Workload(engine_from_config(trace.config), requests, accepted)
+        self.sched.add_request(request)
+
+    def abort(self, ids: list[str] | None, status: str) -> None:
+        from vllm.v1.request import RequestStatus
+
+        self.sched.finish_requests(ids, RequestStatus[status])
+
+    # -- the model's part ----------------------------------------------------------------
+    def schedule(self) -> None:
+        out = self.sched.schedule()
+        self.steps += 1
+        requests = self.sched.requests
+        prefill = {}
+        for rid in out.num_scheduled_tokens:
+            req = requests[rid]
+            flag = getattr(req, "is_prefill_chunk", None)
+            prefill[rid] = bool(req.num_computed_tokens < req.num_tokens) if flag is None else bool(flag)
+        self.inflight.append((self.clock, out, prefill))
+        self.batches[self.clock] = list(out.num_scheduled_tokens)
+
+    def update(self, upto: int | None = None) -> None:
+        """Apply the oldest in-flight output (through clock `upto` when given, in order)."""
+        while self.inflight:
+            clock, out, prefill = self.inflight[0]
+            if upto is not None and clock > upto:
+                return
+            self.inflight.popleft()
+            self.sched.update_from_output(out, self._model_output(out, prefill))
+            if upto is None:
+                return
+
+    def _model_output(self, out: Any, prefill: dict[str, bool]) -> Any:
+        from vllm.v1.outputs import ModelRunnerOutput
+
+        req_ids = list(out.num_scheduled_tokens)
+        spec = out.scheduled_spec_decode_tokens
+        sampled: list[list[int]] = []
+        for rid in req_ids:
+            if prefill[rid]:
+                sampled.append([])
+                continue
+            drafts = len(spec.get(rid, ()))
+            at = self.emitted.get(rid, 0)
+            n = 1 + max(0, min(drafts, self._accepted(rid, at, drafts)))
+            tokens = [SAMPLED_TOKEN] * n
+            stop = self.w.stops.get(rid)
+            if stop is not None and at < stop <= at + n:
+                tokens[stop - at - 1] = STOP_TOKEN
+            self.emitted[rid] = at + n
+            self.sampling_steps[rid] = self.sampling_steps.get(rid, 0) + 1
+            sampled.append(tokens)
+        return ModelRunnerOutput(
+            req_ids=req_ids,
+            req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
+            sampled_token_ids=sampled,
+        )
+
+    def _accepted(self, rid: str, at: int, drafts: int) -> int:
+        w = self.w
+        value = w.accepted.get(rid, at)
+        if value is None and rid in w.accepted_in_order:
+            seq = w.accepted_in_order[rid]
+            i = self.sampling_steps.get(rid, 0)
+            value = seq[i] if i < len(seq) else None
+        if value is None:
+            return drafts if w.accept_default == "all" else 0
+        return value
+
+    def propose(self, clock: int) -> None:
+        """The drafter's part after a step: drafts for each request of that batch."""
+        from vllm.v1.outputs import DraftTokenIds
+
+        ids = self.batches.pop(clock, [])  # finished ones too: the scheduler skips them
+        if not ids:
+            return
+        table = self.w.drafts
+        counts = []
+        for rid in ids:
+            # Without recorded drafts: K every time; with them, what the request was
+            # offered at this output position (none if it never was).
+            n = self.num_drafts if table is None else table.get(rid, self.emitted.get(rid, 0)) or 0
+            counts.append(min(n, self.num_drafts))
+        drafts = [[SAMPLED_TOKEN] * n for n in counts]
+        self.sched.update_draft_token_ids(DraftTokenIds(req_ids=ids, draft_token_ids=drafts))
+
+    # -- the engine loop ---------------------------------------------------------------
+    def run(self, max_steps: int) -> None:
+        if self.w.log is not None:
+            self._run_log(self.w.log, max_steps)
+            self._run_engine([], max_steps)
+        else:
+            pending = sorted(self.w.requests, key=lambda r: r.arrival_step)
+            self._run_engine(pending, max_steps)
+
+    def _run_log(self, log: list[list[Event]], max_steps: int) -> None:
+        """Lock step with the recording: each step's inputs in their order, then schedule()."""
+        for clock, events in enumerate(log, 1):
+            self.clock = clock
+            for event in events:
+                kind = event[0]
+                if kind == "a":
+                    self.add(self.w.request(event[1]))
+                elif kind == "x":
+                    self.abort(event[1], event[2])
+                elif kind == "u":
+                    self.update(upto=event[1])
+                elif kind == "d" and self.num_drafts and not self.is_async:
+                    self.propose(event[1])
+            if self.steps >= max_steps:
+                return
+            if self.sched.has_requests():
+                self.schedule()
+
+    def _run_engine(self, pending: list[RequestSpec], max_steps: int) -> None:
+        """EngineCore's own loop: step() when synchronous, step_with_batch_queue() (two
+        batches in flight) when asynchronous; arrivals land before their step."""
+        queue_size = 2 if self.is_async else 1
+        while len(self.inflight) >= queue_size:  # finish the engine call the log ended in
+            self._update_oldest()
+        pending_q = deque(pending)
+        while self.steps < max_steps:
+            upcoming = self.clock + 1
+            while pending_q and pending_q[0].arrival_step <= upcoming:
+                self.add(pending_q.popleft())
+            has_requests = self.sched.has_requests()
+            if not has_requests and not self.inflight:
+                if not pending_q:
+                    return
+                self.clock = pending_q[0].arrival_step - 1  # idle until the next arrival
+                continue
+            if has_requests:
+                self.clock = upcoming
+                self.schedule()
+                out = self.inflight[-1][1]
+                if len(self.inflight) < queue_size and (
+                    out.total_num_scheduled_tokens > 0 or self.sched.has_requests()
+                ):
+                    continue  # the batch queue is not full: schedule the next batch first
+            self._update_oldest()
+        while self.inflight:
+            self._update_oldest()
+
+    def _update_oldest(self) -> None:
+        clock, out, _ = self.inflight[0]
+        self.update()
+        # post_step(): the drafter's proposals reach a synchronous scheduler after a step
+        # that ran the model; an asynchronous one gets them inside the worker.
+        if self.num_drafts and not self.is_async and out.total_num_scheduled_tokens > 0:
+            self.propose(clock)
+        else:
+            self.batches.pop(clock, None)
 
 
-def workload_from_file(path: str | Path) -> Workload:
-    """A synthetic workload:
-
-    engine: {max_num_batched_tokens: 16, method: dspark, num_speculative_tokens: 4}
-    requests:
-      - {id: a, prompt_len: 8, max_tokens: 3}
-      - {id: o, prompt_len: 1, max_tokens: 3, arrival_step: 4, count: 5}
-    accept: all            # or none, or {request_id: [accepted per sampling step]}
-    """
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise WorkloadError(f"{path}: cannot read ({exc})") from None
-    if path.suffix in (".yaml", ".yml"):
-        try:
-            import yaml  # optional: PyYAML, present wherever vLLM is
-        except ImportError:
-            raise WorkloadError(f"{path}: reading YAML needs PyYAML; or write the workload as JSON") from None
-        doc = yaml.safe_load(text)
-    else:
-        try:
-            doc = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise WorkloadError(f"{path}:{exc.lineno}: not JSON ({exc.msg})") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("requests"), list):
-        raise WorkloadError(f"{path}: field 'requests': a list of requests is required")
-    engine_doc = doc.get("engine") or {}
-    known = set(EngineSpec.__dataclass_fields__)
-    unknown = set(engine_doc) - known
-    if unknown:
-        raise WorkloadError(f"{path}: field 'engine': unknown keys {sorted(unknown)}; known: {sorted(known)}")
-    engine = EngineSpec(**engine_doc)
-    requests: list[RequestSpec] = []
-    for i, r in enumerate(doc["requests"]):
-        try:
-            count = int(r.get("count", 1))
-            for j in range(count):
-                rid = str(r["id"]) if count == 1 else f"{r['id']}{j}"
-                requests.append(
-                    RequestSpec(
-                        rid,
-                        int(r["prompt_len"]),
-                        int(r["max_tokens"]),
-                        arrival_step=int(r.get("arrival_step", 1)),
-                        priority=int(r.get("priority", 0)),
-                    )
-                )
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            message = f"{path}: field 'requests[{i}]': {exc!r} (needs id, prompt_len, max_tokens)"
-            raise WorkloadError(message) from None
-    accept = doc.get("accept", "all")
-    if isinstance(accept, dict):
-        return Workload(engine, requests, {str(k): [int(x) for x in v] for k, v in accept.items()})
-    if accept not in ("all", "none"):
-        raise WorkloadError(f"{path}: field 'accept': 'all', 'none' or a mapping, got {accept!r}")
-    return Workload(engine, requests, accept_default=accept)
-
-
-def load_workload(source: str | Path) -> Workload:
-    """A trace (.jsonl, .jsonl.gz, .zst) or a workload file (.json, .yaml, .yml)."""
-    name = str(source)
-    if name.endswith((".json", ".yaml", ".yml")):
-        return workload_from_file(source)
-    return workload_from_trace(load(source))
+def _truncate(owners: list[tuple[int | None, str]], blocks: int) -> list[tuple[int | None, str]]:
+    """The first `blocks` blocks of a prompt's owner segments."""
+    out: list[tuple[int | None, str]] = []
+    start = 0
+    for end, owner in owners:
+        stop = blocks if end is None else min(end, blocks)
+        if stop > start:
+            out.append((stop, owner))
+        start = stop
+        if stop >= blocks:
+            break
+    return out
 
 
 @contextmanager
-def _recording_to(path: Path) -> Iterator[None]:
+def recording_to(path: Path, header: dict[str, Any] | None = None) -> Iterator[None]:
+    """Point the tracing scheduler at `path` (with extra header fields) while one is built."""
+    from tracer import recorder
+
     old = os.environ.get("SCHEDSCOPE_TRACE")
     os.environ["SCHEDSCOPE_TRACE"] = str(path)
+    recorder.HEADER_EXTRA.update(header or {})
     try:
         yield
     finally:
+        recorder.HEADER_EXTRA.clear()
         if old is None:
             del os.environ["SCHEDSCOPE_TRACE"]
         else:
@@ -181,26 +252,36 @@ def _recording_to(path: Path) -> Iterator[None]:
 
 
 def replay(
-    workload: Workload, policy: str, out: str | Path, *, max_steps: int = 1_000_000, **overrides: Any
+    workload: Workload,
+    policy: str,
+    out: str | Path,
+    *,
+    max_steps: int = 1_000_000,
+    async_scheduling: bool | None = None,
+    header: dict[str, Any] | None = None,
+    **overrides: Any,
 ) -> Path:
     """Run `workload` through vLLM's Scheduler under `policy`; write the trace to `out`.
 
-    `overrides` replace EngineSpec fields (max_num_batched_tokens, method, …).
+    `overrides` replace EngineSpec fields (max_num_batched_tokens, method, …);
+    `async_scheduling` defaults to the recorded scheduler class's.
     """
-    from tracer.offline import build_scheduler, run_workload
+    from tracer.offline import build_scheduler
     from tracer.policies import scheduler_class
 
-    engine = replace(workload.engine, **{k: v for k, v in overrides.items() if v is not None})
+    engine: EngineSpec = replace(workload.engine, **{k: v for k, v in overrides.items() if v is not None})
     if engine.method not in REPLAYABLE_METHODS:
         raise WorkloadError(
             f"replay cannot configure method {engine.method!r} offline; "
             f"use one of {', '.join(str(m) for m in REPLAYABLE_METHODS)} (--method)"
         )
+    is_async = workload.async_scheduling if async_scheduling is None else async_scheduling
     out = Path(out)
-    with _recording_to(out):
-        sched = build_scheduler(engine, scheduler_class(policy))
-        try:
-            run_workload(sched, workload.requests, accept=workload.accept_fn(), max_steps=max_steps)
-        finally:
-            sched.shutdown()
+    with recording_to(out, header):
+        sched = build_scheduler(engine, scheduler_class(policy, async_scheduling=is_async))
+    try:
+        k = engine.num_speculative_tokens if engine.method else 0
+        Replayer(sched, workload, num_drafts=k, is_async=is_async).run(max_steps)
+    finally:
+        sched.shutdown()
     return out

@@ -85,15 +85,53 @@ class TracingMixin:
             rec.fail("after schedule()")
         return out
 
+    _schedscope_updating = False
+
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
-        result = super().update_from_output(scheduler_output, model_runner_output)  # type: ignore[misc]
+        self._schedscope_updating = True
+        try:
+            result = super().update_from_output(scheduler_output, model_runner_output)  # type: ignore[misc]
+        finally:
+            self._schedscope_updating = False
         rec = self._schedscope
         if rec is not None:
             try:
-                rec.after_update(scheduler_output, model_runner_output)
+                # How requests ended is read off the outputs only in a step where some did.
+                ended = getattr(self, "finished_req_ids", True)
+                rec.after_update(scheduler_output, model_runner_output, result if ended else None)
             except Exception:
                 rec.fail("update_from_output()")
         return result
+
+    # The engine's other calls into the scheduler: a replay re-makes a run from them.
+    def add_request(self, request: Any) -> None:
+        super().add_request(request)  # type: ignore[misc]
+        rec = self._schedscope
+        if rec is not None:
+            try:
+                rec.on_add(request)
+            except Exception:
+                rec.fail("add_request()")
+
+    def finish_requests(self, request_ids: Any, finished_status: Any) -> Any:
+        rec = self._schedscope
+        # Requests the scheduler fails itself inside update_from_output() (grammar or
+        # KV-load errors) are not engine inputs: their ends are read off the outputs.
+        if rec is not None and not self._schedscope_updating:
+            try:
+                rec.on_finish(request_ids, finished_status)
+            except Exception:
+                rec.fail("finish_requests()")
+        return super().finish_requests(request_ids, finished_status)  # type: ignore[misc]
+
+    def update_draft_token_ids(self, draft_token_ids: Any) -> None:
+        rec = self._schedscope
+        if rec is not None:
+            try:
+                rec.on_drafts(draft_token_ids)
+            except Exception:
+                rec.fail("update_draft_token_ids()")
+        super().update_draft_token_ids(draft_token_ids)  # type: ignore[misc]
 
     def shutdown(self) -> None:
         try:

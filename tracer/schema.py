@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-SCHEMA_VERSION: Final = "1.0"
+SCHEMA_VERSION: Final = "1.1"
 SCHEMA_MAJOR: Final = 1
 
 HEADER: Final = "header"
@@ -39,6 +39,9 @@ CONFIG_DEFAULTS: Final[dict[str, Any]] = {
     "num_kv_blocks": None,
     "max_model_len": None,
     "model": None,
+    # 1.1; None (unknown) in older traces.
+    "enable_prefix_caching": None,
+    "long_prefill_token_threshold": None,
 }
 
 HEADER_DEFAULTS: Final[dict[str, Any]] = {
@@ -69,6 +72,11 @@ STEP_DEFAULTS: Final[dict[str, Any]] = {
     "num_running": 0,
     "kv_usage": 0.0,
     "sampled": None,
+    # 1.1: what the engine told the scheduler before this step (arrivals, aborts,
+    # drafts, model outputs, in order) and how requests ended in this step's update.
+    # None in older traces, which a replay can re-make only approximately.
+    "inputs": None,
+    "ends": None,
 }
 
 RUNNER_REQUIRED: Final = ("step", "pass", "rows")

@@ -1,0 +1,191 @@
+"""How far a replay is from the run it re-makes: the identity check behind every what-if.
+
+`check_fidelity(trace)` replays a trace under the policy and scheduler class it
+was recorded with and compares the two step by step on every scheduling
+decision: the requests scheduled and their tokens and drafts, admissions,
+resumptions, preemptions, finishes, the tokens sampled, the budgets and the
+inputs the scheduler received. Timestamps are not decisions and are left out.
+A what-if's effect is only as trustworthy as this check: `diff` prints it next
+to the policy's effect.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tracer.reader import Trace, load
+
+# Step fields that are scheduling decisions or their inputs. Sets (vLLM keeps
+# preempted and finished ids in sets, in hash order) are compared as sets.
+_FIELDS = (
+    "target",
+    "input",
+    "query",
+    "new",
+    "resumed",
+    "running",
+    "unscheduled",
+    "waiting_demand",
+    "num_waiting",
+    "num_running",
+    "sampled",
+    "ends",
+    "inputs",
+)
+_SETS = ("preempted", "finished")
+
+
+def _normal_input(event: list[Any]) -> list[Any]:
+    # Ids in aborts and drafts come in set or batch order, which the scheduler ignores.
+    if event[0] == "x":
+        return ["x", sorted(event[1]) if event[1] is not None else None, event[2]]
+    if event[0] == "d":
+        return ["d", sorted(zip(event[1], event[2], strict=False))]
+    return event
+
+
+def _normal_inputs(inputs: list[Any] | None) -> list[Any] | None:
+    return None if inputs is None else [_normal_input(e) for e in inputs]
+
+
+def decisions(step: dict[str, Any]) -> dict[str, Any]:
+    """The parts of a step record a faithful replay must reproduce."""
+    out = {name: step.get(name) for name in _FIELDS}
+    out["inputs"] = _normal_inputs(out["inputs"])
+    for name in _SETS:
+        out[name] = sorted(step.get(name) or ())
+    return out
+
+
+@dataclass
+class Divergence:
+    step: int
+    fields: dict[str, tuple[Any, Any]]  # name -> (recorded, replayed)
+
+
+@dataclass
+class Fidelity:
+    recorded_steps: int
+    replayed_steps: int
+    identical_steps: int
+    recorded_tokens: int
+    replayed_tokens: int
+    first: Divergence | None
+    policy: str
+    exact_workload: bool
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def identical(self) -> bool:
+        return self.first is None and self.recorded_steps == self.replayed_steps
+
+    @property
+    def identical_share(self) -> float:
+        return self.identical_steps / max(self.recorded_steps, 1)
+
+    def as_header(self) -> dict[str, Any]:
+        """What a what-if's trace keeps of its baseline's identity check."""
+        return {
+            "identical": self.identical,
+            "recorded_steps": self.recorded_steps,
+            "replayed_steps": self.replayed_steps,
+            "identical_steps": self.identical_steps,
+            "recorded_tokens": self.recorded_tokens,
+            "replayed_tokens": self.replayed_tokens,
+            "first_divergent_step": None if self.first is None else self.first.step,
+            "exact_workload": self.exact_workload,
+        }
+
+
+def compare_runs(recorded: Trace, replayed: Trace, *, policy: str, exact: bool, notes: list[str]) -> Fidelity:
+    a, b = recorded.steps(), replayed.steps()
+    identical = 0
+    first: Divergence | None = None
+    for x, y in zip(a, b, strict=False):
+        dx, dy = decisions(x), decisions(y)
+        if dx == dy:
+            identical += 1
+        elif first is None:
+            first = Divergence(int(x["step"]), {k: (dx[k], dy[k]) for k in dx if dx[k] != dy[k]})
+    if first is None and len(a) != len(b):
+        longer = a if len(a) > len(b) else b
+        first = Divergence(int(longer[min(len(a), len(b))]["step"]), {"steps": (len(a), len(b))})
+    return Fidelity(
+        recorded_steps=len(a),
+        replayed_steps=len(b),
+        identical_steps=identical,
+        recorded_tokens=int(recorded.columns["target_used"].sum()),
+        replayed_tokens=int(replayed.columns["target_used"].sum()),
+        first=first,
+        policy=policy,
+        exact_workload=exact,
+        notes=notes,
+    )
+
+
+def check_fidelity(trace: Trace | str | Path, *, out: str | Path | None = None) -> Fidelity:
+    """Replay `trace` under its recorded policy and scheduler class; compare. Needs vLLM."""
+    from tracer.replay import replay
+    from tracer.workload import workload_from_trace
+
+    recorded = trace if isinstance(trace, Trace) else load(trace)
+    workload = workload_from_trace(recorded)
+    policy = str(recorded.header.get("policy") or "stock")
+    notes = list(workload.notes)
+    recorded_on = recorded.header.get("vllm_version")
+    try:
+        import vllm
+
+        here = str(getattr(vllm, "__version__", ""))
+    except ImportError:  # pragma: no cover - replay needs vLLM anyway
+        here = ""
+    if recorded_on and here and recorded_on.split(".")[:2] != here.split(".")[:2]:
+        notes.append(f"recorded on vLLM {recorded_on}, replayed on {here}: their schedulers differ")
+    with tempfile.TemporaryDirectory(prefix="schedscope-fidelity-") as tmp:
+        path = Path(out) if out is not None else Path(tmp) / "identity.jsonl"
+        replay(workload, policy, path)
+        replayed = load(path)
+    return compare_runs(recorded, replayed, policy=policy, exact=workload.exact, notes=notes)
+
+
+def _short(value: Any, limit: int = 160) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def fidelity_lines(f: Fidelity) -> list[str]:
+    """The identity check as `replay --check`, `diff` and `doctor` print it."""
+    verdict = "re-makes the run exactly" if f.identical else "does NOT re-make the run"
+    lines = [
+        f"identity replay under {f.policy}: {f.identical_steps} of {f.recorded_steps} recorded steps "
+        f"identical ({f.identical_share:.1%}): {verdict}",
+        f"  steps {f.recorded_steps} recorded, {f.replayed_steps} replayed "
+        f"({f.replayed_steps - f.recorded_steps:+d}); target tokens {f.recorded_tokens} recorded, "
+        f"{f.replayed_tokens} replayed ({f.replayed_tokens - f.recorded_tokens:+d})",
+    ]
+    if f.first is not None:
+        lines.append(f"  first divergent step {f.first.step}:")
+        for name, (rec, rep) in f.first.fields.items():
+            lines.append(f"    {name}: recorded {_short(rec)}")
+            lines.append(f"    {' ' * len(name)}  replayed {_short(rep)}")
+    lines.extend(f"  note: {note}" for note in f.notes)
+    return lines
+
+
+def identity_line(header: dict[str, Any]) -> str | None:
+    """One line on a what-if trace's baseline identity error (its header's `replay` block)."""
+    info = (header.get("replay") or {}).get("identity")
+    if not info:
+        return None
+    n, same = info["recorded_steps"], info["identical_steps"]
+    if info["identical"]:
+        return f"replay identity error: none (the recorded policy's replay re-makes all {n} steps)"
+    return (
+        f"replay identity error: the recorded policy's replay matches {same} of {n} steps, first "
+        f"diverging at step {info['first_divergent_step']}, target tokens "
+        f"{info['replayed_tokens'] - info['recorded_tokens']:+d}: part of this diff is replay error, "
+        "not the policy"
+    )
