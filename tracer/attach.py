@@ -89,29 +89,35 @@ def _run_id(header: dict[str, Any]) -> tuple[Any, Any]:
 
 
 def link_status(state: LinkState, saving: Path | None = None) -> str:
-    """The connection state as one line: what `attach`, the TUI and the web app show."""
+    """The connection state as one line: what `attach`, the TUI and the web app show.
+
+    `saving`: the file the current run is saved to, named once the server has restarted.
+    """
+    text = _phase_text(state)
+    if state.run > 1:
+        text += f" · new run {state.run} (the server restarted)"
+        if saving is not None:
+            text += f" → {saving.name}"
+    return text
+
+
+def _phase_text(state: LinkState) -> str:
     step = f"last step {state.last_step}" if state.last_step else "no step yet"
     phase = state.phase
     if phase == "connecting":
-        text = f"connecting to {state.url}"
-    elif phase == "live":
-        text = f"live · step {state.last_step}" if state.last_step else "live · no step yet"
-    elif phase == "idle":
+        return f"connecting to {state.url}"
+    if phase == "live":
+        return f"live · step {state.last_step}" if state.last_step else "live · no step yet"
+    if phase == "idle":
         since = f" since {_clock(state.idle_since)}" if state.idle_since is not None else ""
-        text = f"idle{since} ({step})"
-    elif phase == "stalled":
-        text = f"stalled: {state.detail} · reconnecting"
-    elif phase == "reconnecting":
-        text = f"reconnecting ({state.detail}) · {step}"
-    elif phase == "refused":
-        text = f"refused: {state.detail}"
-    else:
-        text = f"gave up after {state.reconnects} reconnects ({state.detail})"
-    if state.run > 1:
-        text += f" · new run {state.run} (the server restarted)"
-    if saving is not None and state.run > 1:
-        text += f" → {saving.name}"
-    return text
+        return f"idle{since} ({step})"
+    if phase == "stalled":
+        return f"stalled: {state.detail} · reconnecting"
+    if phase == "reconnecting":
+        return f"reconnecting ({state.detail}) · {step}"
+    if phase == "refused":
+        return f"refused: {state.detail}"
+    return f"gave up after {state.reconnects} reconnects ({state.detail})"
 
 
 class StreamFollower:
@@ -198,7 +204,8 @@ class StreamFollower:
                     detail = f"no data for {self.timeout:g}s, not even a heartbeat"
                     yield self._status(f"stalled: {detail}", phase="stalled", detail=detail)
                 else:
-                    yield self._status(f"disconnected: {exc}", phase="reconnecting", detail=str(exc))
+                    reason = str(getattr(exc, "reason", exc))
+                    yield self._status(f"disconnected: {exc}", phase="reconnecting", detail=reason)
 
     def _read(self, response: Any, since: int) -> Iterator[StreamEvent]:
         """Events from one connection; returns True when it must be reopened from step 0."""
@@ -298,7 +305,7 @@ class StreamFollower:
         state = self._set(phase="idle", detail="", idle_since=idle_since, last_step=last_step)
         if idle_since != self._idle_said:  # once per idle period, not per heartbeat
             self._idle_said = idle_since
-            yield StreamEvent("status", message=link_status(state), state=state)
+            yield StreamEvent("status", message=_phase_text(state), state=state)
         yield StreamEvent("heartbeat", record, line, state=state)
 
 
