@@ -73,7 +73,7 @@ def _serve_and_trace(models: dict[str, Path], spec: dict[str, Any], tmp: Path, s
 
             def view() -> None:
                 for event in follower.events(max_reconnects=50):
-                    if event.kind == "record":
+                    if event.kind in ("run", "record"):  # a run's header, then its records
                         received.append(event.line)
                         if (event.record or {}).get("kind") == "footer":
                             return

@@ -191,3 +191,20 @@ def test_builder_feeds_incrementally(tmp_path: Path) -> None:
     added = [builder.feed(data[i : i + 7]) for i in range(0, len(data), 7)]
     assert sum(added) == 2 and builder.finish() is None
     assert list(builder.build().columns["step"]) == [1, 2]
+
+
+def test_a_stream_heartbeat_in_a_file_is_ignored_even_strictly(tmp_path: Path) -> None:
+    """Heartbeats are stream only; one that reached a file (before the header, between steps,
+    or as an unterminated last line) is skipped, never an error nor a step."""
+    beat = {"kind": "heartbeat", "t": 1.7e9, "last_step": 1, "idle_since": None}
+    path = write(
+        tmp_path / "t.jsonl",
+        [beat, header(), step(1), beat, step(2)],
+        tail=orjson.dumps({**beat, "idle_since": 1.7e9}),
+    )
+    for strict in (True, False):
+        trace = load(path, strict=strict)
+        assert list(trace.columns["step"]) == [1, 2] and not trace.problems and trace.torn is None
+    builder = TraceBuilder(path)
+    builder.feed(path.read_bytes())
+    assert builder.steps_parsed == 2 and builder.header is not None

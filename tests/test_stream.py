@@ -35,7 +35,7 @@ def collect(follower: StreamFollower, n: int, timeout: float = 10, **kw: Any) ->
     out: list[dict[str, Any]] = []
     deadline = time.monotonic() + timeout
     for event in follower.events(**kw):
-        if event.kind == "record":
+        if event.kind in ("run", "record"):
             out.append(event.record or {})
         if len([r for r in out if r["kind"] in ("step", "gap")]) >= n or time.monotonic() > deadline:
             break
@@ -199,7 +199,7 @@ def test_real_scheduler_streams_what_it_writes(tmp_path: Path, monkeypatch: pyte
 
     def view() -> None:
         for event in follower.events(max_reconnects=0):
-            if event.kind == "record":
+            if event.kind in ("run", "record"):  # a run's header, then its records
                 received.append(event.line)
                 if event.record and event.record["kind"] == "footer":
                     return

@@ -1,9 +1,17 @@
 """Viewer side of the live stream: follow a server's /trace, reconnecting as needed.
 
-On disconnect it reconnects with exponential backoff and resumes after the last
-step seen (`?since=`). Anything that could not be resumed (it left the
-server's backlog, or the viewer was cut off for falling behind) arrives as an
-explicit `gap` record, so a gap is always shown, never silently skipped.
+On disconnect it reconnects with exponential backoff and resumes where it left
+off (`?since=`). Anything that could not be resumed (it left the server's
+backlog, or the viewer was cut off for falling behind) arrives as an explicit
+`gap` record, so a gap is always shown, never silently skipped.
+
+The server re-sends the header on every connection. The follower passes a
+header on only when it begins a run (a new `start_time` or `pid`), as a `run`
+event, so whoever saves the stream (RunSaver) writes one header per file and
+starts a new file for a new run. Heartbeats, which the server sends while the
+engine is idle, are liveness only: they are never saved, and a connection is
+given up as stalled only when not even a heartbeat arrived within the read
+timeout.
 """
 
 from __future__ import annotations
@@ -13,30 +21,103 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, Literal
 from urllib.parse import urlencode, urlparse, urlunparse
 
 import orjson
 
+from tracer.stream import HEARTBEAT_INTERVAL, _step_of
+
 MAX_LINE = 16 << 20  # a record longer than this is garbage, not a trace record
+# No bytes at all (heartbeats included) for this long: the connection is stalled.
+READ_TIMEOUT = 4 * HEARTBEAT_INTERVAL
+
+Phase = Literal["connecting", "live", "idle", "stalled", "reconnecting", "refused", "gave up"]
+EventKind = Literal["record", "run", "heartbeat", "status"]
+
+
+@dataclass(frozen=True)
+class LinkState:
+    """Where a follower's connection stands; link_status() turns it into the one line shown."""
+
+    url: str
+    phase: Phase = "connecting"
+    detail: str = ""  # why: the error, the HTTP status, what stalled
+    last_step: int = 0
+    idle_since: float | None = None  # wall time of the server's last record, from its heartbeat
+    run: int = 0  # runs seen on this stream: 2 once the server restarted
+    reconnects: int = 0
 
 
 @dataclass
 class StreamEvent:
-    """A record from the stream (`record`), or a note about the connection (`status`)."""
+    """What the follower hands on.
 
-    kind: str  # "record" | "status"
+    - `record`: a record to show and save (step, runner, footer, gap, any newer kind);
+    - `run`: the header of a run that begins (`run` counts them: 2 after a restart);
+    - `heartbeat`: the server is alive and idle; never saved;
+    - `status`: a note about the connection (`message`), with the state it left.
+    """
+
+    kind: EventKind
     record: dict[str, Any] | None = None
     line: bytes = b""
     message: str = ""
+    state: LinkState | None = None
+    run: int = 0
 
 
 def _with_since(url: str, since: int) -> str:
     parts = urlparse(url)
     path = parts.path if parts.path not in ("", "/") else "/trace"
     return urlunparse(parts._replace(path=path, query=urlencode({"since": since})))
+
+
+def _clock(t: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(t))
+
+
+def _timed_out(exc: BaseException) -> bool:
+    # urlopen wraps a connect timeout in URLError; a read timeout comes bare.
+    return isinstance(exc, TimeoutError) or isinstance(getattr(exc, "reason", None), TimeoutError)
+
+
+def _run_id(header: dict[str, Any]) -> tuple[Any, Any]:
+    return header.get("start_time"), header.get("pid")
+
+
+def link_status(state: LinkState, saving: Path | None = None) -> str:
+    """The connection state as one line: what `attach`, the TUI and the web app show.
+
+    `saving`: the file the current run is saved to, named once the server has restarted.
+    """
+    text = _phase_text(state)
+    if state.run > 1:
+        text += f" · new run {state.run} (the server restarted)"
+        if saving is not None:
+            text += f" → {saving.name}"
+    return text
+
+
+def _phase_text(state: LinkState) -> str:
+    step = f"last step {state.last_step}" if state.last_step else "no step yet"
+    phase = state.phase
+    if phase == "connecting":
+        return f"connecting to {state.url}"
+    if phase == "live":
+        return f"live · step {state.last_step}" if state.last_step else "live · no step yet"
+    if phase == "idle":
+        since = f" since {_clock(state.idle_since)}" if state.idle_since is not None else ""
+        return f"idle{since} ({step})"
+    if phase == "stalled":
+        return f"stalled: {state.detail} · reconnecting"
+    if phase == "reconnecting":
+        return f"reconnecting ({state.detail}) · {step}"
+    if phase == "refused":
+        return f"refused: {state.detail}"
+    return f"gave up after {state.reconnects} reconnects ({state.detail})"
 
 
 class StreamFollower:
@@ -46,90 +127,186 @@ class StreamFollower:
         *,
         token: str | None = None,
         backoff: tuple[float, float] = (0.2, 5.0),
-        timeout: float = 10.0,
-        sleep: Callable[[float], None] = time.sleep,
+        timeout: float = READ_TIMEOUT,
+        sleep: Callable[[float], Any] = time.sleep,
     ) -> None:
         self.url = url
         self.token = token
         self.backoff = backoff
         self.timeout = timeout
         self.sleep = sleep
-        self.last_step = 0
+        self.last_step = 0  # the newest step record received in this run
         self.header: dict[str, Any] | None = None
+        self.runs = 0
         self.reconnects = 0
         self.garbage = 0
+        self.duplicates = 0  # records the server sent again after a reconnect, not passed on
+        self.state = LinkState(url)
+        # Resuming: the server resends everything after `since`. We ask from the step
+        # before the newest (as the server numbers records: runner and footer lines
+        # by their step), and skip the records of that step we already have, so a
+        # disconnect between a step and its runner records loses neither.
+        self._ring_step = 0  # the server's numbering of the newest record received
+        self._at_ring_step = 0  # records received so far numbered _ring_step
+        self._skip = 0  # records numbered _ring_step the server is about to resend
+        self._from_start = False  # a run begun while attached: steps before its first are a gap
+        self._idle_said: float | Literal[False] | None = False  # idle_since of the last idle note
+
+    def _set(self, **changes: Any) -> LinkState:
+        self.state = replace(self.state, **changes)
+        return self.state
+
+    def _status(self, message: str, **changes: Any) -> StreamEvent:
+        return StreamEvent("status", message=message, state=self._set(**changes))
 
     def events(self, *, max_reconnects: int | None = None) -> Iterator[StreamEvent]:
         delay = self.backoff[0]
-        first = True
+        first, resync = True, False
         while True:
-            if not first:
+            if not first and not resync:
                 if max_reconnects is not None and self.reconnects >= max_reconnects:
+                    yield self._status(
+                        f"giving up after {self.reconnects} reconnects", phase="gave up", detail="limit"
+                    )
                     return
                 self.reconnects += 1
+                self._set(reconnects=self.reconnects)
                 yield StreamEvent(
-                    "status", message=f"reconnecting in {delay:.1f}s after step {self.last_step}"
+                    "status",
+                    message=f"reconnecting in {delay:.1f}s after step {self.last_step}",
+                    state=self.state,
                 )
                 self.sleep(delay)
                 delay = min(delay * 2, self.backoff[1])
-            first = False
-            request = urllib.request.Request(_with_since(self.url, self.last_step))
+            first = resync = False
+            resume = max(self.last_step, self._ring_step)
+            since = max(0, resume - 1)
+            self._skip = self._at_ring_step if resume and resume == self._ring_step else 0
+            request = urllib.request.Request(_with_since(self.url, since))
             if self.token:
                 request.add_header("Authorization", f"Bearer {self.token}")
             try:
                 with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                    yield StreamEvent("status", message=f"connected to {self.url}")
+                    yield self._status(f"connected to {self.url}", phase="live", detail="")
                     delay = self.backoff[0]
-                    yield from self._read(response)
-                yield StreamEvent("status", message="the server closed the stream")
+                    resync = yield from self._read(response, since)
+                if not resync:
+                    message = "the server closed the stream"
+                    yield self._status(message, phase="reconnecting", detail=message)
             except urllib.error.HTTPError as exc:
+                detail = f"HTTP {exc.code} {exc.reason}"
                 if exc.code in (401, 403, 404):
-                    yield StreamEvent("status", message=f"refused: HTTP {exc.code} {exc.reason}")
+                    yield self._status(f"refused: {detail}", phase="refused", detail=detail)
                     return
-                yield StreamEvent("status", message=f"HTTP {exc.code} {exc.reason}")
+                yield self._status(detail, phase="reconnecting", detail=detail)
             except (OSError, urllib.error.URLError) as exc:
-                yield StreamEvent("status", message=f"disconnected: {exc}")
+                if _timed_out(exc):
+                    detail = f"no data for {self.timeout:g}s, not even a heartbeat"
+                    yield self._status(f"stalled: {detail}", phase="stalled", detail=detail)
+                else:
+                    reason = str(getattr(exc, "reason", exc))
+                    yield self._status(f"disconnected: {exc}", phase="reconnecting", detail=reason)
 
-    def _read(self, response: Any) -> Iterator[StreamEvent]:
+    def _read(self, response: Any, since: int) -> Iterator[StreamEvent]:
+        """Events from one connection; returns True when it must be reopened from step 0."""
         while True:
             line = response.readline(MAX_LINE + 1)
             if not line:
-                return
+                return False
             if not line.endswith(b"\n"):
                 if len(line) > MAX_LINE:
                     self.garbage += 1
-                    yield StreamEvent("status", message="dropped a line longer than 16 MiB")
+                    yield StreamEvent("status", message="dropped a line longer than 16 MiB", state=self.state)
                     response.readline()  # skip its remainder (best effort)
                     continue
-                return  # stopped mid-line: reconnect and resume after the last whole step
+                return False  # stopped mid-line: reconnect and resume after the last whole record
             try:
                 record = orjson.loads(line)
             except orjson.JSONDecodeError:
                 self.garbage += 1
-                yield StreamEvent("status", message=f"skipped a line that is not JSON ({line[:40]!r}…)")
+                yield StreamEvent(
+                    "status", message=f"skipped a line that is not JSON ({line[:40]!r}…)", state=self.state
+                )
                 continue
             if not isinstance(record, dict) or "kind" not in record:
                 self.garbage += 1
                 continue
             kind = record["kind"]
+            if kind == "heartbeat":
+                yield from self._heartbeat(record, line)
+                continue
+            if self.state.phase != "live":
+                self._set(phase="live", detail="")
             if kind == "header":
-                if self.header is not None and self.header.get("pid") != record.get("pid"):
-                    yield StreamEvent("status", message="the server restarted: a new run begins")
-                    self.last_step = 0
-                self.header = record
-            elif kind == "gap" and isinstance(record.get("before"), int):
-                self.last_step = max(self.last_step, record["before"] - 1)  # already reported
-            elif kind == "step" and isinstance(record.get("step"), int):
-                if self.last_step and record["step"] > self.last_step + 1:
-                    gap = {
-                        "kind": "gap",
-                        "after": self.last_step,
-                        "before": record["step"],
-                        "reason": "not received",
-                    }
+                if self.header is not None and _run_id(record) == _run_id(self.header):
+                    continue  # the same run's header, sent again on this connection
+                restarted = self.header is not None
+                self._begin_run(record)
+                if restarted:
+                    pid, start = record.get("pid"), record.get("start_time")
+                    started = f", started {_clock(start)}" if isinstance(start, (int, float)) else ""
+                    yield self._status(f"the server restarted: a new run begins (pid {pid}{started})")
+                yield StreamEvent("run", record, line, state=self.state, run=self.runs)
+                if restarted and since:
+                    return True  # what follows was chosen by the old run's `since`: ask again from 0
+                continue
+            if kind == "gap" and isinstance(record.get("before"), int):
+                # The server's own gap (the resume point left its backlog), from `since`,
+                # one step before what we hold: trim it to what is really missing.
+                self._skip = 0
+                after, before = max(int(record.get("after") or 0), self.last_step), record["before"]
+                if before <= after + 1:
+                    continue
+                self.last_step = max(self.last_step, before - 1)  # reported here, not again
+                self._set(last_step=self.last_step)
+                self._advance(before - 1)
+                gap = {**record, "after": after}
+                yield StreamEvent("record", gap, orjson.dumps(gap, option=orjson.OPT_APPEND_NEWLINE))
+                continue
+            ring_step = _step_of(line) or self._ring_step  # as the server's hub numbers it
+            if self._skip and ring_step == self._ring_step:
+                self._skip -= 1
+                self.duplicates += 1
+                continue  # received before the reconnect
+            self._skip = 0
+            if kind == "step" and isinstance(record.get("step"), int):
+                step = record["step"]
+                if step <= self.last_step:
+                    self.duplicates += 1
+                    continue  # a step is recorded once; never save it twice
+                if (self.last_step or self._from_start) and step > self.last_step + 1:
+                    reason = "not received" if self.last_step else "before the viewer saw this run"
+                    gap = {"kind": "gap", "after": self.last_step, "before": step, "reason": reason}
                     yield StreamEvent("record", gap, orjson.dumps(gap, option=orjson.OPT_APPEND_NEWLINE))
-                self.last_step = max(self.last_step, record["step"])
-            yield StreamEvent("record", record, line)
+                self.last_step = step
+                self._set(last_step=step)
+            self._advance(ring_step)
+            self._at_ring_step += 1
+            yield StreamEvent("record", record, line, state=self.state)
+
+    def _advance(self, ring_step: int) -> None:
+        if ring_step > self._ring_step:
+            self._ring_step, self._at_ring_step = ring_step, 0
+
+    def _begin_run(self, header: dict[str, Any]) -> None:
+        if self.header is not None:  # a restart: the new run counts its steps from 1
+            self._from_start = True
+            self.last_step = self._ring_step = self._at_ring_step = self._skip = 0
+            self._idle_said = False
+        self.header = header
+        self.runs += 1
+        self._set(run=self.runs, last_step=self.last_step, idle_since=None)
+
+    def _heartbeat(self, record: dict[str, Any], line: bytes) -> Iterator[StreamEvent]:
+        idle_since = record.get("idle_since")
+        idle_since = float(idle_since) if isinstance(idle_since, (int, float)) else None
+        last = record.get("last_step")
+        last_step = last if isinstance(last, int) and last > self.last_step else self.last_step
+        state = self._set(phase="idle", detail="", idle_since=idle_since, last_step=last_step)
+        if idle_since != self._idle_said:  # once per idle period, not per heartbeat
+            self._idle_said = idle_since
+            yield StreamEvent("status", message=_phase_text(state), state=state)
+        yield StreamEvent("heartbeat", record, line, state=state)
 
 
 def step_line(record: dict[str, Any]) -> str:
@@ -148,31 +325,126 @@ def step_line(record: dict[str, Any]) -> str:
     )
 
 
-class StreamMirror:
-    """Mirror a live stream into a local trace file, in a daemon thread.
+def run_path(base: Path, run: int) -> Path:
+    """Where run `run` (0-based) of a stream saved as `base` goes: copy.jsonl, copy.1.jsonl, …"""
+    if run == 0:
+        return base
+    name = base.name
+    stem, suffix = (name[:-6], ".jsonl") if name.endswith(".jsonl") else (base.stem, base.suffix)
+    return base.with_name(f"{stem}.{run}{suffix}")
 
-    The TUI and the web app follow that file exactly as they follow a file a
-    server writes (`--follow`), so attaching reuses their tailing, and the file
-    is a normal trace afterwards (`gap` records included, which the reader
-    keeps in `Trace.gaps`).
+
+class RunSaver:
+    """Writes a followed stream as trace files, one run per file, one header per run.
+
+    The first file is truncated at once, so a stale copy from an earlier session is
+    never mistaken for this one. Records that come before any header (none from
+    schedscope's server) cannot start a trace and are only counted.
     """
 
-    def __init__(self, url: str, path: str | Path, *, token: str | None = None) -> None:
-        self.path = Path(path)
-        self.path.write_bytes(b"")
-        self.follower = StreamFollower(url, token=token)
-        self.status = "connecting"
+    def __init__(self, path: str | Path) -> None:
+        self.base = Path(path)
+        self.paths: list[Path] = []  # one per run begun
+        self.unsaved = 0
+        self._out: IO[bytes] | None = self.base.open("wb")
+
+    @property
+    def path(self) -> Path:
+        """The file being written (the first one until a run begins)."""
+        return self.paths[-1] if self.paths else self.base
+
+    def start_run(self, header_line: bytes) -> Path:
+        """Begin a run: its header opens a new file (the first run uses the file opened already)."""
+        path = run_path(self.base, len(self.paths))
+        if self.paths or self._out is None:
+            self.close()
+            self._out = path.open("wb")
+        self.paths.append(path)
+        self._write(header_line)
+        return path
+
+    def write(self, line: bytes) -> None:
+        if not self.paths:
+            self.unsaved += 1
+            return
+        self._write(line)
+
+    def _write(self, line: bytes) -> None:
+        assert self._out is not None
+        self._out.write(line)
+        self._out.flush()  # the TUI and the web app tail this file
+
+    def close(self) -> None:
+        if self._out is not None:
+            self._out.close()
+            self._out = None
+
+    def handle(self, event: StreamEvent) -> Path | None:
+        """Save what an event carries; returns the new file when a run begins."""
+        if event.kind == "run":
+            return self.start_run(event.line)
+        if event.kind == "record":
+            self.write(event.line)
+        return None
+
+
+class StreamMirror:
+    """Mirror a live stream into local trace files, in a daemon thread.
+
+    The TUI and the web app follow `path` exactly as they follow a file a server
+    writes (`--follow`), switching to the next file when a new run begins, and
+    show `status_text()`. The files are normal traces afterwards (`gap` records
+    included, which the reader keeps in `Trace.gaps`).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        path: str | Path,
+        *,
+        token: str | None = None,
+        timeout: float = READ_TIMEOUT,
+        backoff: tuple[float, float] = (0.2, 5.0),
+    ) -> None:
+        self._stop = threading.Event()
+        self.saver = RunSaver(path)
+        self.follower = StreamFollower(
+            url, token=token, timeout=timeout, backoff=backoff, sleep=self._stop.wait
+        )
         self.gaps = 0
         self._thread = threading.Thread(target=self._run, name="schedscope-attach", daemon=True)
         self._thread.start()
 
+    @property
+    def path(self) -> Path:
+        """The file of the current run."""
+        return self.saver.path
+
+    @property
+    def state(self) -> LinkState:
+        return self.follower.state
+
+    def status_text(self) -> str:
+        return link_status(self.follower.state, self.saver.path)
+
+    @property
+    def status(self) -> str:
+        return self.status_text()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop following (at the next event, or when the read timeout ends a silent wait)."""
+        self._stop.set()
+        self._thread.join(timeout)
+
     def _run(self) -> None:
-        with self.path.open("ab") as out:
-            for event in self.follower.events():
-                if event.kind == "status":
-                    self.status = event.message
-                    continue
-                if (event.record or {}).get("kind") == "gap":
+        events = self.follower.events()
+        try:
+            for event in events:
+                if self._stop.is_set():
+                    return
+                if event.kind == "record" and (event.record or {}).get("kind") == "gap":
                     self.gaps += 1
-                out.write(event.line)
-                out.flush()
+                self.saver.handle(event)
+        finally:
+            events.close()
+            self.saver.close()

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from tracer import __version__
 
 if TYPE_CHECKING:
+    from tracer.attach import StreamMirror
     from tracer.reader import Trace
 
 EPILOG = """\
@@ -170,44 +171,47 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_attach(args: argparse.Namespace) -> int:
     """Follow a live stream: a compact line per step (or raw records with --json)."""
-    from tracer.attach import StreamFollower, step_line
+    from tracer.attach import RunSaver, StreamFollower, step_line
 
     follower = StreamFollower(args.url, token=args.token or os.environ.get("SCHEDSCOPE_STREAM_TOKEN"))
-    save = open(args.save, "wb") if args.save else None  # noqa: SIM115 - closed below
+    saver = RunSaver(args.save) if args.save else None
     try:
         for event in follower.events(max_reconnects=args.max_reconnects):
             if event.kind == "status":
                 print(f"# {event.message}", file=sys.stderr, flush=True)
                 continue
-            record = event.record or {}
-            if save is not None:
-                save.write(event.line)
-                save.flush()
+            if event.kind == "heartbeat":
+                continue  # liveness only: the idle status above says it once per idle period
+            if saver is not None:
+                started = saver.handle(event)
+                if started is not None and event.run > 1:
+                    print(f"# run {event.run} is saved to {started}", file=sys.stderr, flush=True)
             if args.json:
                 sys.stdout.buffer.write(event.line)
                 sys.stdout.flush()
-            elif record.get("kind") in ("step", "gap"):
-                print(step_line(record), flush=True)
+            elif (event.record or {}).get("kind") in ("step", "gap"):
+                print(step_line(event.record or {}), flush=True)
     except KeyboardInterrupt:
         pass
     finally:
-        if save is not None:
-            save.close()
+        if saver is not None:
+            saver.close()
     return 0
 
 
-def _attach_as_follow(args: argparse.Namespace) -> None:
+def _attach_as_follow(args: argparse.Namespace) -> StreamMirror | None:
     """--attach URL: mirror the live stream into a file (--save, or a temp file) and follow it."""
     if not getattr(args, "attach", None):
-        return
+        return None
     import tempfile
 
     from tracer.attach import StreamMirror
 
     path = args.save or os.path.join(tempfile.mkdtemp(prefix="schedscope-attach-"), "live.jsonl")
-    StreamMirror(args.attach, path, token=args.token or os.environ.get("SCHEDSCOPE_STREAM_TOKEN"))
+    mirror = StreamMirror(args.attach, path, token=args.token or os.environ.get("SCHEDSCOPE_STREAM_TOKEN"))
     print(f"schedscope: attached to {args.attach}; mirroring into {path}", file=sys.stderr)
     args.follow = path
+    return mirror
 
 
 def cmd_web(args: argparse.Namespace) -> int:
@@ -215,7 +219,7 @@ def cmd_web(args: argparse.Namespace) -> int:
     from tracer.reader import load
     from tracer.stream import is_loopback
 
-    _attach_as_follow(args)
+    mirror = _attach_as_follow(args)
     if not args.trace and not args.follow:
         print("schedscope: error: web needs a TRACE, or --follow FILE", file=sys.stderr)
         return 2
@@ -240,7 +244,7 @@ def cmd_web(args: argparse.Namespace) -> int:
     strict = not args.lenient
     trace_a = load(args.trace, strict=strict, progress=_progress) if args.trace else None
     trace_b = load(args.trace_b, strict=strict, progress=_progress) if args.trace_b else None
-    app = make_app(trace_a, trace_b, follow=args.follow, max_upload=args.max_upload_mb << 20)
+    app = make_app(trace_a, trace_b, follow=args.follow, attach=mirror, max_upload=args.max_upload_mb << 20)
     host = f"[{args.host}]" if ":" in args.host else args.host
     print(f"schedscope web: http://{host}:{args.port}/  (Ctrl-C to stop)", flush=True)
     app.run(host=args.host, port=args.port, debug=False)
@@ -259,7 +263,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def cmd_tui(args: argparse.Namespace) -> int:
     """The Textual terminal UI; imported here so tracer never imports textual at module level."""
-    _attach_as_follow(args)
+    mirror = _attach_as_follow(args)
     if args.follow is None and args.trace is None:
         print("schedscope: error: give a trace, two traces to compare, or --follow FILE", file=sys.stderr)
         return 2
@@ -278,7 +282,12 @@ def cmd_tui(args: argparse.Namespace) -> int:
         return 2
     try:
         app = make_app(
-            args.trace, args.trace_b, follow=args.follow, compare=args.compare, strict=not args.lenient
+            args.trace,
+            args.trace_b,
+            follow=args.follow,
+            compare=args.compare,
+            strict=not args.lenient,
+            attach=mirror,
         )
     except ValueError as exc:
         print(f"schedscope: error: {exc}", file=sys.stderr)

@@ -365,6 +365,8 @@ class TraceBuilder:
             )
             return
         kind = record["kind"]
+        if kind == schema.HEARTBEAT:
+            return  # a stream keep-alive that reached a file: no data, anywhere, strict or not
         if self.header is None:
             if kind != schema.HEADER:
                 # Without a header nothing can be interpreted: always fatal.

@@ -19,6 +19,9 @@ FOOTER: Final = "footer"
 # Written by `schedscope attach --save` where the live stream lost steps: after..before, exclusive.
 GAP: Final = "gap"
 KINDS: Final = (HEADER, STEP, RUNNER, FOOTER, GAP)
+# The live stream's keep-alive while the engine is idle. Stream only (never saved), so not in
+# KINDS; a reader that finds one in a file skips it.
+HEARTBEAT: Final = "heartbeat"
 
 # Engine config keys in the header, with the default a reader assumes when an
 # older trace lacks one. None means "unknown".

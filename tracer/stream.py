@@ -4,7 +4,10 @@
     curl -N http://127.0.0.1:8799/trace?since=120
 
 A viewer gets the header, then the backlog of recent records from a bounded
-ring (those after `since`), then live records. The hub is a writer tap: it runs
+ring (those after `since`), then live records. While nothing is published for
+a heartbeat interval (2 s) the viewer's own HTTP thread sends it a small
+`heartbeat` record, so an idle engine is told apart from a dead connection;
+heartbeats never enter the ring or a trace file. The hub is a writer tap: it runs
 on the trace writer's thread and only appends to bounded per-viewer queues, so
 neither the scheduler nor the writer ever waits for a viewer. A viewer that
 falls a whole queue behind is cut off and counted; when it reconnects with
@@ -23,6 +26,7 @@ import hmac
 import ipaddress
 import logging
 import threading
+import time
 from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -35,6 +39,7 @@ logger = logging.getLogger("schedscope.stream")
 ENV_STREAM = "SCHEDSCOPE_STREAM"
 ENV_TOKEN = "SCHEDSCOPE_STREAM_TOKEN"
 DEFAULT_PORT = 8799
+HEARTBEAT_INTERVAL = 2.0  # seconds without a record before a viewer gets a heartbeat
 
 
 class StreamConfigError(ValueError):
@@ -69,6 +74,7 @@ class _Viewer:
         self.limit = limit
         self.ready = threading.Condition()
         self.cut = False
+        self.ended = False
 
     def offer(self, lines: list[bytes]) -> bool:
         with self.ready:
@@ -82,12 +88,18 @@ class _Viewer:
             self.ready.notify()
         return not self.cut
 
-    def take(self, timeout: float) -> list[bytes] | None:
-        """Lines queued so far; [] on timeout; None once cut off."""
+    def end(self) -> None:
+        """End this viewer's connection once what is queued is sent (its HTTP thread returns)."""
         with self.ready:
-            if not self.lines and not self.cut:
+            self.ended = True
+            self.ready.notify()
+
+    def take(self, timeout: float) -> list[bytes] | None:
+        """Lines queued so far; [] on timeout; None once cut off, or ended with nothing left."""
+        with self.ready:
+            if not self.lines and not self.cut and not self.ended:
                 self.ready.wait(timeout)
-            if self.cut:
+            if self.cut or (self.ended and not self.lines):
                 return None
             out = list(self.lines)
             self.lines.clear()
@@ -105,6 +117,7 @@ class StreamHub:
         self._viewer_queue = viewer_queue
         self.viewers_cut = 0
         self.last_step = 0
+        self.published_at: float | None = None  # wall time of the last publish (heartbeats' idle_since)
 
     # writer thread
     def publish(self, lines: list[bytes]) -> None:
@@ -127,6 +140,7 @@ class StreamHub:
                 self.header = header
             self._ring.extend(ringed)
             viewers = list(self._viewers)
+            self.published_at = time.time()
         for viewer in viewers:
             if not viewer.offer(fresh):
                 self._drop(viewer)
@@ -154,9 +168,27 @@ class StreamHub:
             opening.append(orjson.dumps(gap, option=orjson.OPT_APPEND_NEWLINE))
         return viewer, opening + backlog
 
+    def heartbeat(self) -> bytes:
+        """A keep-alive line for a viewer that has been sent nothing for a while (stream only)."""
+        beat = {
+            "kind": "heartbeat",
+            "t": time.time(),
+            "last_step": self.last_step,
+            "idle_since": self.published_at,
+        }
+        return orjson.dumps(beat, option=orjson.OPT_APPEND_NEWLINE)
+
     def unsubscribe(self, viewer: _Viewer) -> None:
         with self._lock:
             self._viewers.discard(viewer)
+
+    def disconnect_all(self) -> None:
+        """End every viewer's connection (the server is closing); a viewer may reconnect with `since`."""
+        with self._lock:
+            viewers = list(self._viewers)
+            self._viewers.clear()
+        for viewer in viewers:
+            viewer.end()
 
     @property
     def viewers(self) -> int:
@@ -179,7 +211,15 @@ def _step_of(line: bytes) -> int | None:
 class StreamServer:
     """ThreadingHTTPServer serving GET /trace to any number of viewers."""
 
-    def __init__(self, hub: StreamHub, host: str, port: int, token: str | None = None) -> None:
+    def __init__(
+        self,
+        hub: StreamHub,
+        host: str,
+        port: int,
+        token: str | None = None,
+        *,
+        heartbeat: float = HEARTBEAT_INTERVAL,
+    ) -> None:
         if not is_loopback(host) and not token:
             raise StreamConfigError(
                 f"refusing to stream on non-loopback address {host}: "
@@ -189,6 +229,7 @@ class StreamServer:
             logger.warning("schedscope: streaming trace records on %s:%d (token required)", host, port)
         self.hub = hub
         self.token = token
+        self.heartbeat = heartbeat
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -241,12 +282,20 @@ class StreamServer:
             h.end_headers()
             h.wfile.write(b"".join(opening))
             h.wfile.flush()
+            sent_at = time.monotonic()
             while True:
-                lines = viewer.take(1.0)
+                lines = viewer.take(max(0.0, sent_at + self.heartbeat - time.monotonic()))
                 if lines is None:
-                    return  # cut off: the viewer reconnects with `since`
-                h.wfile.write(b"".join(lines) if lines else b"")
+                    return  # cut off or ended: the viewer reconnects with `since`
+                if lines:
+                    h.wfile.write(b"".join(lines))
+                elif time.monotonic() - sent_at >= self.heartbeat:
+                    # This viewer's own thread, never the scheduler's or the writer's.
+                    h.wfile.write(self.hub.heartbeat())
+                else:
+                    continue  # woken early with nothing to send
                 h.wfile.flush()
+                sent_at = time.monotonic()
         except (BrokenPipeError, ConnectionResetError, OSError):
             return  # the viewer went away
         finally:
@@ -255,6 +304,8 @@ class StreamServer:
     def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+        # Connected viewers would otherwise be kept alive by heartbeats from a closed server.
+        self.hub.disconnect_all()
 
 
 def start_from_env(value: str, token: str | None) -> tuple[StreamHub, StreamServer]:

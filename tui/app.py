@@ -7,7 +7,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
@@ -18,6 +18,9 @@ from tui.screens.compare import CompareScreen
 from tui.screens.error import ErrorScreen
 from tui.screens.help import HelpScreen
 from tui.screens.main import MainScreen
+
+if TYPE_CHECKING:
+    from tracer.attach import StreamMirror
 
 HELP_INTRO = (
     "[b]schedscope[/b] replays a vLLM scheduler trace step by step. The timeline shows, per step, "
@@ -37,6 +40,7 @@ class Source:
     follow: Path | None = None
     compare: bool = False
     strict: bool = True
+    attach: StreamMirror | None = None  # --attach: the live stream mirrored into `follow`
 
 
 class SchedscopeApp(App[None]):
@@ -64,7 +68,7 @@ class SchedscopeApp(App[None]):
             return CompareScreen(s.trace, s.trace_b, strict=s.strict)
         path = s.follow if s.follow is not None else s.trace
         assert path is not None
-        return MainScreen(path, follow=s.follow is not None, strict=s.strict)
+        return MainScreen(path, follow=s.follow is not None, strict=s.strict, attach=s.attach)
 
     def show_error(self, message: str, *, strict: bool = True) -> None:
         # A malformed line ("file:12: field ...") can be skipped; a missing file or a newer schema cannot.
@@ -98,8 +102,13 @@ def make_app(
     follow: str | Path | None = None,
     compare: bool = False,
     strict: bool = True,
+    attach: StreamMirror | None = None,
 ) -> SchedscopeApp:
-    """Build the app for one trace, a followed file, or two traces (compare)."""
+    """Build the app for one trace, a followed file, or two traces (compare).
+
+    `attach`: the mirror of a live stream that writes `follow`; its state joins the status line
+    and a new run's file is followed when the server restarts.
+    """
     if follow is not None and (trace is not None or trace_b is not None):
         raise ValueError("--follow FILE opens that file alone: give no other trace")
     if trace_b is not None:
@@ -115,5 +124,6 @@ def make_app(
             follow=Path(follow) if follow is not None else None,
             compare=compare,
             strict=strict,
+            attach=attach,
         )
     )

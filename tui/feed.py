@@ -91,10 +91,13 @@ class TraceFeed(threading.Thread):
         follow: bool = False,
         strict: bool = True,
         poll: float = 0.2,
+        current_path: Callable[[], Path] | None = None,
     ) -> None:
         super().__init__(name=f"schedscope-feed:{path}", daemon=True)
         self.target = target
         self.path = Path(path)
+        # --attach: the mirror's file for the current run; a new run moves the feed to its file.
+        self.current_path = current_path
         self.follow = follow
         self.strict = strict
         self.poll = poll
@@ -203,6 +206,8 @@ class TraceFeed(threading.Thread):
             self._stop.wait(self.poll)
 
         while not self._stop.is_set():
+            if self.current_path is not None:
+                self.path = self.current_path()
             if not self.path.exists():
                 wait(f"waiting for {self.path} to appear")
                 continue
@@ -224,6 +229,8 @@ class TraceFeed(threading.Thread):
                     return
                 if size < pos:  # truncated or replaced: a new run; read it from the start
                     return
+                if self.current_path is not None and self.current_path() != self.path:
+                    return  # the stream began a new run in a new file: follow that one
                 chunk = f.read(CHUNK) if size > pos else b""
                 pos += len(chunk)
                 steps += builder.feed(chunk) if chunk else 0

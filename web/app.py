@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dash import Dash
 
@@ -13,6 +14,9 @@ from web.decimate import MAX_POINTS
 from web.follow import FileFollower
 from web.store import DEFAULT_MAX_UPLOAD, TraceStore
 
+if TYPE_CHECKING:
+    from tracer.attach import StreamMirror
+
 
 def make_app(
     trace_a: Trace | None = None,
@@ -22,10 +26,13 @@ def make_app(
     max_upload: int = DEFAULT_MAX_UPLOAD,
     max_points: int = MAX_POINTS,
     follow_interval: float = 0.25,
+    attach: StreamMirror | None = None,
 ) -> Dash:
     """A Dash app over loaded traces (A, optionally B) and/or a followed file.
 
-    The follower thread starts here; `app.follower.stop()` ends it.
+    The follower thread starts here; `app.follower.stop()` ends it. `attach`: the mirror of a
+    live stream that writes `follow`; its state leads the live status, and a new run's file is
+    followed when the server restarts.
     """
     store = TraceStore(max_upload=max_upload)
     if trace_a is not None:
@@ -34,12 +41,12 @@ def make_app(
         store.add("b", f"B: {Path(trace_b.path).name}", trace_b)
     follower = None
     if follow is not None:
-        name = Path(follow).name
 
         def publish(trace: Trace, version: int) -> None:
-            store.add(LIVE, f"live: {name}", trace, version=version)
+            store.add(LIVE, f"live: {Path(trace.path).name}", trace, version=version)
 
-        follower = FileFollower(follow, publish, interval=follow_interval)
+        current = (lambda: attach.path) if attach is not None else None
+        follower = FileFollower(follow, publish, interval=follow_interval, current_path=current)
         follower.poll()  # what is already there shows on the first page load
         follower.start()
 
@@ -62,9 +69,10 @@ def make_app(
     app.layout = ui.layout(
         options, default=default, compare_pair=pair, live=follow is not None, max_upload=max_upload
     )
-    handlers = Handlers(store, max_points=max_points, follower=follower)
+    handlers = Handlers(store, max_points=max_points, follower=follower, attach=attach)
     register(app, handlers)
     app.store = store  # type: ignore[attr-defined]
     app.follower = follower  # type: ignore[attr-defined]
+    app.attach = attach  # type: ignore[attr-defined]
     app.handlers = handlers  # type: ignore[attr-defined]
     return app

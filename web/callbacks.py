@@ -53,14 +53,30 @@ def parse_xrange(relayout: dict[str, Any] | None) -> tuple[bool, Range]:
 def _state(view: TraceView, sent: int) -> dict[str, Any]:
     """What the browser holds: which trace and version, its rows, the visible range, the most
     points any line trace carries (`sent`: a live tick may extend up to the budget)."""
-    return {"key": view.key, "version": view.version, "rows": len(view), "range": None, "sent": sent}
+    return {
+        "key": view.key,
+        "run": _run_of(view),
+        "version": view.version,
+        "rows": len(view),
+        "range": None,
+        "sent": sent,
+    }
 
 
 class Handlers:
-    def __init__(self, store: TraceStore, *, max_points: int = MAX_POINTS, follower: Any = None) -> None:
+    def __init__(
+        self, store: TraceStore, *, max_points: int = MAX_POINTS, follower: Any = None, attach: Any = None
+    ) -> None:
         self.store = store
         self.max_points = max_points
         self.follower = follower
+        self.attach = attach  # tracer.attach.StreamMirror: says how the live stream is doing
+
+    def live_status(self) -> str:
+        parts = [self.attach.status_text()] if self.attach is not None else []
+        if self.follower is not None and self.follower.status:
+            parts.append(self.follower.status)
+        return " · ".join(parts)
 
     # -- timeline -----------------------------------------------------------------------
     def timeline(
@@ -74,13 +90,18 @@ class Handlers:
     ) -> tuple[Any, Any, Any, Any]:
         """-> (figure or Patch, view state, data version, live status)."""
         view = self.store.get(key)
-        status = self.follower.status if self.follower is not None else ""
+        status = self.live_status()
         if view is None:
             if trigger == ids.TICK:
                 return no_update, no_update, no_update, status
             msg = status or "no trace loaded: upload one"
             return _empty_figure(msg), None, None, status
-        if trigger in (None, ids.TRACE) or not state or state.get("key") != view.key:
+        if (
+            trigger in (None, ids.TRACE)
+            or not state
+            or state.get("key") != view.key
+            or state.get("run", _run_of(view)) != _run_of(view)  # a live stream's new run
+        ):
             fig = build_figure(timeline_chart(view), None, self.max_points, uirevision=view.key)
             sent = max((len(t.x) for t in fig.data if t.type == "scattergl"), default=0)
             return fig, _state(view, sent), _version(view), status
@@ -278,6 +299,12 @@ class Handlers:
         if trigger == ids.DOWNLOAD_PNG:
             return dcc.send_bytes(figure_png(fig), f"{name}.png")
         return {"content": figure_html(fig), "filename": f"{name}.html", "type": "text/html"}
+
+
+def _run_of(view: TraceView) -> str:
+    """Which run a view shows (header start_time and pid), without naming its file to the browser."""
+    header = view.trace.header
+    return f"{header.get('start_time')}/{header.get('pid')}"
 
 
 def _version(view: TraceView) -> str:

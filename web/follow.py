@@ -28,10 +28,13 @@ class FileFollower:
         publish: Callable[[Trace, int], None],
         *,
         interval: float = 0.25,
+        current_path: Callable[[], Path] | None = None,
     ) -> None:
         self.path = Path(path)
         self.publish = publish
         self.interval = interval
+        # --attach: the mirror's file for the current run; a new run moves the follower to its file.
+        self.current_path = current_path
         self.version = 0
         self.status = f"waiting for {self.path}"
         self._builder = TraceBuilder(self.path, strict=False)
@@ -53,6 +56,11 @@ class FileFollower:
 
     def poll(self) -> bool:
         """Read what was appended since the last poll; publish a snapshot if anything changed."""
+        if self.current_path is not None and self.current_path() != self.path:
+            self.path = self.current_path()  # a new run, in its own file: read it from the start
+            self._builder = TraceBuilder(self.path, strict=False)
+            self._offset = 0
+            self._bad = None
         try:
             st = self.path.stat()
         except FileNotFoundError:

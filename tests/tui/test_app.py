@@ -316,3 +316,46 @@ def test_run_line_names_live_stream_gaps(tmp_path) -> None:  # type: ignore[no-u
     path = tmp_path / "attached.jsonl"
     path.write_bytes(lines[0] + lines[1] + gap + b"".join(lines[4:]))
     assert "steps 2–3 missing from the live stream" in run_line(TraceModel.build(load(path)))
+
+
+def test_attach_shows_the_stream_state_and_follows_a_new_run(tmp_path: Path) -> None:
+    """--attach against the real stream server: the status line says idle, then the server
+    restarts and the screen moves to the new run's file and says so."""
+    import orjson
+
+    from tracer.attach import StreamMirror
+    from tracer.stream import StreamHub, StreamServer
+
+    lines = ADDITIVE.read_bytes().splitlines(keepends=True)
+    head = orjson.loads(lines[0])
+    restarted = orjson.dumps({**head, "pid": head["pid"] + 1, "start_time": head["start_time"] + 60}) + b"\n"
+    hub_a = StreamHub()
+    hub_a.publish(lines[:4])  # header and three steps
+    server_a = StreamServer(hub_a, "127.0.0.1", 0, heartbeat=0.1)
+    port = server_a.address[1]
+    mirror = StreamMirror(server_a.url, tmp_path / "live.jsonl", timeout=0.4, backoff=(0.01, 0.05))
+    servers = [server_a]
+
+    async def main() -> None:
+        app = make_app(follow=mirror.path, attach=mirror)
+        async with app.run_test(size=SIZE) as pilot:
+            screen = main_screen(pilot)
+            title = lambda: str(screen.query_one(Timeline).border_title)  # noqa: E731
+            await wait_until(pilot, lambda: screen.total == 3 and "idle since" in title())
+            assert "(last step 3)" in title()
+            server_a.close()
+            hub_b = StreamHub()
+            hub_b.publish([restarted, *lines[1:3]])
+            servers.append(StreamServer(hub_b, "127.0.0.1", port, heartbeat=0.1))
+            await wait_until(
+                pilot, lambda: screen.model is not None and "live.1.jsonl" in screen.model.trace.path
+            )
+            await wait_until(pilot, lambda: screen.total == 2 and "new run 2" in title())
+            assert "→ live.1.jsonl" in title() and pilot.app.error is None
+
+    try:
+        asyncio.run(main())
+    finally:
+        mirror.stop()
+        for server in servers:
+            server.close()

@@ -172,6 +172,49 @@ def test_live_follow_adds_steps_with_patches(
     _no_console_errors(dash_duo)
 
 
+def test_attach_shows_idle_then_a_new_run(
+    dash_duo: Any, artifacts: Path, tmp_path: Path, apps: list[Dash]
+) -> None:
+    """web --attach against the real stream server: the live status line says what the
+    stream is doing, and a restart's new run replaces the timeline."""
+    import orjson
+
+    from tracer.attach import StreamMirror
+    from tracer.stream import StreamHub, StreamServer
+
+    src = tiled_lines(8)
+    head = orjson.loads(src[0])
+    restarted = orjson.dumps({**head, "pid": head["pid"] + 1, "start_time": head["start_time"] + 60}) + b"\n"
+    hub_a = StreamHub()
+    hub_a.publish(src[:4])
+    servers = [StreamServer(hub_a, "127.0.0.1", 0, heartbeat=0.1)]
+    port = servers[0].address[1]
+    mirror = StreamMirror(servers[0].url, tmp_path / "live.jsonl", timeout=0.4, backoff=(0.01, 0.05))
+    try:
+        apps.append(make_app(follow=mirror.path, attach=mirror, follow_interval=0.1))
+        dash_duo.start_server(apps[0])
+        dash_duo.wait_for_contains_text("#summary", "| 3 steps", timeout=10)
+        dash_duo.wait_for_contains_text("#live-status", "idle since", timeout=5)
+        assert "(last step 3)" in dash_duo.find_element("#live-status").text
+        servers[0].close()
+        hub_b = StreamHub()
+        hub_b.publish([restarted, *src[1:3]])
+        servers.append(StreamServer(hub_b, "127.0.0.1", port, heartbeat=0.1))
+        dash_duo.wait_for_contains_text("#live-status", "new run 2 (the server restarted)", timeout=5)
+        dash_duo.wait_for_contains_text("#summary", "live: live.1.jsonl", timeout=5)
+        dash_duo.wait_for_contains_text("#summary", "| 2 steps", timeout=5)
+        deadline = time.monotonic() + 5
+        while _graph(dash_duo)[0]["x"] != [1, 2] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _graph(dash_duo)[0]["x"] == [1, 2]  # the new run's steps, not appended to the old
+        dash_duo.driver.save_screenshot(str(artifacts / "attach.png"))
+        _no_console_errors(dash_duo)
+    finally:
+        mirror.stop()
+        for server in servers:
+            server.close()
+
+
 def test_upload_bad_file_shows_the_error_then_a_good_one_opens(
     dash_duo: Any, artifacts: Path, tmp_path: Path, apps: list[Dash]
 ) -> None:

@@ -69,3 +69,56 @@ def test_a_bad_header_is_reported_not_raised(tmp_path: Path) -> None:
 def test_compressed_files_cannot_be_followed(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"plain \.jsonl"):
         FileFollower(tmp_path / "x.jsonl.gz", Sink()).start()
+
+
+def test_attach_status_leads_the_live_status_and_a_new_run_redraws(tmp_path: Path) -> None:
+    """make_app(attach=mirror) over the real stream server: the mirror's state is shown, and a
+    restart's new file replaces the timeline with a whole new figure, not a patch."""
+    import orjson
+    import plotly.graph_objects as go
+
+    from tracer.attach import StreamMirror
+    from tracer.stream import StreamHub, StreamServer
+    from web import layout as ids
+    from web.app import make_app
+    from web.callbacks import LIVE
+
+    src = lines()
+    head = orjson.loads(src[0])
+    restarted = orjson.dumps({**head, "pid": head["pid"] + 1, "start_time": head["start_time"] + 60}) + b"\n"
+    hub_a = StreamHub()
+    hub_a.publish(src[:4])
+    server_a = StreamServer(hub_a, "127.0.0.1", 0, heartbeat=0.1)
+    port = server_a.address[1]
+    servers = [server_a]
+    mirror = StreamMirror(server_a.url, tmp_path / "live.jsonl", timeout=0.4, backoff=(0.01, 0.05))
+    app = make_app(follow=mirror.path, attach=mirror, follow_interval=0.05)
+    h = app.handlers  # type: ignore[attr-defined]
+    store = app.store  # type: ignore[attr-defined]
+
+    def wait(label: str, rows: int) -> None:
+        deadline = time.monotonic() + 4
+        while time.monotonic() < deadline:
+            view = store.get(LIVE)
+            if mirror.state.phase == "idle" and view and view.label == label and len(view) == rows:
+                return
+            time.sleep(0.02)
+
+    try:
+        wait("live: live.jsonl", 3)
+        fig, state, _, status = h.timeline(None, LIVE, None, None, None, ["on"])
+        assert isinstance(fig, go.Figure) and state["rows"] == 3
+        assert status.startswith("idle since ") and "(last step 3) · following live.jsonl: 3 steps" in status
+        server_a.close()
+        hub_b = StreamHub()
+        hub_b.publish([restarted, *src[1:6]])
+        servers.append(StreamServer(hub_b, "127.0.0.1", port, heartbeat=0.1))
+        wait("live: live.1.jsonl", 5)
+        fig, state2, _, status = h.timeline(ids.TICK, LIVE, None, None, state, ["on"])
+        assert isinstance(fig, go.Figure) and state2["rows"] == 5 and state2["run"] != state["run"]
+        assert "new run 2 (the server restarted) → live.1.jsonl" in status
+    finally:
+        app.follower.stop()  # type: ignore[attr-defined]
+        mirror.stop()
+        for server in servers:
+            server.close()

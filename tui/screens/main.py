@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -23,6 +23,9 @@ from tui.widgets.inspector import Inspector, LifetimePanel, engine_line, run_lin
 from tui.widgets.tables import FlagList, StepTable
 from tui.widgets.timeline import Timeline
 from tui.widgets.vlist import VirtualList
+
+if TYPE_CHECKING:
+    from tracer.attach import StreamMirror
 
 
 class MainScreen(StepScreen):
@@ -51,11 +54,19 @@ class MainScreen(StepScreen):
     MainScreen #flag-filter { height: 1; color: $text-muted; padding: 0 1; }
     """
 
-    def __init__(self, path: str | Path, *, follow: bool = False, strict: bool = True) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        follow: bool = False,
+        strict: bool = True,
+        attach: StreamMirror | None = None,
+    ) -> None:
         super().__init__()
         self.path = Path(path)
         self.follow = follow
         self.strict = strict
+        self.attach = attach
         self.model: TraceModel | None = None
         self.kind: str | None = None
         self.tail = False
@@ -92,9 +103,12 @@ class MainScreen(StepScreen):
     def on_mount(self) -> None:
         self.query_one(StepTable).focus()
         self.call_after_refresh(self.app.mark, "first_frame")  # type: ignore[attr-defined]
-        self.feed = TraceFeed(self, self.path, follow=self.follow, strict=self.strict)
+        current = (lambda: self.attach.path) if self.attach is not None else None
+        self.feed = TraceFeed(self, self.path, follow=self.follow, strict=self.strict, current_path=current)
         self.feed.start()
         self.update_status()
+        if self.attach is not None:
+            self.set_interval(0.5, self.update_status)  # the connection changes with no new step
 
     def on_unmount(self) -> None:
         if self.feed is not None:
@@ -126,8 +140,8 @@ class MainScreen(StepScreen):
         first = old is None
         self.model = model
         total = len(model)
-        if old is not None and total < len(old):  # the followed file was replaced: a new run
-            first = True
+        if old is not None and (total < len(old) or model.trace.path != old.trace.path):
+            first = True  # the followed file was replaced, or the stream's new run has its own
         if old is not None and not first:
             self._new_since += total - len(old)
         if first:
@@ -170,6 +184,8 @@ class MainScreen(StepScreen):
 
     def update_status(self) -> None:
         parts = [self.replay_status()]
+        if self.attach is not None:
+            parts.append(escape(self.attach.status_text()))
         if self.follow:
             tail = "[$success]tail on[/]" if self.tail else "tail off (t)"
             new = f" · +{self._new_since} new" if self._new_since and not self.tail else ""

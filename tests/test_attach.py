@@ -1,0 +1,347 @@
+"""Attaching to the real stream server (StreamHub + StreamServer, no mocks): every reconnect
+point leaves saved files that load strictly and hold each step once; heartbeats keep an idle
+connection alive, and a connection with no bytes at all is told apart as stalled."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from tracer.attach import RunSaver, StreamEvent, StreamFollower, StreamMirror, link_status, run_path
+from tracer.cli import main
+from tracer.reader import TraceError, load
+from tracer.stream import StreamHub, StreamServer
+
+BEAT = 0.1  # heartbeat interval for these tests
+FAST = {"backoff": (0.01, 0.05), "timeout": 4 * BEAT}
+
+
+def dumps(record: dict[str, Any]) -> bytes:
+    return orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
+
+
+def header(pid: int = 1, start_time: float = 1000.0) -> bytes:
+    return dumps({"kind": "header", "schema": "1.0", "start_time": start_time, "pid": pid, "config": {}})
+
+
+def step(i: int) -> bytes:
+    budget = {"cap": 8, "used": 1, "left": 7}
+    return dumps({"kind": "step", "step": i, "t": float(i), "target": budget, "input": budget})
+
+
+def runner(i: int) -> bytes:
+    return dumps({"kind": "runner", "step": i, "pass": "target", "rows": 1, "cap": 8})
+
+
+def with_runner(*steps: int) -> list[bytes]:
+    return [line for i in steps for line in (step(i), runner(i))]
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 4.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out")
+        time.sleep(0.01)
+
+
+def steps_in(path: Path) -> list[int]:
+    try:
+        return [int(s) for s in load(path, strict=True).columns["step"]]
+    except TraceError:  # no header yet
+        return []
+
+
+def runner_steps(path: Path) -> list[int]:
+    lines = path.read_bytes().splitlines()
+    return [r["step"] for r in map(orjson.loads, lines) if r["kind"] == "runner"]
+
+
+def kinds(path: Path) -> list[str]:
+    return [orjson.loads(line)["kind"] for line in path.read_bytes().splitlines()]
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[..., StreamServer]]:
+    """Start real stream servers (closed afterwards); port=0 picks a free one."""
+    servers: list[StreamServer] = []
+
+    def start(hub: StreamHub, port: int = 0) -> StreamServer:
+        server = StreamServer(hub, "127.0.0.1", port, heartbeat=BEAT)
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+@pytest.fixture
+def mirrors() -> Iterator[list[StreamMirror]]:
+    made: list[StreamMirror] = []
+    yield made
+    for mirror in made:
+        mirror.stop()
+
+
+def test_reconnect_before_the_first_step_writes_one_header(
+    tmp_path: Path, serve: Callable[..., StreamServer], mirrors: list[StreamMirror]
+) -> None:
+    """The issue's case: attached before any traffic, disconnected, then the steps come."""
+    hub = StreamHub()
+    server = serve(hub)
+    hub.publish([header()])
+    mirror = StreamMirror(server.url, tmp_path / "copy.jsonl", **FAST)
+    mirrors.append(mirror)
+    wait_for(lambda: kinds(tmp_path / "copy.jsonl") == ["header"])
+    hub.disconnect_all()  # forced: the viewer reconnects and the server sends its header again
+    wait_for(lambda: mirror.follower.reconnects == 1 and hub.viewers == 1)
+    hub.publish(with_runner(1, 2, 3))
+    wait_for(lambda: steps_in(tmp_path / "copy.jsonl") == [1, 2, 3])
+    assert kinds(tmp_path / "copy.jsonl").count("header") == 1
+    assert runner_steps(tmp_path / "copy.jsonl") == [1, 2, 3]
+    assert not (tmp_path / "copy.1.jsonl").exists()
+
+
+def test_reconnect_mid_run_between_a_step_and_its_runner_records(
+    tmp_path: Path, serve: Callable[..., StreamServer], mirrors: list[StreamMirror]
+) -> None:
+    """Resumed from the step before the newest: nothing is lost, nothing is saved twice."""
+    hub = StreamHub()
+    server = serve(hub)
+    hub.publish([header(), *with_runner(1, 2, 3), step(4)])
+    path = tmp_path / "copy.jsonl"
+    mirror = StreamMirror(server.url, path, **FAST)
+    mirrors.append(mirror)
+    wait_for(lambda: steps_in(path) == [1, 2, 3, 4])
+    hub.disconnect_all()
+    hub.publish([runner(4), *with_runner(5, 6)])  # while the viewer is away
+    wait_for(lambda: steps_in(path) == [1, 2, 3, 4, 5, 6])
+    hub.disconnect_all()  # and once more, right after a runner record
+    hub.publish(with_runner(7))
+    wait_for(lambda: steps_in(path)[-1:] == [7])
+    time.sleep(3 * BEAT)  # anything sent twice would have arrived by now
+    trace = load(path, strict=True)
+    assert list(trace.columns["step"]) == [1, 2, 3, 4, 5, 6, 7] and trace.gaps == []
+    assert runner_steps(path) == [1, 2, 3, 4, 5, 6, 7]
+    assert kinds(path).count("header") == 1
+    assert mirror.follower.reconnects == 2 and mirror.follower.duplicates > 0
+
+
+def test_reconnect_after_a_gap_saves_the_gap_once(
+    tmp_path: Path, serve: Callable[..., StreamServer], mirrors: list[StreamMirror]
+) -> None:
+    """Cut off for falling behind while the steps it missed left the backlog."""
+    hub = StreamHub(backlog=6, viewer_queue=8)
+    server = serve(hub)
+    hub.publish([header(), *with_runner(1, 2)])
+    path = tmp_path / "copy.jsonl"
+    mirror = StreamMirror(server.url, path, **FAST)
+    mirrors.append(mirror)
+    wait_for(lambda: steps_in(path) == [1, 2])
+    hub.publish(with_runner(*range(3, 13)))  # 20 lines at once: over the queue, the viewer is cut
+    assert hub.viewers_cut == 1
+    wait_for(lambda: steps_in(path)[-1:] == [12])
+    trace = load(path, strict=True)
+    assert list(trace.columns["step"]) == [1, 2, 10, 11, 12]
+    assert trace.gaps == [(2, 10)] and mirror.gaps == 1  # steps 3..9 left the backlog
+    assert runner_steps(path) == [1, 2, 10, 11, 12]
+    hub.publish(with_runner(13))
+    wait_for(lambda: steps_in(path)[-1:] == [13])
+    assert kinds(path).count("header") == 1 and load(path, strict=True).gaps == [(2, 10)]
+
+
+def test_a_restart_begins_a_new_file_and_says_so(
+    tmp_path: Path, serve: Callable[..., StreamServer], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`schedscope attach --save`: a new run (new start_time and pid) on the same port goes to
+    copy.1.jsonl, with the steps it published before the viewer came back."""
+    hub_a = StreamHub()
+    server_a = serve(hub_a)
+    port = server_a.address[1]
+    hub_a.publish([header(pid=1, start_time=1000.0), *with_runner(1, 2, 3)])
+    save = tmp_path / "copy.jsonl"
+    done: list[int] = []
+    attach = threading.Thread(
+        target=lambda: done.append(
+            main(["attach", server_a.url, "--save", str(save), "--max-reconnects", "3"])
+        )
+    )
+    attach.start()
+    wait_for(lambda: steps_in(save) == [1, 2, 3])
+    server_a.close()  # the engine stops; a new one starts on the same port
+    hub_b = StreamHub()
+    hub_b.publish([header(pid=2, start_time=2000.0), *with_runner(1, 2)])
+    server_b = serve(hub_b, port)
+    second = run_path(save, 1)
+    wait_for(lambda: steps_in(second) == [1, 2])
+    hub_b.publish(with_runner(3, 4))
+    wait_for(lambda: steps_in(second) == [1, 2, 3, 4])
+    server_b.close()
+    attach.join(5)  # the reconnect limit ends it once both servers are gone
+    assert done == [0]
+    assert steps_in(save) == [1, 2, 3] and load(save, strict=True).header["pid"] == 1
+    assert load(second, strict=True).header["pid"] == 2 and load(second).gaps == []
+    assert runner_steps(second) == [1, 2, 3, 4]
+    assert not run_path(save, 2).exists()
+    err = capsys.readouterr().err
+    assert "# the server restarted: a new run begins (pid 2" in err
+    assert f"# run 2 is saved to {second}" in err
+
+
+def test_a_mirror_follows_a_restart_into_a_new_file(
+    tmp_path: Path, serve: Callable[..., StreamServer], mirrors: list[StreamMirror]
+) -> None:
+    hub_a = StreamHub()
+    server_a = serve(hub_a)
+    hub_a.publish([header(pid=1, start_time=1000.0), step(1)])
+    mirror = StreamMirror(server_a.url, tmp_path / "live.jsonl", **FAST)
+    mirrors.append(mirror)
+    wait_for(lambda: steps_in(tmp_path / "live.jsonl") == [1])
+    assert mirror.path == tmp_path / "live.jsonl" and mirror.state.run == 1
+    port = server_a.address[1]
+    server_a.close()
+    hub_b = StreamHub(backlog=2)
+    hub_b.publish([header(pid=2, start_time=2000.0), *(step(i) for i in range(1, 6))])
+    serve(hub_b, port)
+    wait_for(lambda: mirror.path == tmp_path / "live.1.jsonl" and steps_in(mirror.path) == [4, 5])
+    # Steps 1..3 of the new run left its backlog before the viewer got back: an explicit gap.
+    assert load(mirror.path, strict=True).gaps == [(0, 4)]
+    assert "new run 2 (the server restarted) → live.1.jsonl" in mirror.status_text()
+    assert steps_in(tmp_path / "live.jsonl") == [1]
+
+
+def test_an_idle_server_sends_heartbeats_and_is_never_reconnected(
+    tmp_path: Path, serve: Callable[..., StreamServer]
+) -> None:
+    hub = StreamHub()
+    server = serve(hub)
+    hub.publish([header(), step(1), step(2)])
+    follower = StreamFollower(server.url, **FAST)
+    events: list[StreamEvent] = []
+    saver = RunSaver(tmp_path / "copy.jsonl")
+    deadline = time.monotonic() + 12 * BEAT  # three read timeouts
+    published = False
+    for event in follower.events():
+        events.append(event)
+        saver.handle(event)
+        if not published and time.monotonic() > deadline - 5 * BEAT:
+            hub.publish([step(3)])  # traffic ends the idle period; another one begins
+            published = True
+        if time.monotonic() > deadline:
+            break
+    saver.close()
+    beats = [e for e in events if e.kind == "heartbeat"]
+    assert len(beats) >= 6 and follower.reconnects == 0
+    assert beats[0].record is not None and beats[0].record["last_step"] == 2
+    assert isinstance(beats[0].record["idle_since"], float)
+    idle = [e.message for e in events if e.kind == "status" and e.message.startswith("idle")]
+    assert len(idle) == 2  # once per idle period, not per heartbeat
+    assert idle[0].startswith("idle since ") and idle[0].endswith("(last step 2)")
+    assert idle[1].endswith("(last step 3)")
+    assert follower.state.phase == "idle" and link_status(follower.state).startswith("idle since")
+    assert "heartbeat" not in kinds(tmp_path / "copy.jsonl")
+    assert steps_in(tmp_path / "copy.jsonl") == [1, 2, 3]
+
+
+def test_the_mirror_reports_idle_and_saves_no_heartbeat(
+    tmp_path: Path, serve: Callable[..., StreamServer], mirrors: list[StreamMirror]
+) -> None:
+    hub = StreamHub()
+    server = serve(hub)
+    mirror = StreamMirror(server.url, tmp_path / "m.jsonl", **FAST)
+    mirrors.append(mirror)
+    wait_for(lambda: mirror.state.phase == "idle")  # nothing published at all yet
+    assert mirror.status_text() == "idle (no step yet)"
+    hub.publish([header(), step(1)])
+    wait_for(lambda: mirror.state.phase == "idle" and mirror.state.last_step == 1)
+    assert mirror.status.startswith("idle since ") and mirror.status.endswith("(last step 1)")
+    time.sleep(6 * BEAT)
+    assert mirror.follower.reconnects == 0 and kinds(tmp_path / "m.jsonl") == ["header", "step"]
+
+
+class _Silent:
+    """A server that accepts connections and then sends nothing (optionally an HTTP response
+    head and a header record first), as a wedged process or a dead network path would."""
+
+    def __init__(self, prelude: bytes) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.prelude = prelude
+        self.conns: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.sock.getsockname()[1]}/trace"
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(conn)
+            conn.recv(4096)
+            conn.sendall(self.prelude)
+
+    def close(self) -> None:
+        self.sock.close()
+        for conn in self.conns:
+            conn.close()
+
+
+@pytest.mark.parametrize(
+    "prelude",
+    [b"", b"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\n\r\n" + header()],
+    ids=["no-response", "response-then-nothing"],
+)
+def test_a_silent_connection_is_stalled_and_reconnected(prelude: bytes) -> None:
+    server = _Silent(prelude)
+    try:
+        follower = StreamFollower(server.url, **FAST)
+        events = list(follower.events(max_reconnects=1))
+        stalls = [e for e in events if e.kind == "status" and e.message.startswith("stalled")]
+        assert len(stalls) == 2 and follower.reconnects == 1  # stalled, reconnected, stalled again
+        assert stalls[0].message == "stalled: no data for 0.4s, not even a heartbeat"
+        assert stalls[0].state is not None and stalls[0].state.phase == "stalled"
+        assert link_status(stalls[0].state).startswith("stalled: no data for 0.4s")
+        assert not any(e.message.startswith("idle") for e in events)
+        assert events[-1].message == "giving up after 1 reconnects"
+    finally:
+        server.close()
+
+
+def test_a_refused_mirror_says_so(tmp_path: Path, mirrors: list[StreamMirror]) -> None:
+    hub = StreamHub()
+    hub.publish([header(), step(1)])
+    server = StreamServer(hub, "127.0.0.1", 0, token="s3cret", heartbeat=BEAT)
+    try:
+        mirror = StreamMirror(server.url, tmp_path / "m.jsonl", token="wrong", **FAST)
+        mirrors.append(mirror)
+        wait_for(lambda: mirror.state.phase == "refused")
+        assert mirror.status_text().startswith("refused: HTTP 401")
+        assert (tmp_path / "m.jsonl").read_bytes() == b""
+    finally:
+        server.close()
+
+
+def test_link_status_names_every_state() -> None:
+    from tracer.attach import LinkState
+
+    s = LinkState("http://h:1/trace")
+    assert link_status(s) == "connecting to http://h:1/trace"
+    assert link_status(LinkState("u", "live", last_step=7)) == "live · step 7"
+    assert link_status(LinkState("u", "reconnecting", "the server closed the stream", 3)) == (
+        "reconnecting (the server closed the stream) · last step 3"
+    )
+    gave_up = LinkState("u", "gave up", "limit", reconnects=4)
+    assert link_status(gave_up) == "gave up after 4 reconnects (limit)"
+    assert run_path(Path("/x/copy.jsonl"), 2) == Path("/x/copy.2.jsonl")
+    assert run_path(Path("copy"), 1) == Path("copy.1")
