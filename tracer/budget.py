@@ -83,15 +83,34 @@ def simulate_without_excess(step: dict[str, Any], config: dict[str, Any], model:
 
     total = 0
     changed = 0
+    # vLLM pads a waiting request that needs one token to 1+K rows (a uniform spec-decode
+    # batch) when running requests were scheduled before it and none of them is mid-
+    # prefill; if the padded rows do not fit, the waiting loop stops admitting.
+    k = model.k
+    spec_of = {e[0]: e[2] for e in step["running"]}
+    waiting_ids = set(waiting)
+    resumed_ids = {e[0] for e in step["resumed"]}  # they have computed tokens: padded alone too
+    scheduled_running = False
+    prefill_scheduled = False
     for rid in order:
         if target_left <= 0 or input_left <= slots:
             break
         need = demand.get(rid, -1)
         if need < 0:  # unknown demand: assume it got what it needed
             need = actual.get(rid, 0)
-        n = min(need, target_left, input_left - slots)
+        room = min(target_left, input_left - slots)
+        pads = scheduled_running or rid in resumed_ids
+        if rid in waiting_ids and k > 0 and need == 1 and pads and not prefill_scheduled:
+            if 1 + k > room:
+                break
+            need = 1 + k
+        n = min(need, room)
         if n <= 0:
             continue
+        if rid not in waiting_ids:
+            scheduled_running = True
+            # Mid-prefill: offered no drafts and needs more than a decode step.
+            prefill_scheduled |= spec_of.get(rid, 0) == 0 and need > 1 + k
         target_left -= n
         input_left -= n + slots
         total += n

@@ -38,26 +38,41 @@ _FIELDS = (
 _SETS = ("preempted", "finished")
 
 
-def _normal_input(event: list[Any]) -> list[Any]:
-    # Ids in aborts and drafts come in set or batch order, which the scheduler ignores.
-    if event[0] == "x":
-        return ["x", sorted(event[1]) if event[1] is not None else None, event[2]]
-    if event[0] == "d":
-        return ["d", sorted(zip(event[1], event[2], strict=False))]
-    return event
+def _normal_inputs(inputs: list[Any] | None, sampled: dict[int, dict[str, int]]) -> list[Any] | None:
+    """Inputs as the scheduler sees them: ids in aborts and drafts come in set or batch
+    order, which it ignores, and it drops drafts for a request still in prefill (one
+    that sampled nothing in the step just updated)."""
+    if inputs is None:
+        return None
+    out: list[Any] = []
+    last: dict[str, int] = {}
+    for event in inputs:
+        kind = event[0]
+        if kind == "x":
+            event = ["x", sorted(event[1]) if event[1] is not None else None, event[2]]
+        elif kind == "d":
+            pairs = zip(event[1], event[2], strict=False)
+            event = ["d", sorted((rid, n) for rid, n in pairs if last.get(rid, 0) > 0)]
+        elif kind == "u":
+            last = sampled.get(event[1], {})
+        out.append(event)
+    return out
 
 
-def _normal_inputs(inputs: list[Any] | None) -> list[Any] | None:
-    return None if inputs is None else [_normal_input(e) for e in inputs]
-
-
-def decisions(step: dict[str, Any]) -> dict[str, Any]:
-    """The parts of a step record a faithful replay must reproduce."""
+def decisions(step: dict[str, Any], sampled: dict[int, dict[str, int]] | None = None) -> dict[str, Any]:
+    """The parts of a step record a faithful replay must reproduce (`sampled`: each step's
+    sampled tokens, by step number, to read its drafts as the scheduler does)."""
     out = {name: step.get(name) for name in _FIELDS}
-    out["inputs"] = _normal_inputs(out["inputs"])
+    out["inputs"] = _normal_inputs(out["inputs"], sampled or {})
+    if not (step.get("new") or step.get("resumed") or step.get("running")):
+        out["sampled"] = {}  # nothing ran: no output to record, whether or not one came back
     for name in _SETS:
         out[name] = sorted(step.get(name) or ())
     return out
+
+
+def _sampled_by_step(steps: list[dict[str, Any]]) -> dict[int, dict[str, int]]:
+    return {int(s["step"]): s.get("sampled") or {} for s in steps}
 
 
 @dataclass
@@ -102,10 +117,11 @@ class Fidelity:
 
 def compare_runs(recorded: Trace, replayed: Trace, *, policy: str, exact: bool, notes: list[str]) -> Fidelity:
     a, b = recorded.steps(), replayed.steps()
+    sa, sb = _sampled_by_step(a), _sampled_by_step(b)
     identical = 0
     first: Divergence | None = None
     for x, y in zip(a, b, strict=False):
-        dx, dy = decisions(x), decisions(y)
+        dx, dy = decisions(x, sa), decisions(y, sb)
         if dx == dy:
             identical += 1
         elif first is None:

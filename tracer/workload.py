@@ -139,6 +139,22 @@ def _recorded_workload(
     last_update = -1
     index = {s["step"]: i for i, s in enumerate(steps)}
     notes: list[str] = []
+    updated: set[int] = set()
+
+    def apply_update(k: int) -> None:
+        """Step k's output reached the scheduler: what each request sampled, and where it stopped."""
+        updated.add(k)
+        rec = steps[index[k]]
+        sampled = rec.get("sampled") or {}
+        for rid, n in sampled.items():
+            if n > 0:
+                accepted.add(rid, out.get(rid, 0), n - 1)
+                out[rid] = out.get(rid, 0) + n
+        for rid, (reason, kept) in (rec.get("ends") or {}).items():
+            if reason not in (_LENGTH, _ABORT):
+                stops[rid] = out.get(rid, 0) - sampled.get(rid, 0) + int(kept)
+        sampled_by_step[k] = sampled
+
     for rec in steps:
         number = rec["step"]
         if number != len(log) + 1:
@@ -176,15 +192,7 @@ def _recorded_workload(
                     notes.append(f"step {number}: an update for an unrecorded step ({k}); skipped")
                     continue
                 last_update = k
-                for rid, n in (steps[index[k]].get("sampled") or {}).items():
-                    if n > 0:
-                        accepted.add(rid, out.get(rid, 0), n - 1)
-                        out[rid] = out.get(rid, 0) + n
-                for rid, (reason, kept) in (steps[index[k]].get("ends") or {}).items():
-                    if reason not in (_LENGTH, _ABORT):
-                        n = (steps[index[k]].get("sampled") or {}).get(rid, 0)
-                        stops[rid] = out.get(rid, 0) - n + int(kept)
-                sampled_by_step[k] = steps[index[k]].get("sampled") or {}
+                apply_update(k)
                 events.append(("u", k))
             elif kind == "d":
                 try:
@@ -201,6 +209,10 @@ def _recorded_workload(
             else:
                 raise _bad(trace, number, f"unknown input kind {kind!r}", entry)
         log.append(events)
+    # The outputs of the last steps reach the scheduler after the last schedule(), so no
+    # step's inputs name them: the engine applied them in order.
+    for k in sorted(set(index) - updated):
+        apply_update(k)
     if trace.torn is not None or trace.footer is None:
         notes.append("the trace has no footer (the run was cut short): the replay ends where it does")
     has_drafts = any(e[0] == "d" for events in log for e in events)
