@@ -272,3 +272,35 @@ def start_server(
         yield server
     finally:
         server.stop()
+
+
+def bench_serve(server: LiveServer, result_dir: Path, *args: str, timeout: float = 300) -> dict[str, Any]:
+    """vLLM's own load generator (`vllm bench serve`) against the server; its JSON result."""
+    cmd = [
+        sys.executable, "-m", "tracer.launch", "bench", "serve", "--backend", "vllm",
+        "--base-url", server.base_url, "--model", server.model, "--tokenizer", server.model,
+        "--save-result", "--result-dir", str(result_dir), "--result-filename", "bench.json", *args,
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
+    done = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        raise RuntimeError(f"vllm bench serve failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return json.loads((result_dir / "bench.json").read_text())
+
+
+def abandon_streams(server: LiveServer, prompt: str, chunks: Sequence[int], max_tokens: int = 200) -> None:
+    """Streaming completions whose clients hang up after a few chunks: vLLM aborts them."""
+
+    def one(n: int) -> None:
+        body = {"model": server.model, "prompt": prompt, "max_tokens": max_tokens, "stream": True}
+        req = urllib.request.Request(
+            server.base_url + "/v1/completions",
+            data=json.dumps({**body, "ignore_eos": True}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            for _ in range(n):
+                resp.readline()
+
+    with ThreadPoolExecutor(max_workers=len(chunks)) as pool:
+        list(pool.map(one, chunks))

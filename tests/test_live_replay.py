@@ -1,0 +1,101 @@
+"""Identity replay of live servers: traces a real `vllm serve` on CPU writes while
+vLLM's own `vllm bench serve` drives it, next to clients that hang up mid-stream,
+with prefix caching on (vLLM's default) and a KV cache small enough to preempt.
+The replay under the recorded policy must re-make every step.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.live_support import abandon_streams, bench_serve, build_tiny_llama, start_server
+from tracer.cli import main
+from tracer.fidelity import check_fidelity, fidelity_lines
+from tracer.reader import Trace, load
+
+pytestmark = [pytest.mark.live, pytest.mark.vllm]
+
+# 16 blocks of 32 tokens: eight 100-token requests do not fit at once.
+TIGHT_KV = ["--num-gpu-blocks-override", "16", "--max-model-len", "448", "--block-size", "32"]
+BENCH = [
+    "--dataset-name", "random", "--random-input-len", "64", "--random-output-len", "40",
+    "--random-prefix-len", "32", "--num-prompts", "40", "--max-concurrency", "12",
+]  # fmt: skip
+
+
+def _record(tmp: Path, scheduler: str, extra: list[str], bench: list[str]) -> tuple[Trace, dict[str, Any]]:
+    model = build_tiny_llama(tmp / "model")
+    trace_path = tmp / "live.jsonl"
+    args = [
+        "--scheduler-cls", f"tracer.scheduler.{scheduler}",
+        "--max-num-batched-tokens", "256", "--max-num-seqs", "8", "--shutdown-timeout", "10",
+        *TIGHT_KV, *extra,
+    ]  # fmt: skip
+    env = {"SCHEDSCOPE_TRACE": str(trace_path)}
+    with start_server(model, extra_args=args, env=env, log_path=tmp / "server.log") as server:
+        hangups = threading.Thread(
+            target=abandon_streams, args=(server, "Hello world, hello scheduler " * 3, [3, 5, 8, 13])
+        )
+        hangups.start()
+        result = bench_serve(server, tmp, *BENCH, *bench)
+        hangups.join()
+        result["preemptions"] = server.metric("vllm:num_preemptions_total")
+    return load(trace_path), result
+
+
+@pytest.fixture(scope="module")
+def ngram_live(tmp_path_factory: pytest.TempPathFactory) -> tuple[Trace, dict[str, Any]]:
+    spec = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
+    return _record(
+        tmp_path_factory.mktemp("ngram"), "TracingScheduler", ["--speculative-config", json.dumps(spec)], []
+    )
+
+
+@pytest.fixture(scope="module")
+def async_live(tmp_path_factory: pytest.TempPathFactory) -> tuple[Trace, dict[str, Any]]:
+    return _record(
+        tmp_path_factory.mktemp("async"), "TracingAsyncScheduler", ["--async-scheduling"], ["--ignore-eos"]
+    )
+
+
+def _inputs(trace: Trace, kind: str) -> list[list[Any]]:
+    return [e for s in trace.steps() for e in s["inputs"] if e[0] == kind]
+
+
+@pytest.mark.parametrize("run", ["ngram_live", "async_live"])
+def test_live_trace_replays_identically(run: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    trace, bench = request.getfixturevalue(run)
+    # The run is the hard case it is meant to be: all of these happened.
+    arrivals = _inputs(trace, "a")
+    assert bench["completed"] == 40 and len(arrivals) == 44  # 40 from the benchmark, 4 abandoned
+    assert _inputs(trace, "x"), "no client abort reached the scheduler"
+    assert any(e[6] for e in arrivals), "no prompt shared a cached prefix"
+    if run == "async_live":
+        assert trace.config["async_scheduling"] is True
+        assert bench["preemptions"] > 0 and int(trace.columns["n_preempted"].sum()) == bench["preemptions"]
+    else:
+        assert any(e[2] for s in trace.steps() for e in s["running"]), "no drafts were scheduled"
+        assert any(n < 3 for e in _inputs(trace, "d") for n in e[2]), "the proposer always offered K"
+    fidelity = check_fidelity(trace, out=tmp_path / "identity.jsonl")
+    print("\n".join(fidelity_lines(fidelity)))
+    assert fidelity.exact_workload
+    assert fidelity.identical, "\n".join(fidelity_lines(fidelity))
+
+
+def test_diff_of_a_live_trace_against_its_separate_replay(
+    ngram_live: tuple[Trace, dict[str, Any]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace, _ = ngram_live
+    out = tmp_path / "separate.jsonl"
+    assert main(["replay", trace.path, "--policy", "separate", "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["diff", trace.path, str(out)]) == 0
+    text = capsys.readouterr().out
+    assert (
+        f"replay identity error: none (the recorded policy's replay re-makes all {len(trace)} steps)" in text
+    )
