@@ -51,11 +51,12 @@ def main() -> int:
     )
     requests = [RequestSpec(f"r{i}", 128, 4 * steps) for i in range(64)]
     accepted = {r.id: [(i + k) % 4 for k in range(4 * steps)] for i, r in enumerate(requests)}
-    workload = Workload(engine, requests, accepted)
+    workload = Workload(engine, requests, accepted_in_order=accepted)
 
     # Time vLLM's own calls from inside the replay.
     spent = {"vllm": 0.0, "first": 0.0}
-    originals = {name: getattr(Scheduler, name) for name in ("schedule", "update_from_output")}
+    vllm_calls = ("schedule", "update_from_output", "update_draft_token_ids", "add_request")
+    originals = {name: getattr(Scheduler, name) for name in vllm_calls}
 
     def timed(name: str) -> Any:
         orig = originals[name]
@@ -93,7 +94,8 @@ def main() -> int:
         f"harness + tracer share of the time: median {statistics.median(shares):.0%} "
         f"(vLLM's schedule() + update_from_output(): {1 - statistics.median(shares):.0%})"
     )
-    print(f"P6: {med:.0f} steps/s ({med / 1000:.2f}x the 1,000 steps/s target)")
+    ratio = 1 / (1 - statistics.median(shares))
+    print(f"P6: {med:.0f} steps/s; wall / vLLM's own calls = {ratio:.3f}x (goal <= 1.05x)")
     return 0
 
 

@@ -100,23 +100,27 @@ class Replayer:
     def _model_output(self, out: Any, prefill: dict[str, bool]) -> Any:
         from vllm.v1.outputs import ModelRunnerOutput
 
+        # Per scheduled request, every step: kept to plain dict lookups (bench/p6_replay.py).
         req_ids = list(out.num_scheduled_tokens)
         spec = out.scheduled_spec_decode_tokens
+        emitted, stops, accepted = self.emitted, self.w.stops, self._accepted
+        every_step = bool(self.w.accepted_in_order)  # its cursor counts steps without drafts too
         sampled: list[list[int]] = []
+        append = sampled.append
         for rid in req_ids:
             if prefill[rid]:
-                sampled.append([])
+                append([])
                 continue
-            drafts = len(spec.get(rid, ()))
-            at = self.emitted.get(rid, 0)
-            n = 1 + max(0, min(drafts, self._accepted(rid, at, drafts)))
+            drafts = spec.get(rid)
+            at = emitted.get(rid, 0)
+            d = len(drafts) if drafts else 0
+            n = 1 + max(0, min(d, accepted(rid, at, d))) if d or every_step else 1
             tokens = [SAMPLED_TOKEN] * n
-            stop = self.w.stops.get(rid)
+            stop = stops.get(rid)
             if stop is not None and at < stop <= at + n:
                 tokens[stop - at - 1] = STOP_TOKEN
-            self.emitted[rid] = at + n
-            self.sampling_steps[rid] = self.sampling_steps.get(rid, 0) + 1
-            sampled.append(tokens)
+            emitted[rid] = at + n
+            append(tokens)
         return ModelRunnerOutput(
             req_ids=req_ids,
             req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
@@ -127,8 +131,10 @@ class Replayer:
         w = self.w
         value = w.accepted.get(rid, at)
         if value is None and rid in w.accepted_in_order:
-            seq = w.accepted_in_order[rid]
+            # Synthetic workloads list acceptance per sampling step, in order.
             i = self.sampling_steps.get(rid, 0)
+            self.sampling_steps[rid] = i + 1
+            seq = w.accepted_in_order[rid]
             value = seq[i] if i < len(seq) else None
         if value is None:
             return drafts if w.accept_default == "all" else 0
