@@ -25,9 +25,14 @@ def _steps(
     spec: EngineSpec, requests: list[RequestSpec], upto: int, *, no_excess_at: int | None
 ) -> list[Any]:
     """Run `requests` for `upto` steps; at step `no_excess_at` schedule with 0 draft slots."""
-    from tracer.policies import _View
+    from vllm.v1.core.sched.scheduler import Scheduler
 
-    sched = build_scheduler(spec)
+    from tracer.policies import AdditiveMixin, _View
+
+    class Additive(AdditiveMixin, Scheduler):
+        """vLLM 0.32's accounting on either release (0.33's stock charges no slots)."""
+
+    sched = build_scheduler(spec, Additive)
     driver = Driver(sched, mixed_accept)
     pending = sorted(requests, key=lambda r: r.arrival_step)
     outs = []
@@ -77,11 +82,11 @@ def test_withheld_matches_the_real_schedulers_counterfactual(
     from tracer.budget import analyze
     from tracer.reader import load
     from tracer.replay import recording_to
-    from tracer.scheduler import TracingScheduler
+    from tracer.policies import AdditiveScheduler
 
     path = tmp_path / f"{name}.jsonl"
     with recording_to(path):
-        sched = build_scheduler(spec, TracingScheduler)
+        sched = build_scheduler(spec, AdditiveScheduler)
     from tracer.offline import run_workload
 
     run_workload(sched, requests, accept=mixed_accept)

@@ -116,7 +116,10 @@ def engine_from_config(config: dict[str, Any]) -> EngineSpec:
 def workload_from_trace(trace: Trace) -> Workload:
     steps = trace.steps()
     engine = engine_from_config(trace.config)
-    is_async = bool(trace.config.get("async_scheduling")) or "Async" in str(trace.header.get("scheduler_cls"))
+    # The recorded scheduler class decides (vLLM 0.33 turns async scheduling on in its
+    # config by default, whatever class serves); the config only where the class is unknown.
+    cls = trace.header.get("scheduler_cls")
+    is_async = "Async" in cls if isinstance(cls, str) else bool(trace.config.get("async_scheduling"))
     if steps and all(s.get("inputs") is not None for s in steps) and not trace.gaps:
         return _recorded_workload(trace, steps, engine, is_async)
     return _inferred_workload(trace, steps, engine, is_async)
