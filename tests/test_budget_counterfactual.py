@@ -80,9 +80,9 @@ def test_withheld_matches_the_real_schedulers_counterfactual(
     name: str, spec: EngineSpec, requests: list[RequestSpec], tmp_path: Any
 ) -> None:
     from tracer.budget import analyze
+    from tracer.policies import AdditiveScheduler
     from tracer.reader import load
     from tracer.replay import recording_to
-    from tracer.policies import AdditiveScheduler
 
     path = tmp_path / f"{name}.jsonl"
     with recording_to(path):
