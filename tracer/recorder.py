@@ -34,8 +34,10 @@ ENV_QUEUE = "SCHEDSCOPE_QUEUE"
 # once this many newer steps are pending (async scheduling keeps one or two).
 MAX_PENDING = 16
 
-# The runner hook attaches its per-pass notes to the ModelRunnerOutput under this name.
+# The runner hook attaches its per-pass notes to the ModelRunnerOutput under this name,
+# and, when they changed, which of its hooks are active in the runner's process.
 RUNNER_NOTES_ATTR = "_schedscope_runner"
+RUNNER_HOOKS_ATTR = "_schedscope_hooks"
 
 
 def trace_path_from_env() -> Path | None:
@@ -189,6 +191,9 @@ class Recorder:
 
     def after_update(self, out: Any, runner_output: Any) -> None:
         raw = self._pending.pop(id(out), None)
+        hooks = getattr(runner_output, RUNNER_HOOKS_ATTR, None)
+        if hooks:
+            self.writer.emit({"kind": schema.HOOKS, "step": raw[0] if raw else None, **hooks})
         if raw is None:
             return
         req_ids = getattr(runner_output, "req_ids", None) or ()
@@ -336,7 +341,7 @@ def encode_record(item: Any) -> bytes:
         if item[0] == "step":
             item = item[1].build_step(item[2])
         else:
-            _, step, pass_, rows, cap, reqs = item
+            _, step, pass_, rows, cap, reqs, *padded = item
             item = {
                 "kind": schema.RUNNER,
                 "step": step,
@@ -345,4 +350,6 @@ def encode_record(item: Any) -> bytes:
                 "cap": cap,
                 "reqs": reqs,
             }
+            if padded:  # the V2 runner hook notes the rows after CUDA-graph/DP padding too
+                item["padded"] = padded[0]
     return orjson.dumps(item, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS)

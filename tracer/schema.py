@@ -9,16 +9,18 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-SCHEMA_VERSION: Final = "1.0"
+SCHEMA_VERSION: Final = "1.1"
 SCHEMA_MAJOR: Final = 1
 
 HEADER: Final = "header"
 STEP: Final = "step"
 RUNNER: Final = "runner"
 FOOTER: Final = "footer"
+# Since 1.1: which runner/speculator hooks were active, reported from the runner's process.
+HOOKS: Final = "hooks"
 # Written by `schedscope attach --save` where the live stream lost steps: after..before, exclusive.
 GAP: Final = "gap"
-KINDS: Final = (HEADER, STEP, RUNNER, FOOTER, GAP)
+KINDS: Final = (HEADER, STEP, RUNNER, FOOTER, GAP, HOOKS)
 
 # Engine config keys in the header, with the default a reader assumes when an
 # older trace lacks one. None means "unknown".
@@ -72,6 +74,7 @@ STEP_DEFAULTS: Final[dict[str, Any]] = {
 }
 
 RUNNER_REQUIRED: Final = ("step", "pass", "rows")
+# Optional runner keys: "cap", "reqs", and since 1.1 "padded" (rows after CUDA-graph/DP padding).
 RUNNER_PASSES: Final = ("target", "draft")
 
 FOOTER_DEFAULTS: Final[dict[str, Any]] = {
