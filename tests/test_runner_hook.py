@@ -281,3 +281,17 @@ def test_recorder_writes_padded_rows_and_hooks_records(tmp_path: Path) -> None:
     assert list(trace.runner["target_padded"]) == [16, -1]
     assert list(trace.runner["draft_padded"]) == [-1, -1]
     assert [h["runner"] for h in trace.hooks] == ["v2"]
+
+
+def test_a_runner_class_that_moved_gives_one_warning_not_a_crash(
+    fresh_hook: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    rh = fresh_hook
+    monkeypatch.setattr(rh, "V1_RUNNER", ("tests.no_such_module", "GPUModelRunner"))  # an older/newer vLLM
+    monkeypatch.setattr(rh, "V2_RUNNER", (__name__, "GPUModelRunner"))  # the module is there, the class moved
+    with caplog.at_level(logging.WARNING, logger="schedscope"):
+        assert rh.install() is False
+        assert rh.install() is False
+    moved = [r.getMessage() for r in caplog.records if "has no class GPUModelRunner" in r.getMessage()]
+    assert len(moved) == 1
+    assert any("has no class GPUModelRunner" in reason for reason in rh.hook_state()["inactive"])

@@ -31,6 +31,7 @@ Patches are at class level, so every runner and speculator instance is covered.
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
 import logging
 import os
@@ -95,11 +96,15 @@ def install() -> bool:
 def _install_from(where: tuple[str, str], patch: Callable[[type], bool]) -> bool:
     module, name = where
     try:
-        cls = getattr(__import__(module, fromlist=[name]), name)
-    except ImportError:  # a vLLM without this runner (no vLLM, or a future one)
+        mod = importlib.import_module(module)
+    except ImportError:  # a vLLM without this runner (no vLLM, an older or a newer one)
         return False
-    except Exception as exc:  # the module exists but does not import here
-        logger.debug("schedscope: cannot import %s.%s: %r", module, name, exc)
+    except Exception as exc:  # the module exists but cannot run here (e.g. no Triton)
+        logger.debug("schedscope: cannot import %s: %r", module, exc)
+        return False
+    cls = getattr(mod, name, None)
+    if not isinstance(cls, type):
+        _inactive(f"{module} has no class {name} any more: that runner is not hooked")
         return False
     try:
         return patch(cls)
