@@ -224,10 +224,26 @@ def _cuda_less_dflash() -> type:
     from vllm.v1.worker.gpu.spec_decode.dflash.speculator import DFlashSpeculator
 
     class CudaLessDFlash(DFlashSpeculator):
-        def propose(self, input_batch, attn_metadata, slot_mappings, last_hidden_states, aux_hidden_states,
-                    num_sampled, num_rejected, last_sampled, next_prefill_tokens, temperature, seeds,
-                    dp_sync_state=None, dummy_run=False, skip_attn_for_dummy_run=False, mm_inputs=None,
-                    is_profile=False, num_speculative_tokens=None):  # type: ignore[no-untyped-def]  # fmt: skip
+        def propose(
+            self,
+            input_batch: Any,
+            attn_metadata: Any,
+            slot_mappings: Any,
+            last_hidden_states: Any,
+            aux_hidden_states: Any,
+            num_sampled: Any,
+            num_rejected: Any,
+            last_sampled: Any,
+            next_prefill_tokens: Any,
+            temperature: Any,
+            seeds: Any,
+            dp_sync_state: Any = None,
+            dummy_run: bool = False,
+            skip_attn_for_dummy_run: bool = False,
+            mm_inputs: Any = None,
+            is_profile: bool = False,
+            num_speculative_tokens: int | None = None,
+        ) -> Any:
             num_reqs = input_batch.num_reqs
             q = self.num_query_per_req
             if num_speculative_tokens == 0:  # no query pass, as in DFlashSpeculator.propose
@@ -254,9 +270,17 @@ class CudaLessV2Runner:
         self.driver = driver
         self.state: Any = None
 
-    def execute_model(self, scheduler_output, intermediate_tensors=None, dummy_run=False,
-                      skip_attn_for_dummy_run=False, is_profile=False, context_len=0,
-                      valid_dummy_state_slots=False, randomize_inputs=False):  # type: ignore[no-untyped-def]  # fmt: skip
+    def execute_model(
+        self,
+        scheduler_output: Any,
+        intermediate_tensors: Any = None,
+        dummy_run: bool = False,
+        skip_attn_for_dummy_run: bool = False,
+        is_profile: bool = False,
+        context_len: int = 0,
+        valid_dummy_state_slots: bool = False,
+        randomize_inputs: bool = False,
+    ) -> None:
         num_reqs, num_tokens = (
             len(scheduler_output.num_scheduled_tokens),
             scheduler_output.total_num_scheduled_tokens,
@@ -265,14 +289,16 @@ class CudaLessV2Runner:
         batch = self.prepare_inputs(scheduler_output, None, desc, 0)
         self.state = (scheduler_output, batch)
 
-    def prepare_inputs(self, scheduler_output, batch_req_state, batch_desc, num_active_loras):  # type: ignore[no-untyped-def]
+    def prepare_inputs(
+        self, scheduler_output: Any, batch_req_state: Any, batch_desc: Any, num_active_loras: int
+    ) -> Any:
         from vllm.v1.worker.gpu.input_batch import InputBatch
 
         n, total = len(scheduler_output.num_scheduled_tokens), scheduler_output.total_num_scheduled_tokens
         batch = InputBatch.make_dummy(n, total, self.input_buffers)
         return dataclasses.replace(batch, num_tokens_after_padding=max(total, batch_desc.num_tokens))
 
-    def sample_tokens(self, grammar_output):  # type: ignore[no-untyped-def]
+    def sample_tokens(self, grammar_output: Any) -> Any:
         from vllm.v1.outputs import AsyncModelRunnerOutput
 
         scheduler_output, batch = self.state
