@@ -165,14 +165,10 @@ class LiveServer:
             return list(pool.map(lambda p: self.complete(p, max_tokens, **kw), prompts))
 
     def metric(self, name: str) -> float:
-        """Sum of all samples of a Prometheus metric from /metrics (0 if absent)."""
-        with urllib.request.urlopen(self.base_url + "/metrics", timeout=10) as resp:
-            text = resp.read().decode()
-        total = 0.0
-        for line in text.splitlines():
-            if line.startswith(name) and line[len(name) : len(name) + 1] in ("{", " "):
-                total += float(line.rsplit(" ", 1)[1])
-        return total
+        """Sum of all samples named `name` on /metrics (0 if absent), parsed as doctor does."""
+        from tracer.doctor import fetch_metrics, parse_metrics
+
+        return parse_metrics(fetch_metrics(self.base_url)).get(name) or 0.0
 
     def stop(self, timeout: float = 30) -> int | None:
         """SIGTERM the whole group (API server, EngineCore, worker) and wait for all

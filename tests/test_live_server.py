@@ -8,7 +8,10 @@ assertions read the trace it left behind.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,8 +19,9 @@ from typing import Any
 
 import pytest
 
-from tests.live_support import build_tiny_llama, free_port, start_server
+from tests.live_support import REPO_ROOT, build_tiny_llama, free_port, start_server
 from tracer.attach import StreamFollower
+from tracer.doctor import fetch_metrics, per_request
 from tracer.reader import Trace, load
 
 pytestmark = pytest.mark.live
@@ -40,6 +44,8 @@ class Run:
     k: int
     streamed: bytes = b""  # what a `schedscope attach` viewer received over the live stream
     vllm_drafts: float = 0.0  # vLLM's own counter of draft tokens verified
+    metrics: Path | None = None  # the server's /metrics page, saved before it stopped
+    live_doctor: tuple[int, str] = (-1, "")  # `schedscope doctor --metrics-url` while it served
 
 
 @pytest.fixture(scope="module")
@@ -82,9 +88,33 @@ def _serve_and_trace(models: dict[str, Path], spec: dict[str, Any], tmp: Path, s
             viewer.start()
         responses = server.complete_many(PROMPTS, MAX_TOKENS, concurrency=len(PROMPTS), ignore_eos=True)
         drafts = server.metric("vllm:spec_decode_num_draft_tokens_total")
+        _until_all_finished(trace_path)
+        live_doctor = doctor(trace_path, "--metrics-url", server.base_url)
+        metrics = tmp / "metrics.txt"
+        metrics.write_text(fetch_metrics(server.base_url))
     if viewer is not None:
         viewer.join(15)
-    return Run(load(trace_path), responses, spec["num_speculative_tokens"], b"".join(received), drafts)
+    run = Run(load(trace_path), responses, spec["num_speculative_tokens"], b"".join(received), drafts)
+    run.metrics, run.live_doctor = metrics, live_doctor
+    return run
+
+
+def doctor(*args: Any) -> tuple[int, str]:
+    """`schedscope doctor ARGS` as a user runs it: (exit code, stdout)."""
+    cmd = [sys.executable, "-m", "tracer.cli", "doctor", *map(str, args)]
+    out = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    return out.returncode, out.stdout + out.stderr
+
+
+def _until_all_finished(trace_path: Path, timeout: float = 10.0) -> None:
+    """vLLM reports a finished request in the step after it (the next schedule() hands
+    its id to the workers), a few ms after the response: wait for it in the trace."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        finished = {rid for rec in load(trace_path).steps() for rid in rec["finished"]}
+        if len(finished) >= len(PROMPTS):
+            return
+        time.sleep(0.1)
 
 
 @pytest.fixture(scope="module")
@@ -99,22 +129,6 @@ def draft_run(models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory)
     yield _serve_and_trace(models, spec, tmp_path_factory.mktemp("draft"))
 
 
-def _per_request(trace: Trace) -> dict[str, dict[str, int]]:
-    """Per request id: prompt demand at admission, target tokens, spec tokens,
-    sampled tokens, and steps that sampled."""
-    reqs: dict[str, dict[str, int]] = {}
-    for rec in trace.steps():
-        for rid, _, _, demand in rec["new"]:
-            reqs[rid] = {"demand": demand, "tokens": 0, "spec": 0, "sampled": 0, "sampling_steps": 0}
-        for rid, tokens, spec, _ in rec["new"] + rec["resumed"] + rec["running"]:
-            reqs[rid]["tokens"] += tokens
-            reqs[rid]["spec"] += spec
-        for rid, n in (rec["sampled"] or {}).items():
-            reqs[rid]["sampled"] += n
-            reqs[rid]["sampling_steps"] += n > 0
-    return reqs
-
-
 @pytest.mark.parametrize("run_name", ["ngram_run", "draft_run"])
 def test_live_trace_matches_the_served_requests(run_name: str, request: pytest.FixtureRequest) -> None:
     run: Run = request.getfixturevalue(run_name)
@@ -124,7 +138,7 @@ def test_live_trace_matches_the_served_requests(run_name: str, request: pytest.F
     assert trace.footer["records_dropped"] == 0 and trace.footer["errors"] == 0
     assert trace.footer["steps_written"] == len(trace) > 0
 
-    reqs = _per_request(trace)
+    reqs = per_request(trace)
     # Admitted requests are the requests sent: vLLM's internal id extends the response id.
     assert len(reqs) == len(PROMPTS)
     for resp in run.responses:
@@ -133,11 +147,11 @@ def test_live_trace_matches_the_served_requests(run_name: str, request: pytest.F
         r = reqs[matches[0]]
         usage = resp["usage"]
         assert usage["completion_tokens"] == MAX_TOKENS
-        assert r["demand"] == usage["prompt_tokens"]
+        assert r.demand == usage["prompt_tokens"]
         # Every step but the prefill feeds back the last sampled token plus drafts.
-        assert r["tokens"] - r["spec"] == usage["prompt_tokens"] + r["sampling_steps"] - 1
+        assert r.tokens - r.spec == usage["prompt_tokens"] + r.sampling_steps - 1
         # The last step may sample accepted drafts past max_tokens; vLLM trims them.
-        assert MAX_TOKENS <= r["sampled"] <= MAX_TOKENS + run.k
+        assert MAX_TOKENS <= r.sampled <= MAX_TOKENS + run.k
 
     col = trace.columns
     assert (col["target_used"] <= col["target_cap"]).all() and (col["target_left"] >= 0).all()
@@ -182,3 +196,27 @@ def test_live_stream_carries_the_trace(ngram_run: Run, tmp_path: Path) -> None:
     copy = tmp_path / "copy.jsonl"
     copy.write_bytes(ngram_run.streamed)
     assert copy.read_bytes() == Path(ngram_run.trace.path).read_bytes()
+
+
+@pytest.mark.parametrize("run_name", ["ngram_run", "draft_run"])
+def test_doctor_passes_against_the_live_server(run_name: str, request: pytest.FixtureRequest) -> None:
+    """`schedscope doctor` while the server still served (--metrics-url: no footer yet),
+    and on the finished trace with the /metrics page saved before the stop."""
+    run: Run = request.getfixturevalue(run_name)
+    code, out = run.live_doctor
+    assert code == 0, out
+    assert "SKIP  records: no footer yet" in out
+    lines = {line.split(": ", 1)[0].strip(): line.strip() for line in out.splitlines() if ": " in line}
+    assert lines["PASS  runner hook"].startswith(
+        "PASS  runner hook: v1 runner vllm.v1.worker.cpu_model_runner."
+    )
+    assert lines["PASS  requests"].endswith(f"= vllm:request_success_total {len(PROMPTS)}")
+    for check in ("scheduler hook", "speculator hook", "prompt tokens", "generation tokens", "preemptions",
+                  "draft tokens"):  # fmt: skip
+        assert f"PASS  {check}" in lines, (check, out)
+    assert "PASS  identity replay" in lines, out  # the live trace re-made by its replay
+
+    code, out = doctor(run.trace.path, "--metrics-file", run.metrics)
+    assert code == 0, out
+    assert f"PASS  records: footer: {len(run.trace)} steps written, 0 records dropped, 0 errors" in out
+    assert " 0 failed, " in out.splitlines()[-1]

@@ -156,6 +156,22 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """Check traces for completeness and exactness; exit 1 on any FAIL."""
+    from tracer.doctor import run
+
+    try:
+        code, lines = run(
+            args.traces, url=args.metrics_url, metrics_file=args.metrics_file, strict=not args.lenient
+        )
+    except (OSError, ValueError) as exc:  # /metrics unreachable or unparsable, unreadable file
+        print(f"schedscope: error: cannot read the server's metrics: {exc}", file=sys.stderr)
+        return 2
+    for line in lines:
+        print(line)
+    return code
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from tracer.perfetto import export
 
@@ -388,6 +404,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scheduling-policy", choices=["fcfs", "priority"])
     p.add_argument("--num-kv-blocks", type=int, help="KV cache size in blocks")
     p.set_defaults(func=cmd_replay)
+
+    p = sub.add_parser(
+        "doctor",
+        help="is a trace complete and exact? hooks, totals against /metrics, records dropped, replay",
+        description="One verdict per check (PASS/FAIL/SKIP): which scheduler, runner and speculator hooks "
+        "were active; whether the trace's totals equal the server's Prometheus counters; records "
+        "dropped; an identity replay. Exits 1 on any FAIL. With data parallelism give every engine's trace.",
+    )
+    p.add_argument("traces", nargs="+", metavar="TRACE", help="trace file(s); one per engine with DP")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument(
+        "--metrics-url", metavar="URL", help="the server, e.g. http://127.0.0.1:8000 (reads URL/metrics)"
+    )
+    where.add_argument(
+        "--metrics-file", metavar="FILE", help="a saved /metrics page (curl URL/metrics > FILE)"
+    )
+    p.add_argument("--lenient", action="store_true", help="skip malformed lines instead of stopping")
+    p.set_defaults(func=cmd_doctor)
 
     p = sub.add_parser(
         "export",

@@ -97,16 +97,18 @@ _INT_COLS = (
     "n_preempted_held",
 )
 _FLOAT_COLS = ("t", "sched_us", "kv_usage")
-RUNNER_COLS = ("target_rows", "target_cap", "draft_rows", "draft_cap")
+RUNNER_COLS = ("target_rows", "target_cap", "draft_rows", "draft_cap", "target_padded", "draft_padded")
 
 # One packed row per step: the int columns, the line's byte span, the float columns.
 _ROW = struct.Struct(f"<{len(_INT_COLS) + 2}q{len(_FLOAT_COLS)}d")
 _ROW_DTYPE = np.dtype(
     [(name, "<i8") for name in (*_INT_COLS, "_start", "_end")] + [(name, "<f8") for name in _FLOAT_COLS]
 )
-# One packed row per runner record: step, pass (0 target, 1 draft), rows, cap (-1: none).
-_RUNNER_ROW = struct.Struct("<4q")
-_RUNNER_DTYPE = np.dtype([("step", "<i8"), ("pass", "<i8"), ("rows", "<i8"), ("cap", "<i8")])
+# One packed row per runner record: step, pass (0 target, 1 draft), rows, cap, padded (-1: none).
+_RUNNER_ROW = struct.Struct("<5q")
+_RUNNER_DTYPE = np.dtype(
+    [("step", "<i8"), ("pass", "<i8"), ("rows", "<i8"), ("cap", "<i8"), ("padded", "<i8")]
+)
 # The fast path reads a step's keys in one C call each (a missing key sends the
 # record down the general path).
 _STEP_KEYS = itemgetter(
@@ -132,6 +134,8 @@ class Trace:
     torn: Torn | None = None
     problems: list[TraceError] = field(default_factory=list)
     gaps: list[tuple[int, int]] = field(default_factory=list)
+    # `hooks` records: which runner/speculator hooks the model-runner process had active.
+    hooks: list[dict[str, Any]] = field(default_factory=list)
     _data: bytes | bytearray = b""
     _spans: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), dtype=np.int64))
 
@@ -194,6 +198,7 @@ class TraceBuilder:
         self.footer: dict[str, Any] | None = None
         self.problems: list[TraceError] = []
         self.gaps: list[tuple[int, int]] = []  # (after, before): steps missing in between
+        self.hooks: list[dict[str, Any]] = []
         self._rows = bytearray()  # _ROW per step
         self._runner_rows = bytearray()  # _RUNNER_ROW per runner record
         # Everything fed so far: bytes when a whole file came in one piece (not
@@ -310,13 +315,21 @@ class TraceBuilder:
             elif kind == "runner" and have_header:
                 try:
                     step, pass_, rows_, cap = _RUNNER_KEYS(r)
+                    padded = r.get("padded")
                     if (
                         type(step) is int
                         and type(rows_) is int
                         and (cap is None or type(cap) is int)
+                        and (padded is None or type(padded) is int)
                         and (pass_ == "target" or pass_ == "draft")
                     ):
-                        runner_rows += pack_runner(step, pass_ != "target", rows_, -1 if cap is None else cap)
+                        runner_rows += pack_runner(
+                            step,
+                            pass_ != "target",
+                            rows_,
+                            -1 if cap is None else cap,
+                            -1 if padded is None else padded,
+                        )
                         fast = True
                 except (KeyError, struct.error):
                     pass
@@ -384,6 +397,8 @@ class TraceBuilder:
                 self.footer = _with_defaults(record, schema.FOOTER_DEFAULTS)
             elif kind == schema.GAP:
                 self.gaps.append((int(record.get("after", 0)), int(record.get("before", 0))))
+            elif kind == schema.HOOKS:
+                self.hooks.append(record)
             elif kind == schema.HEADER:
                 raise TraceError(self.path, "a second header: two runs in one file?", line=line, field="kind")
             # Unknown kinds from a newer minor version are skipped.
@@ -483,6 +498,11 @@ class TraceBuilder:
         cap = r.get("cap")
         if cap is not None and type(cap) is not int:
             raise TraceError(self.path, f"expected an integer or null, got {cap!r}", line=line, field="cap")
+        padded = r.get("padded")
+        if padded is not None and type(padded) is not int:
+            raise TraceError(
+                self.path, f"expected an integer or null, got {padded!r}", line=line, field="padded"
+            )
         if r["pass"] not in schema.RUNNER_PASSES:
             raise TraceError(
                 self.path,
@@ -491,7 +511,13 @@ class TraceBuilder:
                 field="pass",
             )
         try:
-            packed = _RUNNER_ROW.pack(step, r["pass"] != "target", rows, -1 if cap is None else cap)
+            packed = _RUNNER_ROW.pack(
+                step,
+                r["pass"] != "target",
+                rows,
+                -1 if cap is None else cap,
+                -1 if padded is None else padded,
+            )
         except struct.error as exc:
             raise ValueError(str(exc)) from None
         self._runner_rows += packed
@@ -515,14 +541,16 @@ class TraceBuilder:
             torn=torn,
             problems=list(self.problems),
             gaps=list(self.gaps),
+            hooks=list(self.hooks),
             _data=self._data,
             _spans=spans,
         )
 
 
 def _join_runner(steps: np.ndarray, records: np.ndarray) -> dict[str, np.ndarray]:
-    """Runner columns per step row: rows summed over a step's records of each pass,
-    the capacity of its last one; -1 where a step has none."""
+    """Runner columns per step row: rows (and padded rows) summed over a step's records
+    of each pass, the capacity of its last one; -1 where a step has none (padded: where
+    none of them noted padding)."""
     runner = {name: np.full(len(steps), -1, dtype=np.int64) for name in RUNNER_COLS}
     if not len(records) or not len(steps):
         return runner
@@ -539,6 +567,9 @@ def _join_runner(steps: np.ndarray, records: np.ndarray) -> dict[str, np.ndarray
     g_step, g_pass = step[starts], pass_[starts]
     g_rows = np.add.reduceat(rec["rows"], starts)
     g_cap = rec["cap"][ends]
+    padded = rec["padded"]
+    g_padded = np.add.reduceat(np.maximum(padded, 0), starts)
+    g_padded[np.add.reduceat((padded >= 0).astype(np.int64), starts) == 0] = -1
     # A step number seen twice in the step rows joins its last row.
     if len(steps) > 1 and bool(np.all(steps[1:] > steps[:-1])):
         at = np.minimum(np.searchsorted(steps, g_step), len(steps) - 1)
@@ -547,10 +578,11 @@ def _join_runner(steps: np.ndarray, records: np.ndarray) -> dict[str, np.ndarray
         index = {int(s): i for i, s in enumerate(steps)}
         at = np.array([index.get(int(s), -1) for s in g_step], dtype=np.int64)
         known = at >= 0
-    for p, rows_col, cap_col in ((0, "target_rows", "target_cap"), (1, "draft_rows", "draft_cap")):
+    for p, prefix in ((0, "target"), (1, "draft")):
         sel = known & (g_pass == p)
-        runner[rows_col][at[sel]] = g_rows[sel]
-        runner[cap_col][at[sel]] = g_cap[sel]
+        runner[f"{prefix}_rows"][at[sel]] = g_rows[sel]
+        runner[f"{prefix}_cap"][at[sel]] = g_cap[sel]
+        runner[f"{prefix}_padded"][at[sel]] = g_padded[sel]
     return runner
 
 
@@ -558,11 +590,13 @@ def _join_runner_exact(steps: np.ndarray, records: np.ndarray, runner: dict[str,
     """_join_runner record by record, for rows < 0 (never written by the recorder): a
     negative running total restarts from the next record's rows, as it always has."""
     slots: dict[int, list[int]] = {}
-    for step, pass_, rows, cap in records.tolist():
-        slot = slots.setdefault(step, [-1, -1, -1, -1])
+    for step, pass_, rows, cap, padded in records.tolist():
+        slot = slots.setdefault(step, [-1] * len(RUNNER_COLS))
         base = 2 * pass_
         slot[base] = rows if slot[base] < 0 else slot[base] + rows
         slot[base + 1] = cap
+        if padded >= 0:
+            slot[4 + pass_] = padded if slot[4 + pass_] < 0 else slot[4 + pass_] + padded
     index = {int(s): i for i, s in enumerate(steps)}
     for step, values in slots.items():
         i = index.get(step)

@@ -42,8 +42,10 @@ HEADER_EXTRA: dict[str, Any] = {}
 # update_from_output fills in later.
 _SAMPLED, _ENDS = 15, 17
 
-# The runner hook attaches its per-pass notes to the ModelRunnerOutput under this name.
+# The runner hook attaches its per-pass notes to the ModelRunnerOutput under this name,
+# and, when they changed, which of its hooks are active in the runner's process.
 RUNNER_NOTES_ATTR = "_schedscope_runner"
+RUNNER_HOOKS_ATTR = "_schedscope_hooks"
 
 
 def trace_path_from_env() -> Path | None:
@@ -246,6 +248,9 @@ class Recorder:
 
     def after_update(self, out: Any, runner_output: Any, result: Any = None) -> None:
         raw = self._pending.pop(id(out), None)
+        hooks = getattr(runner_output, RUNNER_HOOKS_ATTR, None)
+        if hooks:
+            self.writer.emit({"kind": schema.HOOKS, "step": raw[0] if raw else None, **hooks})
         if raw is None:
             self._inputs.append(("u", -1))
             return
@@ -456,7 +461,7 @@ def encode_record(item: Any) -> bytes:
         if item[0] == "step":
             item = item[1].build_step(item[2])
         else:
-            _, step, pass_, rows, cap, reqs = item
+            _, step, pass_, rows, cap, reqs, *padded = item
             item = {
                 "kind": schema.RUNNER,
                 "step": step,
@@ -465,4 +470,6 @@ def encode_record(item: Any) -> bytes:
                 "cap": cap,
                 "reqs": reqs,
             }
+            if padded:  # the V2 runner hook notes the rows after CUDA-graph/DP padding too
+                item["padded"] = padded[0]
     return orjson.dumps(item, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS)

@@ -16,9 +16,10 @@ HEADER: Final = "header"
 STEP: Final = "step"
 RUNNER: Final = "runner"
 FOOTER: Final = "footer"
+# Since 1.1: which runner/speculator hooks were active, reported from the runner's process.
+HOOKS: Final = "hooks"
 # Written by `schedscope attach --save` where the live stream lost steps: after..before, exclusive.
 GAP: Final = "gap"
-KINDS: Final = (HEADER, STEP, RUNNER, FOOTER, GAP)
 # The live stream's keep-alive while the engine is idle. Stream only (never saved), so not in
 # KINDS; a reader that finds one in a file skips it.
 HEARTBEAT: Final = "heartbeat"
@@ -83,6 +84,7 @@ STEP_DEFAULTS: Final[dict[str, Any]] = {
 }
 
 RUNNER_REQUIRED: Final = ("step", "pass", "rows")
+# Optional runner keys: "cap", "reqs", and since 1.1 "padded" (rows after CUDA-graph/DP padding).
 RUNNER_PASSES: Final = ("target", "draft")
 
 FOOTER_DEFAULTS: Final[dict[str, Any]] = {
