@@ -361,7 +361,7 @@ def test_v2_runner_stand_in_without_cuda_records_real_dflash_rows_and_padding(
         else:
             output = driver.model_output(out)
         sched.update_from_output(out, pickle.loads(pickle.dumps(output)))  # EngineCore's side
-        driver._propose_drafts()
+        driver._propose_drafts(out)
         outs.append(out)
     sched.shutdown()
 
