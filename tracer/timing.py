@@ -65,7 +65,7 @@ STALL_FACTOR = 3.0  # a step over 3x its predicted time is a stall (warm-up, GC,
 COLLINEAR_R2 = 0.99  # a feature this well explained by the kept ones adds nothing the fit can trust
 
 # Why a step has no duration to fit, or was left out.
-USABLE, LAST, EMPTY, IDLE, GAP, BAD, STALL = "usable", "last", "empty", "idle", "gap", "bad", "stall"
+USABLE, LAST, EMPTY, IDLE, GAP, BAD = "usable", "last", "empty", "idle", "gap", "bad"
 
 
 class TimingRefused(ValueError):
@@ -99,7 +99,7 @@ class Durations:
     """Per step row: its measured duration in ms (nan: none) and why it is (not) usable."""
 
     ms: np.ndarray
-    status: np.ndarray  # one of USABLE, LAST, EMPTY, IDLE, GAP, BAD (STALL is decided by the fit)
+    status: np.ndarray  # USABLE, LAST, EMPTY, IDLE, GAP or BAD (stalls are decided by the fit)
     lag: int  # 0: sync scheduling; 1: async (a step's forward runs while the next is scheduled)
     end: np.ndarray  # per step: when its output was back (s, the trace's clock; nan: unknown)
 
@@ -263,6 +263,7 @@ class TimingModel:
 @dataclass
 class Fit:
     model: TimingModel
+    stderr: dict[str, float]  # standard error of each coefficient, ms per unit
     dropped: list[Drop]
     train: np.ndarray  # step rows fitted on
     test: np.ndarray  # step rows held out
@@ -281,9 +282,10 @@ def _ape(measured: np.ndarray, predicted: np.ndarray) -> np.ndarray:
     return 100.0 * np.abs(predicted - measured) / measured
 
 
-def _irls(x: np.ndarray, y: np.ndarray, rounds: int = 50) -> np.ndarray:
+def _irls(x: np.ndarray, y: np.ndarray, rounds: int = 50) -> tuple[np.ndarray, np.ndarray]:
     """Coefficients minimising sum(((y - x·b) / mu)^2), mu the previous round's
-    prediction (the first round: y itself, plain relative least squares)."""
+    prediction (the first round: y itself, plain relative least squares), and their
+    standard errors (the weighted residual variance times (XᵀWX)⁻¹)."""
     floor = 0.05 * float(np.median(y))  # a prediction near 0 must not take all the weight
     mu = y
     coef = np.zeros(x.shape[1])
@@ -294,11 +296,17 @@ def _irls(x: np.ndarray, y: np.ndarray, rounds: int = 50) -> np.ndarray:
         if done:
             break
         mu = np.maximum(x @ coef, floor)
-    return coef
+    xw, rw = x / mu[:, None], (y - x @ coef) / mu
+    dof = max(1, len(y) - x.shape[1])
+    cov = float(rw @ rw) / dof * np.linalg.pinv(xw.T @ xw)
+    return coef, np.sqrt(np.clip(np.diag(cov), 0, None))
 
 
-def _select(x: np.ndarray, names: list[str], y: np.ndarray) -> tuple[list[str], np.ndarray, list[Drop]]:
-    """Features the rows support, their coefficients (_irls) and the features dropped, with why."""
+def _select(
+    x: np.ndarray, names: list[str], y: np.ndarray
+) -> tuple[list[str], np.ndarray, np.ndarray, list[Drop]]:
+    """Features the rows support, their coefficients and standard errors (_irls), and the
+    features dropped, with why."""
     dropped: list[Drop] = []
     keep = [0]  # the per-step term always stays
     for j in range(1, len(names)):
@@ -321,10 +329,10 @@ def _select(x: np.ndarray, names: list[str], y: np.ndarray) -> tuple[list[str], 
         j = keep.pop()
         dropped.append(Drop(names[j], "too few", float(len(y))))
     while True:
-        coef = _irls(x[:, keep], y)
+        coef, stderr = _irls(x[:, keep], y)
         negative = [(coef[i] * x[:, j].mean(), i) for i, j in enumerate(keep) if j and coef[i] < 0]
         if not negative:
-            return [names[j] for j in keep], coef, dropped
+            return [names[j] for j in keep], coef, stderr, dropped
         _, i = min(negative)
         j = keep.pop(i)
         dropped.append(Drop(names[j], "negative", float(coef[i])))
@@ -353,7 +361,7 @@ def fit(trace: Trace, features: StepFeatures | None = None) -> Fit:
         held = np.zeros(len(rows), dtype=bool)
         held[HOLDOUT_EVERY - 1 :: HOLDOUT_EVERY] = True
         train, test = rows[~held], rows[held]
-        kept, coef, dropped = _select(features.matrix(names, train), names, y_all[train])
+        kept, coef, stderr, dropped = _select(features.matrix(names, train), names, y_all[train])
         model = TimingModel({name: float(c) for name, c in zip(kept, coef, strict=True)})
         predicted = model.predict({k: v[usable] for k, v in features.columns.items()})
         new_stalls = usable[y_all[usable] > STALL_FACTOR * np.maximum(predicted, 1e-9)]
@@ -364,6 +372,7 @@ def fit(trace: Trace, features: StepFeatures | None = None) -> Fit:
     pred = model.predict(features.columns)
     return Fit(
         model=model,
+        stderr={name: float(e) for name, e in zip(kept, stderr, strict=True)},
         dropped=dropped,
         train=train,
         test=test,

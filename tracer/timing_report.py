@@ -63,6 +63,7 @@ def _model_doc(fit: timing.Fit, trace: Trace) -> dict[str, Any]:
     mean_ms = float(y[train].mean())
     return {
         "coefficients_ms": dict(fit.model.coef),
+        "stderr_ms": dict(fit.stderr),
         "units": {name: timing.UNITS[name] for name in fit.model.coef},
         # Mean contribution of each term over the fitted steps, as a share of their mean duration.
         "share_of_fitted_time": {
@@ -196,8 +197,8 @@ def timing_lines(doc: dict[str, Any]) -> list[str]:
         for i, (name, c) in enumerate(m["coefficients_ms"].items()):
             share = m["share_of_fitted_time"][name]
             sign = "  " if i == 0 else "+ "
-            unit = m["units"][name]
-            lines.append(f"           {sign}{c:10.5f}  {unit}  ({share:.0%} of a mean fitted step)")
+            se, unit = m["stderr_ms"][name], m["units"][name]
+            lines.append(f"           {sign}{c:9.5f} ± {se:<8.5f} {unit}  ({share:.0%} of a mean step)")
         for drop in m["dropped"]:
             lines.append(f"           dropped {drop['feature']}: {drop['reason']}")
         if m["context"] == "estimated" and "context_tokens" in m["coefficients_ms"]:
