@@ -155,6 +155,11 @@ def test_fit_recovers_a_known_step_time_law(law_run: dict[str, Any]) -> None:
     builder = timing.FeatureBuilder()
     one_by_one = [fit.model.predict(builder.add(rec)) for rec in trace.steps()]
     np.testing.assert_allclose(one_by_one, fit.predicted)
+    # A step given by its counts alone: the per-step term is implied.
+    x = {"decode_tokens": 8, "requests": 4}
+    assert fit.model.predict(x) == pytest.approx(
+        coef["step"] + 8 * coef["decode_tokens"] + 4 * coef["requests"]
+    )
     busy = fit.durations.status == timing.USABLE
     np.testing.assert_allclose(fit.predicted[busy], law_run["law"][busy], rtol=0.02)
     assert timing.TimingModel.from_dict(fit.model.to_dict()) == fit.model
@@ -275,19 +280,20 @@ def test_timing_on_the_live_cpu_sample(capsys: pytest.CaptureFixture[str]) -> No
     out = capsys.readouterr().out
     assert "(59 steps; a step lasts from its schedule() call to the next)" in out
     assert "durations  58 usable steps; left out: 1 without a later timestamp" in out
-    assert "model      step duration (ms), fitted on 46 steps =" in out
+    assert "model      step duration (ms), fitted on 45 steps =" in out
     assert "per request reported finished in the step" in out
     assert "held out 11 steps (every 5th usable)" in out
-    # The first forward pass (warm-up) is the one stall.
-    assert "stalls     1 step over 3× the predicted time, left out of fit and error: step 1 1,257.1 ms" in out
+    # The first forward pass (warm-up) is a stall; so is one 10 ms step of 4 decode tokens.
+    stalls = "stalls     2 steps over 3× the predicted time, left out of fit and error: step 1 1,257.1 ms"
+    assert stalls in out and ", step 34 10.4 ms vs" in out
     assert "latency    12 requests;" in out
 
     assert main(["timing", LIVE_SAMPLE, "--json"]) == 0
     doc = orjson.loads(capsys.readouterr().out)
     trace = load(LIVE_SAMPLE)
     m, tp = doc["model"], doc["throughput"]
-    assert doc["refused"] is None and m["fitted_steps"] + m["heldout_steps"] == 57
-    assert [s["step"] for s in m["stalls"]] == [1]
+    assert doc["refused"] is None and m["fitted_steps"] + m["heldout_steps"] == 56
+    assert [s["step"] for s in m["stalls"]] == [1, 34]
     assert m["heldout_ape_pct"]["median"] < 25 and m["heldout_ape_pct"]["p90"] < 50
     tot = m["heldout_total_ms"]
     assert tot["predicted"] == pytest.approx(tot["measured"], rel=0.10)
@@ -298,5 +304,5 @@ def test_timing_on_the_live_cpu_sample(capsys: pytest.CaptureFixture[str]) -> No
     assert tp["output_tok_s"] == pytest.approx(tp["output_tokens"] / tp["busy_s"])
     assert tp["target_steps"] == 58 and tp["requests_measured"] == 12
     assert tp["ttft_ms"]["p50"] <= tp["ttft_ms"]["p90"] <= tp["ttft_ms"]["p99"]
-    # The stall-free figures leave out exactly step 1's 1,257 ms.
-    assert tp["without_stalls"]["busy_s"] == pytest.approx(tp["busy_s"] - (t[1] - t[0]))
+    # The stall-free figures leave out exactly those two steps' time.
+    assert tp["without_stalls"]["busy_s"] == pytest.approx(tp["busy_s"] - (t[1] - t[0]) - (t[34] - t[33]))

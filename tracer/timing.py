@@ -61,6 +61,7 @@ CONTEXT_KEY = "context_tokens"
 MIN_FIT_STEPS = 20  # usable steps below this: refuse (every 5th held out leaves >= 4 to test on)
 HOLDOUT_EVERY = 5  # every 5th usable step, in step order, is held out
 STEPS_PER_COEF = 5  # at most one coefficient per 5 fitted steps
+MIN_SUPPORT = 5  # a feature must differ from its most common value on this many fitted steps
 STALL_FACTOR = 3.0  # a step over 3x its predicted time is a stall (warm-up, GC, host contention)
 COLLINEAR_R2 = 0.99  # a feature this well explained by the kept ones adds nothing the fit can trust
 
@@ -82,13 +83,14 @@ class TimingRefused(ValueError):
 
 @dataclass(frozen=True)
 class Drop:
-    """A candidate feature the fit left out: why ("constant", "collinear", "too few",
-    "negative"), with the number behind it (the constant value, R², steps, coefficient)."""
+    """A candidate feature the fit left out: why ("constant", "rare", "collinear", "too few",
+    "negative"), with the number behind it (the constant value, the steps that vary it, R²,
+    the fitted steps, the coefficient)."""
 
     feature: str
     why: str
     value: float
-    other: str | None = None  # collinear: the kept feature it tracks
+    other: str | None = None  # collinear: the kept feature it tracks; rare: its usual value
 
 
 # -- durations ---------------------------------------------------------------------------
@@ -240,7 +242,8 @@ def step_features(records: Iterable[Mapping[str, Any]]) -> StepFeatures:
 
 @dataclass(frozen=True)
 class TimingModel:
-    """duration_ms = sum(coef[f] * features[f]); features it lacks count as 0."""
+    """duration_ms = sum(coef[f] * features[f]); a feature not given counts as 0, except
+    `step`, which is 1 (one step)."""
 
     coef: dict[str, float]
 
@@ -249,7 +252,7 @@ class TimingModel:
         many (a dict of arrays, as StepFeatures.columns)."""
         total: Any = 0.0
         for name, c in self.coef.items():
-            total = total + c * np.asarray(features.get(name, 0.0), dtype=float)
+            total = total + c * np.asarray(features.get(name, 1.0 if name == "step" else 0.0), dtype=float)
         return float(total) if np.ndim(total) == 0 else total
 
     def to_dict(self) -> dict[str, Any]:
@@ -303,7 +306,7 @@ def _irls(x: np.ndarray, y: np.ndarray, rounds: int = 50) -> tuple[np.ndarray, n
 
 
 def _select(
-    x: np.ndarray, names: list[str], y: np.ndarray
+    x: np.ndarray, names: list[str], y: np.ndarray, rounds: int = 50
 ) -> tuple[list[str], np.ndarray, np.ndarray, list[Drop]]:
     """Features the rows support, their coefficients and standard errors (_irls), and the
     features dropped, with why."""
@@ -313,6 +316,11 @@ def _select(
         col = x[:, j]
         if np.ptp(col) == 0:
             dropped.append(Drop(names[j], "constant", float(col[0])))
+            continue
+        values, counts = np.unique(col, return_counts=True)
+        support = len(col) - int(counts.max())
+        if support < MIN_SUPPORT:  # its coefficient would be those few steps' noise
+            dropped.append(Drop(names[j], "rare", float(support), f"{values[np.argmax(counts)]:g}"))
             continue
         basis = x[:, keep]
         resid = col - basis @ np.linalg.lstsq(basis, col, rcond=None)[0]
@@ -329,7 +337,7 @@ def _select(
         j = keep.pop()
         dropped.append(Drop(names[j], "too few", float(len(y))))
     while True:
-        coef, stderr = _irls(x[:, keep], y)
+        coef, stderr = _irls(x[:, keep], y, rounds)
         negative = [(coef[i] * x[:, j].mean(), i) for i, j in enumerate(keep) if j and coef[i] < 0]
         if not negative:
             return [names[j] for j in keep], coef, stderr, dropped
@@ -344,7 +352,10 @@ def fit(trace: Trace, features: StepFeatures | None = None) -> Fit:
     Usable steps (a duration, something scheduled, not idle) are split in step
     order: every HOLDOUT_EVERY-th is held out, the rest fitted. Steps over
     STALL_FACTOR x their prediction are stalls: left out of fit and error alike
-    (and listed), then the fit is redone, until no new stall appears.
+    (and listed), then the fit is redone, until no new stall appears. Stalls are
+    found with the first, plain relative-least-squares round: there a stall's
+    residual is at most 1, while the reweighted rounds can explain away a step
+    they overpredict (its weight 1/predicted² goes to 0) and fit the stall instead.
     """
     durations = step_durations(trace)
     features = features or step_features(trace.steps())
@@ -361,14 +372,16 @@ def fit(trace: Trace, features: StepFeatures | None = None) -> Fit:
         held = np.zeros(len(rows), dtype=bool)
         held[HOLDOUT_EVERY - 1 :: HOLDOUT_EVERY] = True
         train, test = rows[~held], rows[held]
-        kept, coef, stderr, dropped = _select(features.matrix(names, train), names, y_all[train])
-        model = TimingModel({name: float(c) for name, c in zip(kept, coef, strict=True)})
-        predicted = model.predict({k: v[usable] for k, v in features.columns.items()})
+        kept, coef, _, _ = _select(features.matrix(names, train), names, y_all[train], rounds=1)
+        robust = TimingModel({name: float(c) for name, c in zip(kept, coef, strict=True)})
+        predicted = robust.predict({k: v[usable] for k, v in features.columns.items()})
         new_stalls = usable[y_all[usable] > STALL_FACTOR * np.maximum(predicted, 1e-9)]
         grown = np.union1d(stalls, new_stalls)
         if len(grown) == len(stalls):
             break
         stalls = grown
+    kept, coef, stderr, dropped = _select(features.matrix(names, train), names, y_all[train])
+    model = TimingModel({name: float(c) for name, c in zip(kept, coef, strict=True)})
     pred = model.predict(features.columns)
     return Fit(
         model=model,

@@ -22,6 +22,9 @@ def drop_sentence(drop: timing.Drop) -> str:
     if drop.why == "constant":
         what = "zero" if drop.value == 0 else f"{drop.value:g}"
         return f"{what} on every fitted step (its cost is in the per-step term)"
+    if drop.why == "rare":
+        steps = "1 fitted step" if drop.value == 1 else f"{drop.value:.0f} fitted steps"
+        return f"differs from {drop.other} on {steps} only: too few to price it (needs {timing.MIN_SUPPORT})"
     if drop.why == "collinear":
         return f"collinear with {drop.other} (R² {drop.value:.3f}): the steps cannot tell them apart"
     if drop.why == "too few":
