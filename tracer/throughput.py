@@ -10,7 +10,7 @@ server's own work, are not in the trace, so TTFT here is a lower bound.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,33 +90,49 @@ def measure_throughput(
     )
 
 
-def measure_latency(trace: Trace, durations: Durations, records: Sequence[Mapping[str, Any]]) -> Latency:
-    """TTFT and TPOT per request (TPOT: time after the first token over the tokens after it)."""
-    t, end = trace.columns["t"], durations.end
-    seen: dict[str, int] = {}
-    first: dict[str, int] = {}
-    last: dict[str, int] = {}
-    tokens: dict[str, int] = {}
-    for i, rec in enumerate(records):
+class LatencyTracker:
+    """Per request, from step records fed in order: the step that first saw it, its first
+    and last sampling steps, and its tokens."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, int] = {}
+        self.first: dict[str, int] = {}
+        self.last: dict[str, int] = {}
+        self.tokens: dict[str, int] = {}
+
+    def add(self, i: int, rec: Mapping[str, Any]) -> None:
+        seen = self.seen
         for group in (rec["new"], rec["resumed"], rec["running"], rec["waiting_demand"]):
             for entry in group:
                 seen.setdefault(entry[0], i)
         for rid, n in (rec["sampled"] or {}).items():
             if n > 0:
-                first.setdefault(rid, i)
-                last[rid] = i
-                tokens[rid] = tokens.get(rid, 0) + n
-    ttft, tpot = [], []
-    for rid, i in seen.items():
-        f = first.get(rid)
-        if f is None or not np.isfinite(end[f]):
-            continue
-        ttft.append((end[f] - t[i]) * 1e3)
-        if tokens[rid] > 1 and np.isfinite(end[last[rid]]):
-            tpot.append((end[last[rid]] - end[f]) * 1e3 / (tokens[rid] - 1))
-    return Latency(
-        requests=len(ttft),
-        ttft_ms=np.array(ttft),
-        tpot_ms=np.array(tpot),
-        unmeasured=len(seen) - len(ttft),
-    )
+                self.first.setdefault(rid, i)
+                self.last[rid] = i
+                self.tokens[rid] = self.tokens.get(rid, 0) + n
+
+    def latency(self, trace: Trace, durations: Durations) -> Latency:
+        """TTFT and TPOT per request (TPOT: time after the first token over the tokens after it)."""
+        t, end = trace.columns["t"], durations.end
+        ttft, tpot = [], []
+        for rid, i in self.seen.items():
+            f = self.first.get(rid)
+            if f is None or not np.isfinite(end[f]):
+                continue
+            ttft.append((end[f] - t[i]) * 1e3)
+            last, tokens = self.last[rid], self.tokens[rid]
+            if tokens > 1 and np.isfinite(end[last]):
+                tpot.append((end[last] - end[f]) * 1e3 / (tokens - 1))
+        return Latency(
+            requests=len(ttft),
+            ttft_ms=np.array(ttft),
+            tpot_ms=np.array(tpot),
+            unmeasured=len(self.seen) - len(ttft),
+        )
+
+
+def measure_latency(trace: Trace, durations: Durations, records: Iterable[Mapping[str, Any]]) -> Latency:
+    tracker = LatencyTracker()
+    for i, rec in enumerate(records):
+        tracker.add(i, rec)
+    return tracker.latency(trace, durations)

@@ -28,7 +28,7 @@ Replay (or anything that produces step records) predicts a step with
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -232,11 +232,32 @@ class StepFeatures:
         return np.column_stack([self.columns[name][rows] for name in names])
 
 
-def step_features(records: Iterable[Mapping[str, Any]]) -> StepFeatures:
+def records_of(trace: Trace) -> Iterator[dict[str, Any]]:
+    """A trace's step records one at a time (Trace.steps() holds them all: GBs at 1M steps)."""
+    return (trace.step(i) for i in range(len(trace)))
+
+
+def step_features(
+    records: Iterable[Mapping[str, Any]],
+    n: int | None = None,
+    also: Callable[[int, Mapping[str, Any]], None] | None = None,
+) -> StepFeatures:
+    """Features of every record, in one pass; `n`: how many (preallocates); `also(i,
+    record)`: another consumer of the same pass (e.g. the latency tracker)."""
+    if n is None:
+        records = list(records)
+        n = len(records)
+    table = np.zeros((n, len(FEATURES)))
     builder = FeatureBuilder()
-    rows = [builder.add(rec) for rec in records]
-    columns = {name: np.array([r[name] for r in rows], dtype=float) for name in FEATURES}
-    return StepFeatures(columns, context_recorded=builder.context_recorded and bool(rows))
+    count = 0
+    for i, rec in enumerate(records):
+        x = builder.add(rec)
+        table[i] = [x[name] for name in FEATURES]
+        if also is not None:
+            also(i, rec)
+        count += 1
+    columns = {name: table[:count, j].copy() for j, name in enumerate(FEATURES)}
+    return StepFeatures(columns, context_recorded=builder.context_recorded and count > 0)
 
 
 # -- the model ---------------------------------------------------------------------------
@@ -360,7 +381,7 @@ def fit(trace: Trace, features: StepFeatures | None = None) -> Fit:
     they overpredict (its weight 1/predicted² goes to 0) and fit the stall instead.
     """
     durations = step_durations(trace)
-    features = features or step_features(trace.steps())
+    features = features or step_features(records_of(trace), len(trace))
     usable = np.flatnonzero(durations.status == USABLE)
     if len(usable) < MIN_FIT_STEPS:
         raise _refusal(trace, durations, len(usable))

@@ -12,7 +12,7 @@ import numpy as np
 from tracer import timing
 from tracer.offline import OFFLINE_MODEL_NAME
 from tracer.reader import Trace
-from tracer.throughput import Latency, Throughput, measure_latency, measure_throughput
+from tracer.throughput import Latency, LatencyTracker, Throughput, measure_throughput
 
 MANY_STALLS = 0.05  # over this share of usable steps, stalls suggest a cost the model lacks
 
@@ -108,8 +108,8 @@ def _throughput_doc(tp: Throughput, lat: Latency) -> dict[str, Any]:
 
 def timing_report(trace: Trace) -> dict[str, Any]:
     """Everything `schedscope timing` shows, JSON-able; "model" is None when refused."""
-    records = trace.steps()
-    features = timing.step_features(records)
+    tracker = LatencyTracker()  # fed by the features' pass: each record is parsed once
+    features = timing.step_features(timing.records_of(trace), len(trace), also=tracker.add)
     durations = timing.step_durations(trace)
     model: dict[str, Any] | None = None
     refused: str | None = None
@@ -146,7 +146,7 @@ def timing_report(trace: Trace) -> dict[str, Any]:
     }
     if len(trace):
         tp = measure_throughput(trace, durations, features)
-        doc["throughput"] = _throughput_doc(tp, measure_latency(trace, durations, records))
+        doc["throughput"] = _throughput_doc(tp, tracker.latency(trace, durations))
         if fitted is not None and len(fitted.stalls):
             calm = measure_throughput(trace, durations, features, without=fitted.stalls)
             doc["throughput"]["without_stalls"] = {
@@ -159,7 +159,7 @@ def timing_report(trace: Trace) -> dict[str, Any]:
 
 
 def _n(count: int, noun: str) -> str:
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+    return f"{count} {noun}" if count == 1 else f"{count:,} {noun}s"
 
 
 def _num(value: float | None, fmt: str = "{:,.0f}") -> str:
@@ -180,7 +180,7 @@ def timing_lines(doc: dict[str, Any]) -> list[str]:
         if doc["async_scheduling"]
         else "a step lasts from its schedule() call to the next"
     )
-    lines = [f"trace      {doc['trace']} ({doc['steps']} steps; {clock})"]
+    lines = [f"trace      {doc['trace']} ({doc['steps']:,} steps; {clock})"]
     left = [
         f"{_n(d['idle'], 'idle gap')} (waiting for requests)" if d["idle"] else "",
         f"{d['gap']} across missing steps" if d["gap"] else "",
@@ -196,7 +196,7 @@ def timing_lines(doc: dict[str, Any]) -> list[str]:
     if m is None:
         lines.append(f"model      refused: {doc['refused']}")
     else:
-        lines.append(f"model      step duration (ms), fitted on {m['fitted_steps']} steps =")
+        lines.append(f"model      step duration (ms), fitted on {m['fitted_steps']:,} steps =")
         for i, (name, c) in enumerate(m["coefficients_ms"].items()):
             share = m["share_of_fitted_time"][name]
             sign = "  " if i == 0 else "+ "
@@ -208,7 +208,7 @@ def timing_lines(doc: dict[str, Any]) -> list[str]:
             lines.append("           context_tokens: rebuilt from scheduled tokens (the trace records none)")
         h, f = m["heldout_ape_pct"], m["fitted_ape_pct"]
         lines.append(
-            f"error      held out {m['heldout_steps']} steps (every {timing.HOLDOUT_EVERY}th usable): "
+            f"error      held out {m['heldout_steps']:,} steps (every {timing.HOLDOUT_EVERY}th usable): "
             f"median {h['median']:.1f}%, p90 {h['p90']:.1f}% absolute error; "
             f"on the fitted steps {f['median']:.1f}% / {f['p90']:.1f}%"
         )
@@ -237,7 +237,7 @@ def timing_lines(doc: dict[str, Any]) -> list[str]:
         return lines
     lines.append(
         f"throughput prompt {_num(tp['prompt_tok_s_during_prefill'])} tok/s during prefill "
-        f"({tp['prompt_tokens']:,} prompt tokens in {tp['prefill_steps']} steps, which also ran "
+        f"({tp['prompt_tokens']:,} prompt tokens in {tp['prefill_steps']:,} steps, which also ran "
         f"{tp['decode_tokens_in_prefill_steps']:,} decode tokens)"
     )
     lines.append(
