@@ -218,6 +218,14 @@ def test_refuses_a_short_trace_and_says_why(capsys: pytest.CaptureFixture[str]) 
     assert "throughput prompt" in out and "TTFT p50" in out
 
 
+def test_a_single_step_or_none_is_too_short_not_too_idle(tmp_path: Path, capsys: Any) -> None:
+    one = [{"t": 1.0, "running": [["a", 1, 0, 1]], "num_running": 1, "sampled": {"a": 1}}]
+    with pytest.raises(timing.TimingRefused, match=r"^too short .*: 1 step recorded, 0 usable, 1 without"):
+        timing.fit(load(_synthetic(tmp_path, one)))
+    assert main(["timing", str(_synthetic(tmp_path, []))]) == 1
+    assert "model      refused: the trace has no steps" in capsys.readouterr().out
+
+
 def test_refuses_a_trace_that_mostly_waited(tmp_path: Path) -> None:
     """30 one-token requests, each arriving after the previous one finished: every interval
     is a wait for the next arrival, none measures a step."""

@@ -432,4 +432,4 @@ def _refusal(trace: Trace, durations: Durations, usable: int, *, stalls: int = 0
         "last": durations.count(LAST),
     }
     idle = counts["idle"] + counts["gap"] + stalls
-    return TimingRefused("too idle" if idle >= usable else "too short", counts)
+    return TimingRefused("too idle" if idle and idle >= usable else "too short", counts)

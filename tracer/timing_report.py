@@ -34,7 +34,7 @@ def drop_sentence(drop: timing.Drop) -> str:
 
 def refusal_sentence(what: str, counts: dict[str, int]) -> str:
     """Why there is no model, with the step counts behind it."""
-    parts = [f"{counts['recorded']} steps recorded", f"{counts['usable']} usable"]
+    parts = [f"{_n(counts['recorded'], 'step')} recorded", f"{counts['usable']} usable"]
     for key, label in (
         ("idle", "idle gaps"),
         ("gap", "across missing steps"),
@@ -180,7 +180,7 @@ def timing_lines(doc: dict[str, Any]) -> list[str]:
         if doc["async_scheduling"]
         else "a step lasts from its schedule() call to the next"
     )
-    lines = [f"trace      {doc['trace']} ({doc['steps']:,} steps; {clock})"]
+    lines = [f"trace      {doc['trace']} ({_n(doc['steps'], 'step')}; {clock})"]
     left = [
         f"{_n(d['idle'], 'idle gap')} (waiting for requests)" if d["idle"] else "",
         f"{d['gap']} across missing steps" if d["gap"] else "",
