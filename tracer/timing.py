@@ -65,6 +65,7 @@ HOLDOUT_EVERY = 5  # every 5th usable step, in step order, is held out
 STEPS_PER_COEF = 5  # at most one coefficient per 5 fitted steps
 MIN_SUPPORT = 5  # a feature must differ from its most common value on this many fitted steps
 STALL_FACTOR = 3.0  # a step over 3x its predicted time is a stall (warm-up, GC, host contention)
+GROSS_FACTOR = 10.0  # left out before the mean model that decides the stalls is fitted
 COLLINEAR_R2 = 0.99  # a feature this well explained by the kept ones adds nothing the fit can trust
 
 # Why a step has no duration to fit, or was left out.
@@ -373,12 +374,13 @@ def fit(trace: Trace, features: StepFeatures | None = None) -> Fit:
     """Fit the step-time model on a trace; raises TimingRefused when it cannot.
 
     Usable steps (a duration, something scheduled, not idle) are split in step
-    order: every HOLDOUT_EVERY-th is held out, the rest fitted. Steps over
-    STALL_FACTOR x their prediction are stalls: left out of fit and error alike
-    (and listed), then the fit is redone, until no new stall appears. Stalls are
-    found with the first, plain relative-least-squares round: there a stall's
-    residual is at most 1, while the reweighted rounds can explain away a step
-    they overpredict (its weight 1/predicted² goes to 0) and fit the stall instead.
+    order: every HOLDOUT_EVERY-th is held out, the rest fitted. Stalls are left out
+    of fit and error alike (and listed): steps over STALL_FACTOR x the mean model
+    fitted without the gross outliers, those over GROSS_FACTOR x the typical step.
+    The typical step is the first, plain relative-least-squares round (refitted
+    without them until none is new): there an outlier's residual is at most 1,
+    while the reweighted rounds can explain away a step they overpredict (its
+    weight 1/predicted² goes to 0) and fit a 1.3 s warm-up instead.
     """
     durations = step_durations(trace)
     features = features or step_features(records_of(trace), len(trace))
@@ -387,22 +389,34 @@ def fit(trace: Trace, features: StepFeatures | None = None) -> Fit:
         raise _refusal(trace, durations, len(usable))
     y_all = durations.ms
     names = list(FEATURES)
-    stalls = np.zeros(0, dtype=np.int64)
-    for _ in range(10):
+
+    def split(stalls: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         rows = np.setdiff1d(usable, stalls)
         if len(rows) < MIN_FIT_STEPS:
             raise _refusal(trace, durations, len(rows), stalls=len(stalls))
         held = np.zeros(len(rows), dtype=bool)
         held[HOLDOUT_EVERY - 1 :: HOLDOUT_EVERY] = True
-        train, test = rows[~held], rows[held]
-        kept, coef, _, _ = _select(features.matrix(names, train), names, y_all[train], rounds=1)
-        robust = TimingModel({name: float(c) for name, c in zip(kept, coef, strict=True)})
-        predicted = robust.predict({k: v[usable] for k, v in features.columns.items()})
-        new_stalls = usable[y_all[usable] > STALL_FACTOR * np.maximum(predicted, 1e-9)]
-        grown = np.union1d(stalls, new_stalls)
-        if len(grown) == len(stalls):
+        return rows[~held], rows[held]
+
+    def over(factor: float, rounds: int, train: np.ndarray) -> np.ndarray:
+        """Usable rows over `factor` x the prediction of a model fitted on `train`."""
+        kept, coef, _, _ = _select(features.matrix(names, train), names, y_all[train], rounds)
+        pred = TimingModel(dict(zip(kept, map(float, coef), strict=True))).predict(
+            {k: v[usable] for k, v in features.columns.items()}
+        )
+        return usable[y_all[usable] > factor * np.maximum(pred, 1e-9)]
+
+    # Gross outliers (over 10x the typical step: the first round), refitted until stable.
+    gross = np.zeros(0, dtype=np.int64)
+    for _ in range(10):
+        grown = np.union1d(gross, over(GROSS_FACTOR, 1, split(gross)[0]))
+        if len(grown) == len(gross):
             break
-        stalls = grown
+        gross = grown
+    # Stalls: over 3x the mean model fitted without the gross outliers. Not 3x the typical
+    # step: where step times are bimodal the slow mode can be that, and it is real time.
+    stalls = over(STALL_FACTOR, 50, split(gross)[0])
+    train, test = split(stalls)
     kept, coef, stderr, dropped = _select(features.matrix(names, train), names, y_all[train])
     model = TimingModel({name: float(c) for name, c in zip(kept, coef, strict=True)})
     pred = model.predict(features.columns)
