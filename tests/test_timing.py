@@ -4,6 +4,7 @@ stalls, refusals, async durations, and `schedscope timing` on the live CPU sampl
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -208,6 +209,7 @@ def test_refuses_a_short_trace_and_says_why(capsys: pytest.CaptureFixture[str]) 
     with pytest.raises(timing.TimingRefused) as err:
         timing.fit(load(SHORT_SAMPLE))
     assert err.value.what == "too short"
+    assert str(pickle.loads(pickle.dumps(err.value))) == str(err.value)  # from a worker process
     assert str(err.value) == (
         "too short to fit a step-time model: 7 steps recorded, 6 usable, 1 without a later timestamp; "
         "it needs at least 20 usable steps (a measured duration, something scheduled, no wait for requests)"

@@ -83,6 +83,9 @@ class TimingRefused(ValueError):
         self.counts = counts
         super().__init__(refusal_sentence(what, counts))
 
+    def __reduce__(self) -> tuple[Any, ...]:  # across a process pool (a sweep's workers)
+        return (type(self), (self.what, self.counts))
+
 
 @dataclass(frozen=True)
 class Drop:
