@@ -20,7 +20,8 @@ def _modules_after(code: str) -> set[str]:
 def test_reader_side_imports_neither_ui_nor_vllm() -> None:
     mods = _modules_after(
         "import tracer, tracer.reader, tracer.summary, tracer.cli, tracer.schema, "
-        "tracer.recorder, tracer.writer, tracer.offline, tracer.runner_hook, tracer.methods, tracer.doctor"
+        "tracer.recorder, tracer.writer, tracer.offline, tracer.runner_hook, tracer.methods, tracer.doctor, "
+        "tracer.timing, tracer.throughput, tracer.timing_report, tracer.workload, tracer.fidelity"
     )
     roots = {m.split(".")[0] for m in mods}
     assert not roots & {*FORBIDDEN, "vllm", "torch"}

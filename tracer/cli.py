@@ -92,6 +92,21 @@ def cmd_flags(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_timing(args: argparse.Namespace) -> int:
+    """The step-time model, its held-out error and measured throughput; exit 1 if the model was refused."""
+    import orjson
+
+    from tracer.timing_report import timing_lines, timing_report
+
+    doc = timing_report(_load(args))
+    if args.json:
+        sys.stdout.buffer.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        for line in timing_lines(doc):
+            print(line)
+    return 0 if doc["model"] is not None else 1
+
+
 def cmd_diff(args: argparse.Namespace) -> int:
     from tracer.compare import compare, diff_lines
     from tracer.reader import load
@@ -363,6 +378,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--kind", action="append", help="only this kind (repeatable)")
     p.set_defaults(func=cmd_flags)
+
+    p = sub.add_parser(
+        "timing",
+        help="fit a step-time model from the trace's timestamps; measured tok/s, TTFT, TPOT",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="""\
+Fits each step's wall duration (from its schedule() call to the next; idle gaps,
+empty steps and stalls left out) as a sum of named costs in ms: per step, per
+prefill token, per decode token, per scheduled request, per finished request,
+per KV-context token, per drafter query row. Terms the trace cannot tell apart
+are dropped, and the output says why.
+
+Prints the model, its error on held-out steps (every 5th usable step; median and
+p90 absolute percentage error), the measured throughput (prompt tok/s during
+prefill, output tok/s, target steps/s) and TTFT / TPOT percentiles per request.
+Refuses to fit, saying why, with fewer than 20 usable steps.
+
+exit status: 0; 1 when the model was refused (the measurements are still
+printed); 2 for an unreadable trace. How time is modelled: docs/what-if.md""",
+    )
+    trace_arg(p)
+    p.add_argument("--json", action="store_true", help="machine-readable output (model, errors, throughput)")
+    p.set_defaults(func=cmd_timing)
 
     p = sub.add_parser("diff", help="compare two traces (two runs or two policies) step by step")
     p.add_argument("trace_a", help="baseline trace (A)")
