@@ -10,6 +10,7 @@ garbage in the middle.
 
 from __future__ import annotations
 
+import errno
 import gzip
 import logging
 import threading
@@ -168,14 +169,26 @@ class TraceWriter:
         if self.failed is not None:
             self._dropped_write += len(chunks)
             return
+        # Record by record, each in full: on a disk that fills up, every record that fit
+        # is kept whole (a raw file's write may also stop short without raising).
+        write = self._sink.write
+        for i, chunk in enumerate(chunks):
+            try:
+                view = memoryview(chunk)
+                while view:
+                    n = write(view)
+                    if not n:
+                        raise OSError(errno.ENOSPC, "the trace file accepted no more bytes")
+                    view = view[n:]
+            except (OSError, ValueError) as exc:
+                self._dropped_write += len(chunks) - i
+                self._fail(exc)
+                return
+            self.records_written += 1
         try:
-            self._sink.write(b"".join(chunks))
             self._sink.flush()
         except (OSError, ValueError) as exc:
-            self._dropped_write += len(chunks)
             self._fail(exc)
-            return
-        self.records_written += len(chunks)
 
     def _fail(self, exc: BaseException) -> None:
         if self.failed is None:
