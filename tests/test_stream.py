@@ -243,7 +243,7 @@ def test_mirror_makes_a_followable_trace_with_gaps(tmp_path: Path) -> None:
     import argparse
 
     from tracer.attach import StreamMirror
-    from tracer.cli import _attach_as_follow
+    from tracer.cli import attach_as_follow
 
     hub = StreamHub(backlog=3)
     server = StreamServer(hub, "127.0.0.1", 0)
@@ -266,7 +266,7 @@ def test_mirror_makes_a_followable_trace_with_gaps(tmp_path: Path) -> None:
         trace = load(tmp_path / "m.jsonl")
         assert list(trace.columns["step"]) == [3, 4, 5, 6] and mirror.gaps == 0
         args = argparse.Namespace(attach=server.url, save=str(tmp_path / "s.jsonl"), token=None, follow=None)
-        _attach_as_follow(args)
+        attach_as_follow(args)
         assert args.follow == str(tmp_path / "s.jsonl")
     finally:
         server.close()

