@@ -71,7 +71,7 @@ def record_live(path: Path) -> Path:
         with start_server(model, extra_args=args, env=env, log_path=Path(tmp) / "server.log") as server:
             server.model = "tiny"
             prompts = [LIVE_PROMPTS[i % len(LIVE_PROMPTS)] + f" {i}" for i in range(12)]
-            server.complete_many(prompts, 24, concurrency=12, ignore_eos=True)
+            server.complete_many(prompts, 32, concurrency=12, ignore_eos=True)
     return path
 
 

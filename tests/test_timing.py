@@ -63,7 +63,7 @@ def law_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     from tracer.scenarios import mixed_accept
     from tracer.scheduler import TracingScheduler
 
-    def varying_drafts(self: Driver) -> None:
+    def varying_drafts(self: Driver, out: Any) -> None:
         ids = [r.request_id for r in self.sched.running if not r.is_finished()]
         drafts = [[SAMPLED_TOKEN] * ((self.step_index + i) % (self.num_drafts + 1)) for i in range(len(ids))]
         self.sched.update_draft_token_ids(DraftTokenIds(req_ids=ids, draft_token_ids=drafts))
@@ -288,20 +288,20 @@ def test_collinear_and_constant_features_are_dropped_with_the_reason() -> None:
 def test_timing_on_the_live_cpu_sample(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["timing", LIVE_SAMPLE]) == 0
     out = capsys.readouterr().out
-    assert "(59 steps; a step lasts from its schedule() call to the next)" in out
-    assert "durations  58 usable steps; left out: 1 without a later timestamp" in out
-    assert "model      step duration (ms), fitted on 46 steps =" in out
+    assert "(52 steps; a step lasts from its schedule() call to the next)" in out
+    assert "durations  51 usable steps; left out: 1 without a later timestamp" in out
+    assert "model      step duration (ms), fitted on 40 steps =" in out
     assert "per request reported finished in the step" in out
-    assert "held out 11 steps (every 5th usable)" in out
+    assert "held out 10 steps (every 5th usable)" in out
     # The first forward pass (warm-up) is the one stall.
-    assert "stalls     1 step over 3× the predicted time, left out of fit and error: step 1 1,257.1 ms" in out
+    assert "stalls     1 step over 3× the predicted time, left out of fit and error: step 1 1,333.1 ms" in out
     assert "latency    12 requests;" in out
 
     assert main(["timing", LIVE_SAMPLE, "--json"]) == 0
     doc = orjson.loads(capsys.readouterr().out)
     trace = load(LIVE_SAMPLE)
     m, tp = doc["model"], doc["throughput"]
-    assert doc["refused"] is None and m["fitted_steps"] + m["heldout_steps"] == 57
+    assert doc["refused"] is None and m["fitted_steps"] + m["heldout_steps"] == 50
     assert [s["step"] for s in m["stalls"]] == [1]
     assert m["heldout_ape_pct"]["median"] < 25 and m["heldout_ape_pct"]["p90"] < 50
     tot = m["heldout_total_ms"]
@@ -311,7 +311,7 @@ def test_timing_on_the_live_cpu_sample(capsys: pytest.CaptureFixture[str]) -> No
     assert tp["busy_s"] == pytest.approx(t[-1] - t[0])  # no idle gap in this run
     assert tp["output_tokens"] == int(trace.columns["sampled_tokens"][:-1].sum())
     assert tp["output_tok_s"] == pytest.approx(tp["output_tokens"] / tp["busy_s"])
-    assert tp["target_steps"] == 58 and tp["requests_measured"] == 12
+    assert tp["target_steps"] == 51 and tp["requests_measured"] == 12
     assert tp["ttft_ms"]["p50"] <= tp["ttft_ms"]["p90"] <= tp["ttft_ms"]["p99"]
-    # The stall-free figures leave out exactly step 1's 1,257 ms.
+    # The stall-free figures leave out exactly step 1's 1,333 ms.
     assert tp["without_stalls"]["busy_s"] == pytest.approx(tp["busy_s"] - (t[1] - t[0]))

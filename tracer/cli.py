@@ -445,6 +445,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from tracer.reader import TraceError
 
     args = build_parser().parse_args(argv)
+    if args.command != "serve":
+        # replay, doctor and sweep drive vLLM's scheduler in this process: its log lines
+        # go to stderr, so what schedscope prints on stdout stays machine-readable.
+        os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
     try:
         return int(args.func(args) or 0)
     except TraceError as exc:
