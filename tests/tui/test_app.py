@@ -107,14 +107,14 @@ def test_flag_list_filters_by_kind_and_jumps() -> None:
     async def body(pilot: Pilot) -> None:
         screen = main_screen(pilot)
         flags = screen.query_one(FlagList)
-        assert flags.count == 3
+        assert flags.count == 4
         await pilot.press("k")  # all -> the one kind present
-        assert screen.kind == "additive-double-reservation" and flags.count == 3
+        assert screen.kind == "additive-double-reservation" and flags.count == 4
         await pilot.press("k")  # back to all kinds
         assert screen.kind is None
         flags.focus()
         await pilot.press("down", "down")
-        assert screen.cursor == 5  # the third flag is on step 6 (row 5)
+        assert screen.cursor == 3  # the third flag is on step 4 (row 3)
 
     drive(make_app(SAMPLES / "dspark_k4_additive.jsonl"), body)
 
