@@ -118,7 +118,17 @@ class Durations:
 def duration_lag(trace: Trace) -> int:
     """Under async scheduling EngineCore schedules step i+1 before step i's output is
     back (a batch queue of two), so the interval t[i+2] - t[i+1] is the one step i's
-    forward pass fills, not t[i+1] - t[i]."""
+    forward pass fills, not t[i+1] - t[i]. vLLM 0.33 turns async scheduling on in its
+    config by default, so the recorded order of outputs decides where the trace has it."""
+    # Format 1.1 says it directly: which step's output each schedule() call had seen.
+    lags = []
+    for i in range(min(len(trace), 64)):
+        rec = trace.step(i)
+        for event in rec.get("inputs") or ():
+            if event and event[0] == "u" and isinstance(event[1], int) and event[1] > 0:
+                lags.append(rec["step"] - event[1] - 1)
+    if lags:
+        return 1 if sorted(lags)[len(lags) // 2] >= 1 else 0
     return 1 if trace.config.get("async_scheduling") else 0
 
 
