@@ -145,6 +145,19 @@ def cmd_replay(args: argparse.Namespace) -> int:
             return 0 if fidelity.identical else 1
         policy = args.policy or recorded_policy or "stock"
         header: dict[str, object] = {"replay": {"source": str(args.source), "policy": policy}}
+        clock = None
+        if args.timed or args.arrivals == "time":
+            from tracer.clock import NoClock, clock_for, clock_sentence
+
+            if recorded is None:
+                print("schedscope: error: --timed needs a recorded trace to fit on", file=sys.stderr)
+                return 2
+            try:
+                clock = clock_for(recorded)
+            except NoClock as exc:
+                print(f"schedscope: error: {exc}", file=sys.stderr)
+                return 2
+            print(f"timed: {clock_sentence(clock)}; arrivals by recorded {args.arrivals}")
         if recorded is not None and not args.no_identity:
             # The baseline's own replay error, kept beside the what-if so diff can name it.
             fidelity = check_fidelity(recorded)
@@ -155,6 +168,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
             policy,
             args.output,
             header=header,
+            clock=clock,
+            arrivals=args.arrivals,
             max_num_batched_tokens=args.max_num_batched_tokens,
             num_speculative_tokens=args.num_speculative_tokens,
             method=args.method,
@@ -434,6 +449,19 @@ printed); 2 for an unreadable trace. How time is modelled: docs/what-if.md""",
         "--no-identity",
         action="store_true",
         help="skip the identity replay whose error the output's header keeps for diff",
+    )
+    p.add_argument(
+        "--timed",
+        action="store_true",
+        help="price each step with the step-time model fitted on TRACE (its measured median step when "
+        "too short to fit) and write the predicted time into each step's t",
+    )
+    p.add_argument(
+        "--arrivals",
+        choices=["step", "time"],
+        default="step",
+        help="requests arrive before their recorded step (default) or at their recorded time on the "
+        "predicted clock (implies --timed; needs wall-clock arrival times, i.e. a live recording)",
     )
     p.add_argument("--max-num-batched-tokens", type=int, help="override B")
     p.add_argument("--num-speculative-tokens", type=int, help="override K")
