@@ -145,8 +145,11 @@ def performance(trace: Trace, clock: StepClock | None = None) -> Performance:
         doc = trace.header["replay"].get("clock")
         if doc:
             error = StepClock.from_dict(doc).sum_error_pct
-    elif is_replay(trace) and clock is not None:
-        trace, basis, error = retimed(trace, clock.model), "priced", clock.sum_error_pct
+    elif is_replay(trace):
+        if clock is None:
+            basis = "unpriced"
+        else:
+            trace, basis, error = retimed(trace, clock.model), "priced", clock.sum_error_pct
     tracker = LatencyTracker()
     features = timing.step_features(timing.records_of(trace), len(trace), also=tracker.add)
     durations = timing.step_durations(trace)
@@ -179,10 +182,13 @@ def performance(trace: Trace, clock: StepClock | None = None) -> Performance:
     )
 
 
-BASIS_LABEL = {
-    "measured": "measured",
-    "predicted": "predicted (timed replay)",
-    "priced": "priced (replay × A's clock)",
+# Short enough for a table column; performance_note says what each means.
+BASIS_SHORT = {"measured": "measured", "predicted": "predicted", "priced": "priced", "unpriced": "sched only"}
+BASIS_SENTENCE = {
+    "measured": "measured from its own timestamps",
+    "predicted": "predicted (a timed replay: its timestamps are the clock's)",
+    "priced": "predicted (an untimed replay, priced here with the recording's clock)",
+    "unpriced": "the offline scheduler's own CPU time (an untimed replay, and no recording to price it with)",
 }
 
 
@@ -197,7 +203,7 @@ def performance_rows(a: Performance, b: Performance) -> list[tuple[str, str, str
         return None if p is None else p.get(key)
 
     return [
-        ("times", BASIS_LABEL[a.basis], BASIS_LABEL[b.basis]),
+        ("times", BASIS_SHORT[a.basis], BASIS_SHORT[b.basis]),
         ("prompt tok/s", _fmt(a.prompt_tok_s, "{:,.0f}"), _fmt(b.prompt_tok_s, "{:,.0f}")),
         ("output tok/s", _fmt(a.output_tok_s, "{:,.0f}"), _fmt(b.output_tok_s, "{:,.0f}")),
         ("TTFT p50 ms", _fmt(pct(a.ttft_ms, "p50"), "{:,.2f}"), _fmt(pct(b.ttft_ms, "p50"), "{:,.2f}")),
@@ -207,6 +213,16 @@ def performance_rows(a: Performance, b: Performance) -> list[tuple[str, str, str
         ("time to drain ms", f"{a.drain_s * 1e3:,.2f}", f"{b.drain_s * 1e3:,.2f}"),
         ("error (summed)", _err(a), _err(b)),
     ]
+
+
+def performance_note(a: Performance, b: Performance) -> str:
+    """Where each side's times come from, and their error."""
+
+    def side(label: str, p: Performance) -> str:
+        err = "" if p.basis in ("measured", "unpriced") else f", {_err(p)} summed"
+        return f"{label} {BASIS_SENTENCE[p.basis]}{err}"
+
+    return f"Times: {side('A', a)}; {side('B', b)}."
 
 
 def _err(p: Performance) -> str:
