@@ -147,7 +147,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         header: dict[str, object] = {"replay": {"source": str(args.source), "policy": policy}}
         clock = None
         if args.timed or args.arrivals == "time":
-            from tracer.clock import NoClock, clock_for, clock_sentence
+            from tracer.clock import NoClock, attach_idle_waits, clock_for, clock_sentence
 
             if recorded is None:
                 print("schedscope: error: --timed needs a recorded trace to fit on", file=sys.stderr)
@@ -157,6 +157,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             except NoClock as exc:
                 print(f"schedscope: error: {exc}", file=sys.stderr)
                 return 2
+            attach_idle_waits(workload, recorded, clock)
             print(f"timed: {clock_sentence(clock)}; arrivals by recorded {args.arrivals}")
         if recorded is not None and not args.no_identity:
             # The baseline's own replay error, kept beside the what-if so diff can name it.

@@ -97,6 +97,22 @@ def clock_sentence(clock: StepClock) -> str:
     )
 
 
+def attach_idle_waits(workload: Any, trace: Trace, clock: StepClock) -> None:
+    """The recording's idle gaps as waits a timed replay by step repeats: an idle interval
+    is the step before it plus the wait, so the wait is what the clock does not price."""
+    durations = timing.step_durations(trace)
+    idle = np.flatnonzero(durations.status == timing.IDLE)
+    if not len(idle):
+        return
+    features = timing.step_features(timing.records_of(trace), len(trace))
+    price = np.asarray(clock.model.predict(features.columns), dtype=float) * np.ones(len(trace))
+    steps = trace.columns["step"]
+    for i in idle:  # under async scheduling (duration_lag 1) the gap precedes step i + 2
+        after = i + 1 + durations.lag
+        if after < len(trace):
+            workload.idle_waits[int(steps[after])] = max(0.0, float(durations.ms[i] - price[i]) / 1e3)
+
+
 # -- throughput and latency of a trace -------------------------------------------------
 
 

@@ -246,6 +246,7 @@ class Replayer:
             for event in events:
                 kind = event[0]
                 if kind == "a":
+                    self._wait_if_idle(clock)
                     self.add(self.w.request(event[1]))
                 elif kind == "x":
                     self.abort(event[1], event[2])
@@ -287,6 +288,7 @@ class Replayer:
                     timer.now = max(timer.now, arrive_at(pending_q[0]))  # idle until it arrives
                 else:
                     self.clock = pending_q[0].arrival_step - 1  # idle until the next arrival
+                    self._wait_if_idle(pending_q[0].arrival_step)
                 continue
             if has_requests:
                 self.clock = upcoming
@@ -299,6 +301,13 @@ class Replayer:
             self._update_oldest()
         while self.inflight:
             self._update_oldest()
+
+    def _wait_if_idle(self, step: int) -> None:
+        """Arrivals by step, timed: where the recording waited for requests before `step`
+        (an idle gap), an engine that ran dry here too waits as long (Workload.idle_waits)."""
+        wait = self.w.idle_waits.pop(step, 0.0)
+        if self.timer is not None and not self.inflight and not self.sched.has_requests():
+            self.timer.now += wait
 
     def _update_oldest(self) -> None:
         clock, out, _ = self.inflight[0]

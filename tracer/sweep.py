@@ -11,6 +11,7 @@ is web/sweep_figure.py (tracer never imports plotly).
 
 from __future__ import annotations
 
+import copy
 import itertools
 import os
 import tempfile
@@ -21,7 +22,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-from tracer.clock import StepClock, clock_for, clock_sentence, performance
+from tracer.clock import StepClock, attach_idle_waits, clock_for, clock_sentence, performance
 from tracer.reader import Trace, load
 
 # objective -> (result key, label, unit, True when higher is better)
@@ -69,7 +70,8 @@ def _workload(source: str) -> Any:
     from tracer.workload import workload_from_trace
 
     if source not in _WORKLOADS:
-        _WORKLOADS[source] = workload_from_trace(load(source))
+        trace = load(source)
+        _WORKLOADS[source] = (workload_from_trace(trace), trace)
     return _WORKLOADS[source]
 
 
@@ -80,8 +82,11 @@ def run_setting(
     from tracer.flags import detect
     from tracer.replay import replay
 
-    workload = _workload(source)
+    workload, recorded = _workload(source)
     clock = StepClock.from_dict(clock_doc)
+    workload = copy.copy(workload)  # the waits are used up by each replay
+    workload.idle_waits = {}
+    attach_idle_waits(workload, recorded, clock)
     out = Path(workdir) / f"{os.getpid()}-{abs(hash(setting)):x}.jsonl"
     header = {"replay": {"source": source, "policy": setting.policy, "sweep": setting.label()}}
     replay(

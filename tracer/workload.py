@@ -94,6 +94,9 @@ class Workload:
     start_time: float | None = None
     t0: float | None = None
     step_times: list[float] = field(default_factory=list)
+    # Timed replays by step: recorded step -> how long the engine waited for requests before
+    # it (s), beyond its previous step's predicted time (tracer.clock.attach_idle_waits).
+    idle_waits: dict[int, float] = field(default_factory=dict)
 
     def request(self, rid: str) -> RequestSpec:
         return self._by_id[rid]
