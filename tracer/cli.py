@@ -576,7 +576,11 @@ example:
     p.add_argument(
         "--arrivals", choices=["step", "time"], default="step", help="as for replay (default step)"
     )
-    p.add_argument("--workers", type=int, help="processes (default: one per core, at most one per setting)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        help="processes (default 1: vLLM's import per worker costs more than it saves on 2 cores)",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--plot", metavar="HTML", help="write a plotly HTML: the objective against the budget")
     p.add_argument("--png", metavar="PNG", help="the same figure as PNG (kaleido, the web extra)")

@@ -194,7 +194,7 @@ def sweep_lines(doc: dict[str, Any]) -> list[str]:
     """The terminal table of `schedscope sweep`, ranked."""
     key, label, unit, higher = OBJECTIVES[doc["objective"]]
     err = doc["error_pct"]
-    pm = "error unknown" if err is None else f"±{err:.1f}%"
+    pm = error_text(err)
     n = len(doc["results"])
     better = "higher" if higher else "lower"
     lines = [
@@ -229,4 +229,12 @@ def sweep_lines(doc: dict[str, Any]) -> list[str]:
 
 
 def default_workers(settings: int) -> int:
-    return max(1, min(settings, os.cpu_count() or 1))
+    """One: on the 2-core host of docs/performance.md two workers took 86 s where one took
+    56 s (each worker imports vLLM, ~15-30 s, and the cores are shared). More cores: --workers."""
+    return 1
+
+
+def error_text(err: float | None) -> str:
+    if err is None:
+        return "error unknown"
+    return f"±{err:.2f}%" if err < 1 else f"±{err:.1f}%"

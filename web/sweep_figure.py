@@ -10,7 +10,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from tracer.sweep import OBJECTIVES
+from tracer.sweep import OBJECTIVES, error_text
 
 
 def sweep_figure(doc: dict[str, Any]) -> go.Figure:
@@ -48,7 +48,7 @@ def sweep_figure(doc: dict[str, Any]) -> go.Figure:
                 ),
             )
         )
-    pm = "error unknown" if err is None else f"±{err:.1f}% (model's summed error)"
+    pm = error_text(err) + ("" if err is None else " (the model's summed error)")
     better = "higher is better" if higher else "lower is better"
     fig.update_layout(
         title=f"sweep of {doc['trace']}: predicted {label}, {better}; {pm}",
