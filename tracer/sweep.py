@@ -200,8 +200,13 @@ def sweep_lines(doc: dict[str, Any]) -> list[str]:
     lines = [
         f"sweep      {doc['trace']}: {n} settings, ranked by {label} ({better} is better)",
         f"clock      {doc['clock_sentence']}",
-        f"           figures are predictions ({pm}: the clock's summed error); arrivals by recorded "
-        f"{doc['arrivals']}",
+        "           figures are predictions, "
+        + (
+            "error unknown (no model, no held-out error)"
+            if err is None
+            else f"{pm} (the clock's summed error)"
+        )
+        + f"; arrivals by recorded {doc['arrivals']}",
         "",
         f"{'rank':>4}  {'setting':<34}{'steps':>7}{'tok/step':>10}{'withheld':>9}{'out tok/s':>11}"
         f"{'TTFT p99 ms':>13}{'drain ms':>11}  {label} ({pm})",
@@ -216,7 +221,7 @@ def sweep_lines(doc: dict[str, Any]) -> list[str]:
         )
     if doc["results"]:
         top = doc["results"][0]
-        lines += ["", f"best       {top['label']}: {_fmt(top[key], '{:,.2f}')} {unit} {label} ({pm})"]
+        lines += ["", f"best       {top['label']}: {label} {_fmt(top[key], '{:,.2f}')} {unit} ({pm})"]
         close = [r["label"] for r in doc["results"][1:] if r["within_error_of_best"]]
         if close:
             lines.append(f"           within the clock's error of it: {', '.join(close)}")
