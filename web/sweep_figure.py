@@ -9,8 +9,9 @@ from collections import defaultdict
 from typing import Any
 
 import plotly.graph_objects as go
+from dash import dcc, html
 
-from tracer.sweep import OBJECTIVES, error_text
+from tracer.sweep import OBJECTIVES, error_text, sweep_lines
 
 
 def sweep_figure(doc: dict[str, Any]) -> go.Figure:
@@ -59,3 +60,17 @@ def sweep_figure(doc: dict[str, Any]) -> go.Figure:
         height=520,
     )
     return fig
+
+
+def sweep_tab(doc: dict[str, Any]) -> dcc.Tab:
+    """The web app's Sweep page: a saved `schedscope sweep --json`, as the figure and the
+    ranked table the terminal prints (tracer.sweep's sentences)."""
+    return dcc.Tab(
+        label="Sweep",
+        value="sweep",
+        id="sweep-tab",
+        children=[
+            dcc.Graph(id="sweep-graph", figure=sweep_figure(doc), config={"displaylogo": False}),
+            html.Pre("\n".join(sweep_lines(doc)), id="sweep-table", style={"fontSize": "12px"}),
+        ],
+    )
