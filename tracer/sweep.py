@@ -135,6 +135,10 @@ def sweep(
     source = str(source)
     settings = list(dict.fromkeys(settings))
     recorded = trace if trace is not None else load(source)
+    if arrivals == "time":  # refuse here, once, rather than in every worker
+        from tracer.workload import workload_from_trace
+
+        workload_from_trace(recorded).check_arrival_times()
     clock = clock_for(recorded)
     doc = clock.to_dict()
     results: list[dict[str, Any]] = []
