@@ -14,6 +14,7 @@ from tracer.clock import (
     StepClock,
     clock_for,
     is_replay,
+    is_timed,
     performance,
     performance_note,
     performance_rows,
@@ -145,7 +146,10 @@ def compare(a: Trace, b: Trace) -> Comparison:
 
 
 def _pricing_clock(a: Trace, b: Trace) -> StepClock | None:
-    """The clock an untimed replay is priced with: the recording's (A's, else B's)."""
+    """The clock an untimed replay is priced with: the recording's (A's, else B's); None when
+    no side needs pricing (fitting reads every step: not for two recordings)."""
+    if not any(is_replay(t) and not is_timed(t) for t in (a, b)):
+        return None
     for side in (a, b):
         if not is_replay(side):
             try:
