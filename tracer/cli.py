@@ -145,6 +145,20 @@ def cmd_replay(args: argparse.Namespace) -> int:
             return 0 if fidelity.identical else 1
         policy = args.policy or recorded_policy or "stock"
         header: dict[str, object] = {"replay": {"source": str(args.source), "policy": policy}}
+        clock = None
+        if args.timed or args.arrivals == "time":
+            from tracer.clock import NoClock, attach_idle_waits, clock_for, clock_sentence
+
+            if recorded is None:
+                print("schedscope: error: --timed needs a recorded trace to fit on", file=sys.stderr)
+                return 2
+            try:
+                clock = clock_for(recorded)
+            except NoClock as exc:
+                print(f"schedscope: error: {exc}", file=sys.stderr)
+                return 2
+            attach_idle_waits(workload, recorded, clock)
+            print(f"timed: {clock_sentence(clock)}; arrivals by recorded {args.arrivals}")
         if recorded is not None and not args.no_identity:
             # The baseline's own replay error, kept beside the what-if so diff can name it.
             fidelity = check_fidelity(recorded)
@@ -155,6 +169,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
             policy,
             args.output,
             header=header,
+            clock=clock,
+            arrivals=args.arrivals,
             max_num_batched_tokens=args.max_num_batched_tokens,
             num_speculative_tokens=args.num_speculative_tokens,
             method=args.method,
@@ -168,6 +184,84 @@ def cmd_replay(args: argparse.Namespace) -> int:
     for note in workload.notes:
         print(f"note: {note}")
     print(f"wrote {out} ({len(workload.requests)} requests under policy {policy})")
+    return 0
+
+
+def _ints(text: str | None) -> list[int | None]:
+    return [None] if not text else [int(x) for x in text.split(",") if x.strip()]
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    """Replay a trace's workload over a grid of settings and rank them (tracer.sweep)."""
+    import orjson
+
+    from tracer.clock import NoClock
+    from tracer.sweep import POLICIES, default_workers, grid, sweep, sweep_lines
+    from tracer.workload import WorkloadError
+
+    policies = [p.strip() for p in args.policy.split(",") if p.strip()]
+    unknown = [p for p in policies if p not in POLICIES]
+    if unknown:
+        print(
+            f"schedscope: error: unknown policy {unknown[0]!r}; one of {', '.join(POLICIES)}", file=sys.stderr
+        )
+        return 2
+    try:
+        methods = [None] if not args.method else [m.strip() for m in args.method.split(",")]
+        settings = grid(
+            policies,
+            _ints(args.max_num_batched_tokens),
+            _ints(args.num_speculative_tokens),
+            _ints(args.max_num_seqs),
+            methods,
+        )
+    except ValueError as exc:
+        print(f"schedscope: error: a grid value is not a number ({exc})", file=sys.stderr)
+        return 2
+    workers = args.workers or default_workers(len(settings))
+
+    def progress(done: int, total: int, label: str) -> None:
+        bar = "#" * (20 * done // total)
+        end = "\n" if done == total else ""
+        print(f"\rsweep [{bar:<20}] {done}/{total} {label[:40]:<40}", end=end, file=sys.stderr, flush=True)
+
+    trace = _load(args)
+    try:
+        doc = sweep(
+            args.trace,
+            settings,
+            objective=args.objective,
+            arrivals=args.arrivals,
+            workers=workers,
+            progress=progress,
+            trace=trace,
+        )
+    except (NoClock, WorkloadError) as exc:
+        print(f"schedscope: error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        sys.stdout.buffer.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        for line in sweep_lines(doc):
+            print(line)
+    if args.plot or args.png:
+        try:
+            from web.sweep_figure import sweep_figure  # lazily: plotly only for the plot
+        except ImportError as exc:
+            print(
+                f"schedscope: error: the plot needs: pip install 'schedscope[web]' ({exc})", file=sys.stderr
+            )
+            return 2
+        fig = sweep_figure(doc)
+        if args.plot:
+            fig.write_html(args.plot, include_plotlyjs=True)
+            print(f"wrote {args.plot}", file=sys.stderr)
+        if args.png:
+            from web.export import figure_png
+
+            with open(args.png, "wb") as fh:
+                fh.write(figure_png(fig, width=1000))
+            print(f"wrote {args.png}", file=sys.stderr)
     return 0
 
 
@@ -359,6 +453,19 @@ printed); 2 for an unreadable trace. How time is modelled: docs/what-if.md""",
         action="store_true",
         help="skip the identity replay whose error the output's header keeps for diff",
     )
+    p.add_argument(
+        "--timed",
+        action="store_true",
+        help="price each step with the step-time model fitted on TRACE (its measured median step when "
+        "too short to fit) and write the predicted time into each step's t",
+    )
+    p.add_argument(
+        "--arrivals",
+        choices=["step", "time"],
+        default="step",
+        help="requests arrive before their recorded step (default) or at their recorded time on the "
+        "predicted clock (implies --timed; needs wall-clock arrival times, i.e. a live recording)",
+    )
     p.add_argument("--max-num-batched-tokens", type=int, help="override B")
     p.add_argument("--num-speculative-tokens", type=int, help="override K")
     p.add_argument("--method", help="override the spec method (ngram, draft_model, dflash, dspark)")
@@ -366,6 +473,42 @@ printed); 2 for an unreadable trace. How time is modelled: docs/what-if.md""",
     p.add_argument("--scheduling-policy", choices=["fcfs", "priority"])
     p.add_argument("--num-kv-blocks", type=int, help="KV cache size in blocks")
     p.set_defaults(func=cmd_replay)
+
+    p = sub.add_parser(
+        "sweep",
+        help="budget advisor: replay a trace's workload over a grid of settings, ranked by an objective",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="""\
+Replays TRACE's workload through vLLM's real Scheduler once per setting of the
+grid (the product of the comma-separated lists), each replay timed with the
+step-time model fitted on TRACE (its measured median step when too short to fit),
+and ranks the settings by the objective, with the model's error beside each
+figure. Needs vLLM. Progress goes to stderr.
+
+example:
+  schedscope sweep TRACE --policy additive,cap,separate --max-num-batched-tokens 4096,8192""",
+    )
+    trace_arg(p)
+    p.add_argument(
+        "--policy", default="additive,cap,separate", help="policies (default additive,cap,separate)"
+    )
+    p.add_argument("--max-num-batched-tokens", metavar="B,…", help="budgets (default: the recorded one)")
+    p.add_argument("--num-speculative-tokens", metavar="K,…", help="K values (default: the recorded one)")
+    p.add_argument("--max-num-seqs", metavar="N,…", help="request slots (default: the recorded value)")
+    p.add_argument("--method", metavar="M,…", help="spec methods (ngram, draft_model, dflash, dspark)")
+    p.add_argument("--objective", choices=["output_tps", "ttft_p99", "drain"], default="output_tps")
+    p.add_argument(
+        "--arrivals", choices=["step", "time"], default="step", help="as for replay (default step)"
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        help="processes (default 1: vLLM's import per worker costs more than it saves on 2 cores)",
+    )
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--plot", metavar="HTML", help="write a plotly HTML: the objective against the budget")
+    p.add_argument("--png", metavar="PNG", help="the same figure as PNG (kaleido, the web extra)")
+    p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser(
         "doctor",

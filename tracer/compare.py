@@ -8,8 +8,21 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tracer.clock import (
+    NoClock,
+    Performance,
+    StepClock,
+    clock_for,
+    is_replay,
+    is_timed,
+    performance,
+    performance_note,
+    performance_rows,
+    withheld_cost_sentence,
+)
 from tracer.fidelity import identity_line
 from tracer.flags import FlagReport, detect
+from tracer.offline import OFFLINE_MODEL_NAME
 from tracer.reader import Trace
 
 DELTA_COLUMNS = ("target_used", "query_rows", "admitted", "preempted")
@@ -90,6 +103,8 @@ class Comparison:
     steps: np.ndarray  # aligned step numbers 1..max(len(a), len(b))
     values: dict[str, tuple[np.ndarray, np.ndarray]]  # per column: (a, b) aligned, 0-padded
     common_requests: list[str]
+    # Throughput and latency of each side (tracer.clock): measured, or predicted for a replay.
+    perf: tuple[Performance, Performance] | None = None
 
     def delta(self, column: str) -> np.ndarray:
         a, b = self.values[column]
@@ -123,7 +138,25 @@ def compare(a: Trace, b: Trace) -> Comparison:
     va, vb = _aligned(a, n), _aligned(b, n)
     values = {name: (va[name], vb[name]) for name in DELTA_COLUMNS}
     common = [rid for rid in side_a.lives if rid in side_b.lives]
-    return Comparison(side_a, side_b, np.arange(1, n + 1), values, common)
+    perf = None
+    if len(a) and len(b):
+        clock = _pricing_clock(a, b)
+        perf = (performance(a, clock), performance(b, clock))
+    return Comparison(side_a, side_b, np.arange(1, n + 1), values, common, perf)
+
+
+def _pricing_clock(a: Trace, b: Trace) -> StepClock | None:
+    """The clock an untimed replay is priced with: the recording's (A's, else B's); None when
+    no side needs pricing (fitting reads every step: not for two recordings)."""
+    if not any(is_replay(t) and not is_timed(t) for t in (a, b)):
+        return None
+    for side in (a, b):
+        if not is_replay(side):
+            try:
+                return clock_for(side)
+            except NoClock:
+                return None
+    return None
 
 
 def headline_sentences(c: Comparison) -> list[str]:
@@ -153,6 +186,11 @@ def headline_sentences(c: Comparison) -> list[str]:
         else:
             spread = f"{lost} target tokens over {len(per_step)} steps"
         out.append(f"In {label} the additive draft-slot reservation withheld {spread} ({lost} in all).")
+        if label == "A" and c.perf is not None:
+            offline = a.trace.config.get("model") == OFFLINE_MODEL_NAME
+            cost = withheld_cost_sentence(*c.perf, lost, offline)
+            if cost is not None:
+                out.append(cost)
     fa, fb = len(a.flags.flags), len(b.flags.flags)
     if fa != fb:
         out.append(f"Flags: {fa} in A, {fb} in B.")
@@ -187,6 +225,10 @@ def diff_lines(c: Comparison, *, rows: int = 20) -> list[str]:
         total(f"{name} (sum)", int(va.sum()), int(vb.sum()))
     total("flags", len(a.flags.flags), len(b.flags.flags))
     total("tokens lost (additive)", a.flags.tokens_lost, b.flags.tokens_lost)
+    if c.perf is not None:
+        lines += ["", performance_note(*c.perf)]
+        for label, va, vb in performance_rows(*c.perf):
+            lines.append(f"{label:24}{va:>12}{vb:>12}")
     changed = np.flatnonzero(np.any([c.delta(n) != 0 for n in DELTA_COLUMNS], axis=0))
     lines += ["", f"{len(changed)} steps differ" + (":" if len(changed) else ".")]
     if len(changed):

@@ -9,30 +9,95 @@ the run step for step; `check_fidelity` proves it for a given trace. Under
 another policy or configuration the same inputs meet a different schedule, and
 the per-request behaviour is looked up by output position instead.
 
-Its output is an ordinary trace whose header names the policy.
+Its output is an ordinary trace whose header names the policy. A timed replay
+(`clock=`) prices each step with a StepClock (tracer.clock) and writes the
+predicted time into each step's `t`; with `arrivals="time"` requests arrive at
+their recorded times on that clock rather than before their recorded step.
 """
 
 from __future__ import annotations
 
 import os
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tracer.offline import SAMPLED_TOKEN, STOP_TOKEN, EngineSpec, RequestSpec, make_request, prompt_tokens
+from tracer.timing import FeatureBuilder, TimingModel
 from tracer.workload import Event, Workload, WorkloadError
 
+if TYPE_CHECKING:
+    from tracer.clock import StepClock
+
 REPLAYABLE_METHODS = (None, "ngram", "draft_model", "dflash", "dspark")
+ARRIVALS = ("step", "time")
+
+
+class ReplayTimer:
+    """A timed replay's clock (seconds, the recording's monotonic clock). The tracing
+    scheduler reads it as each step's `t`; it advances by a step's predicted duration
+    when that step's output is applied, so under async scheduling the interval a step
+    fills is the one tracer.timing pairs it with (duration_lag)."""
+
+    def __init__(self, model: TimingModel, start: float, query_rows_per_req: int = 0) -> None:
+        self.model = model
+        self.now = start
+        self.q = query_rows_per_req
+        self.builder = FeatureBuilder()  # fed in step order: outputs are applied in order
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, out: Any, sampled: dict[str, int]) -> None:
+        self.now += self.model.predict(self.builder.add(_step_record(out, sampled, self.q))) / 1e3
+
+
+def _step_record(out: Any, sampled: dict[str, int], q: int) -> dict[str, Any]:
+    """The step record fields FeatureBuilder reads, from a SchedulerOutput (as the recorder writes them)."""
+    n = out.num_scheduled_tokens
+    spec = out.scheduled_spec_decode_tokens
+    cached = out.scheduled_cached_reqs
+    resumed = getattr(cached, "resumed_req_ids", None)
+    if resumed is None:  # older releases flagged resumption per entry
+        flags = getattr(cached, "resumed_from_preemption", ()) or ()
+        resumed = {rid for rid, f in zip(cached.req_ids, flags, strict=False) if f}
+    new_ids = [r.req_id for r in out.scheduled_new_reqs]
+
+    def entries(ids: Any) -> list[list[Any]]:
+        return [[r, n.get(r, 0), len(spec.get(r) or ())] for r in ids]
+
+    return {
+        "new": entries(r for r in new_ids if r not in resumed),
+        "resumed": entries(r for r in (*new_ids, *cached.req_ids) if r in resumed),
+        "running": entries(r for r in cached.req_ids if r not in resumed),
+        "preempted": list(getattr(out, "preempted_req_ids", None) or ()),
+        "finished": list(getattr(out, "finished_req_ids", None) or ()),
+        "sampled": sampled,
+        "query": {"rows": q * len(n)} if q else None,
+    }
 
 
 class Replayer:
     """Steps one scheduler as EngineCore does, with the workload's inputs and outputs."""
 
-    def __init__(self, sched: Any, workload: Workload, *, num_drafts: int, is_async: bool) -> None:
+    def __init__(
+        self,
+        sched: Any,
+        workload: Workload,
+        *,
+        num_drafts: int,
+        is_async: bool,
+        timer: ReplayTimer | None = None,
+        arrive_at: Callable[[RequestSpec], float] | None = None,
+    ) -> None:
         self.sched = sched
+        # Timed replays: the clock, and (arrivals by time) each request's arrival on it.
+        self.timer = timer
+        self.arrive_at = arrive_at
+        self.aborts: deque[tuple[float, Any, str]] = deque()
         self.w = workload
         self.num_drafts = num_drafts
         self.is_async = is_async
@@ -93,7 +158,11 @@ class Replayer:
             if upto is not None and clock > upto:
                 return
             self.inflight.popleft()
-            self.sched.update_from_output(out, self._model_output(out, prefill))
+            output = self._model_output(out, prefill)
+            self.sched.update_from_output(out, output)
+            if self.timer is not None:
+                counts = map(len, output.sampled_token_ids)
+                self.timer.advance(out, dict(zip(output.req_ids, counts, strict=True)))
             if upto is None:
                 return
 
@@ -159,7 +228,11 @@ class Replayer:
 
     # -- the engine loop ---------------------------------------------------------------
     def run(self, max_steps: int) -> None:
-        if self.w.log is not None:
+        if self.arrive_at is not None:  # arrivals (and aborts) by time: no lock step with the log
+            assert self.timer is not None
+            self.aborts = deque(sorted(self.w.abort_times(), key=lambda a: a[0]))
+            self._run_engine(sorted(self.w.requests, key=self.arrive_at), max_steps)
+        elif self.w.log is not None:
             self._run_log(self.w.log, max_steps)
             self._run_engine([], max_steps)
         else:
@@ -173,6 +246,7 @@ class Replayer:
             for event in events:
                 kind = event[0]
                 if kind == "a":
+                    self._wait_if_idle(clock)
                     self.add(self.w.request(event[1]))
                 elif kind == "x":
                     self.abort(event[1], event[2])
@@ -192,15 +266,29 @@ class Replayer:
         while len(self.inflight) >= queue_size:  # finish the engine call the log ended in
             self._update_oldest()
         pending_q = deque(pending)
+        timer, arrive_at = self.timer, self.arrive_at
         while self.steps < max_steps:
             upcoming = self.clock + 1
-            while pending_q and pending_q[0].arrival_step <= upcoming:
-                self.add(pending_q.popleft())
+            if arrive_at is None:
+                while pending_q and pending_q[0].arrival_step <= upcoming:
+                    self.add(pending_q.popleft())
+            else:
+                assert timer is not None
+                while pending_q and arrive_at(pending_q[0]) <= timer.now:
+                    self.add(pending_q.popleft())
+                while self.aborts and self.aborts[0][0] <= timer.now:
+                    _, ids, status = self.aborts.popleft()
+                    self.abort(ids, status)
             has_requests = self.sched.has_requests()
             if not has_requests and not self.inflight:
                 if not pending_q:
                     return
-                self.clock = pending_q[0].arrival_step - 1  # idle until the next arrival
+                if arrive_at is not None:
+                    assert timer is not None
+                    timer.now = max(timer.now, arrive_at(pending_q[0]))  # idle until it arrives
+                else:
+                    self.clock = pending_q[0].arrival_step - 1  # idle until the next arrival
+                    self._wait_if_idle(pending_q[0].arrival_step)
                 continue
             if has_requests:
                 self.clock = upcoming
@@ -213,6 +301,13 @@ class Replayer:
             self._update_oldest()
         while self.inflight:
             self._update_oldest()
+
+    def _wait_if_idle(self, step: int) -> None:
+        """Arrivals by step, timed: where the recording waited for requests before `step`
+        (an idle gap), an engine that ran dry here too waits as long (Workload.idle_waits)."""
+        wait = self.w.idle_waits.pop(step, 0.0)
+        if self.timer is not None and not self.inflight and not self.sched.has_requests():
+            self.timer.now += wait
 
     def _update_oldest(self) -> None:
         clock, out, _ = self.inflight[0]
@@ -265,13 +360,31 @@ def replay(
     max_steps: int = 1_000_000,
     async_scheduling: bool | None = None,
     header: dict[str, Any] | None = None,
+    clock: StepClock | None = None,
+    arrivals: str = "step",
     **overrides: Any,
 ) -> Path:
     """Run `workload` through vLLM's Scheduler under `policy`; write the trace to `out`.
 
     `overrides` replace EngineSpec fields (max_num_batched_tokens, method, …);
-    `async_scheduling` defaults to the recorded scheduler class's.
+    `async_scheduling` defaults to the recorded scheduler class's. With `clock`, each
+    step's `t` is the predicted time (starting at the recording's first step) and the
+    header says so (`replay.timed`, `replay.clock`); `arrivals="time"` needs a clock.
     """
+    if arrivals not in ARRIVALS:
+        raise WorkloadError(f"arrivals must be one of {ARRIVALS}, not {arrivals!r}")
+    if arrivals == "time":
+        if clock is None:
+            raise WorkloadError("--arrivals time needs a timed replay (a clock)")
+        workload.check_arrival_times()
+    header = dict(header or {})
+    if clock is not None:
+        info = dict(header.get("replay") or {})
+        info.update(timed=True, arrivals=arrivals, clock=clock.to_dict())
+        header["replay"] = info
+        # The replay's `t` share the recording's clock: keep its anchors.
+        if workload.start_time is not None and workload.t0 is not None:
+            header.update(start_time=workload.start_time, t0=workload.t0)
     from tracer.offline import build_scheduler
     from tracer.policies import scheduler_class
 
@@ -287,7 +400,16 @@ def replay(
         sched = build_scheduler(engine, scheduler_class(policy, async_scheduling=is_async))
     try:
         k = engine.num_speculative_tokens if engine.method else 0
-        Replayer(sched, workload, num_drafts=k, is_async=is_async).run(max_steps)
+        timer = None
+        if clock is not None:
+            rec = getattr(sched, "_schedscope", None)
+            start = workload.step_times[0] if workload.step_times else 0.0
+            timer = ReplayTimer(clock.model, start, int(getattr(rec, "q", 0) or 0))
+            sched._schedscope_clock = timer  # the tracing scheduler's `t` for each step
+        arrive_at = workload.arrival_clock if arrivals == "time" else None
+        Replayer(sched, workload, num_drafts=k, is_async=is_async, timer=timer, arrive_at=arrive_at).run(
+            max_steps
+        )
     finally:
         sched.shutdown()
     return out

@@ -31,6 +31,8 @@ class TracingMixin:
 
     _schedscope: _recorder.Recorder | None = None
     _schedscope_stream: stream.StreamServer | None = None
+    # Where a step's `t` comes from; a timed replay (tracer.replay) sets its predicted clock.
+    _schedscope_clock = staticmethod(time.monotonic)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -75,7 +77,7 @@ class TracingMixin:
         except Exception:
             rec.fail("before schedule()")
             pre = None
-        t_start = time.monotonic()
+        t_start = self._schedscope_clock()
         t0 = time.perf_counter_ns()
         out = super().schedule(*args, **kwargs)  # type: ignore[misc]
         dt_ns = time.perf_counter_ns() - t0

@@ -89,9 +89,49 @@ class Workload:
     exact: bool = False  # the trace carried every input a replay needs
     notes: list[str] = field(default_factory=list)
     source: str = ""
+    # The recording's clocks (header start_time and t0, each step's `t`): a timed replay
+    # starts where the recording did, and `--arrivals time` turns arrival times into it.
+    start_time: float | None = None
+    t0: float | None = None
+    step_times: list[float] = field(default_factory=list)
+    # Timed replays by step: recorded step -> how long the engine waited for requests before
+    # it (s), beyond its previous step's predicted time (tracer.clock.attach_idle_waits).
+    idle_waits: dict[int, float] = field(default_factory=dict)
 
     def request(self, rid: str) -> RequestSpec:
         return self._by_id[rid]
+
+    def arrival_clock(self, spec: RequestSpec) -> float:
+        """When the request arrived on the recording's monotonic clock (steps' `t`)."""
+        assert spec.arrival_time is not None and self.start_time is not None and self.t0 is not None
+        return spec.arrival_time - self.start_time + self.t0
+
+    def check_arrival_times(self) -> None:
+        """`--arrivals time` needs wall-clock arrival times from a live server; an offline
+        recording (tracer.offline) stores step numbers there."""
+        if self.start_time is None or self.t0 is None or not self.step_times:
+            raise WorkloadError(f"{self.source}: --arrivals time needs a recorded trace (format 1.1)")
+        span = self.step_times[-1] - self.step_times[0]
+        for spec in self.requests:
+            at = None if spec.arrival_time is None else self.arrival_clock(spec)
+            if at is None or not (self.step_times[0] - 3600 <= at <= self.step_times[-1] + span + 3600):
+                raise WorkloadError(
+                    f"{self.source}: request {spec.id!r} has arrival_time {spec.arrival_time!r}, not a "
+                    "wall time within the run (an offline recording stores step numbers there): "
+                    "use --arrivals step"
+                )
+
+    def abort_times(self) -> list[tuple[float, Any, str]]:
+        """Recorded aborts as (time, ids, status). The trace says only which schedule() an
+        abort came before, so it is placed midway between that step's `t` and the previous."""
+        if self.log is None or not self.step_times:
+            return []
+        out = []
+        t = self.step_times
+        for i, events in enumerate(self.log):
+            at = t[i] if i == 0 else (t[i - 1] + t[i]) / 2
+            out += [(at, e[1], e[2]) for e in events if e[0] == "x"]
+        return out
 
     def __post_init__(self) -> None:
         self._by_id = {r.id: r for r in self.requests}
@@ -230,7 +270,14 @@ def _recorded_workload(
         exact=True,
         notes=notes,
         source=trace.path,
+        start_time=_float_or_none(trace.header.get("start_time")),
+        t0=_float_or_none(trace.header.get("t0")),
+        step_times=[float(x) for x in trace.columns["t"]],
     )
+
+
+def _float_or_none(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) else None
 
 
 def _inferred_workload(
@@ -276,7 +323,15 @@ def _inferred_workload(
         "no prefix, no request is aborted, and each ends after the tokens it sampled."
     ]
     return Workload(
-        engine, requests, async_scheduling=is_async, accepted=accepted, notes=notes, source=trace.path
+        engine,
+        requests,
+        async_scheduling=is_async,
+        accepted=accepted,
+        notes=notes,
+        source=trace.path,
+        start_time=_float_or_none(trace.header.get("start_time")),
+        t0=_float_or_none(trace.header.get("t0")),
+        step_times=[float(x) for x in trace.columns["t"]],
     )
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dash import Dash
 
@@ -27,12 +27,14 @@ def make_app(
     max_points: int = MAX_POINTS,
     follow_interval: float = 0.25,
     attach: StreamMirror | None = None,
+    sweep: dict[str, Any] | None = None,
 ) -> Dash:
     """A Dash app over loaded traces (A, optionally B) and/or a followed file.
 
     The follower thread starts here; `app.follower.stop()` ends it. `attach`: the mirror of a
     live stream that writes `follow`; its state leads the live status, and a new run's file is
-    followed when the server restarts.
+    followed when the server restarts. `sweep`: a `schedscope sweep --json` document, shown
+    on a Sweep page.
     """
     store = TraceStore(max_upload=max_upload)
     if trace_a is not None:
@@ -67,7 +69,12 @@ def make_app(
     # Uploads travel base64-encoded in a callback request: cap it, with room for the JSON around.
     app.server.config["MAX_CONTENT_LENGTH"] = max_upload * 4 // 3 + (1 << 20)
     app.layout = ui.layout(
-        options, default=default, compare_pair=pair, live=follow is not None, max_upload=max_upload
+        options,
+        default=default,
+        compare_pair=pair,
+        live=follow is not None,
+        max_upload=max_upload,
+        sweep=sweep,
     )
     handlers = Handlers(store, max_points=max_points, follower=follower, attach=attach)
     register(app, handlers)

@@ -16,7 +16,7 @@ from dash.exceptions import PreventUpdate
 
 from web import layout as ids
 from web.chart import build_figure, extend_patch, range_patch, range_update, selected_shape
-from web.compare_view import compare_chart, headline, totals_table
+from web.compare_view import compare_chart, headline, totals_children
 from web.decimate import MAX_POINTS
 from web.export import figure_html, figure_png
 from web.flagtable import JUMP, filter_flags, page, table
@@ -255,9 +255,9 @@ class Handlers:
         lines = [html.P(s) for s in headline(c)]
         if same_pair:  # a followed side grew: new arrays, same figure
             patch = range_patch(chart, state.get("range"), self.max_points)
-            return patch, lines, totals_table(c), {**state, "key": cache_key}
+            return patch, lines, totals_children(c), {**state, "key": cache_key}
         fig = build_figure(chart, None, self.max_points, uirevision=cache_key)
-        return fig, lines, totals_table(c), {"key": cache_key, "pair": [key_a, key_b], "range": None}
+        return fig, lines, totals_children(c), {"key": cache_key, "pair": [key_a, key_b], "range": None}
 
     def _compare_chart(self, cache_key: str, c: Any) -> Any:
         cache = getattr(self, "_cmp_cache", None)

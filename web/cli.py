@@ -39,7 +39,18 @@ def cmd_web(args: argparse.Namespace) -> int:
     strict = not args.lenient
     trace_a = load(args.trace, strict=strict, progress=progress) if args.trace else None
     trace_b = load(args.trace_b, strict=strict, progress=progress) if args.trace_b else None
-    app = make_app(trace_a, trace_b, follow=args.follow, attach=mirror, max_upload=args.max_upload_mb << 20)
+    sweep = None
+    if args.sweep:
+        from tracer.sweep import SweepFileError, load_sweep
+
+        try:
+            sweep = load_sweep(args.sweep)
+        except SweepFileError as exc:
+            print(f"schedscope: error: --sweep {exc}", file=sys.stderr)
+            return 2
+    app = make_app(
+        trace_a, trace_b, follow=args.follow, attach=mirror, max_upload=args.max_upload_mb << 20, sweep=sweep
+    )
     host = f"[{args.host}]" if ":" in args.host else args.host
     print(f"schedscope web: http://{host}:{args.port}/  (Ctrl-C to stop)", flush=True)
     app.run(host=args.host, port=args.port, debug=False)
@@ -60,5 +71,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--allow-remote", action="store_true", help="allow a non-loopback --host (no authentication!)"
     )
     p.add_argument("--max-upload-mb", type=int, default=64, help="upload size limit in MiB (default 64)")
+    p.add_argument("--sweep", metavar="JSON", help="show a saved `schedscope sweep --json` on a Sweep page")
     p.add_argument("--lenient", action="store_true", help="skip malformed lines instead of stopping")
     p.set_defaults(func=cmd_web)

@@ -3,9 +3,12 @@ against step k of B), overlaid, with per-step deltas, totals and the `diff` head
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from dash import html
 
+from tracer.clock import performance_note, performance_rows
 from tracer.compare import Comparison, Side, headline_sentences
 from tracer.totals import compare_totals
 from web.chart import Chart, Line, Markers, Panel
@@ -79,6 +82,21 @@ def totals_table(c: Comparison) -> html.Table:
         )
         rows.append(html.Tr([html.Td(total.label), html.Td(a), html.Td(b), html.Td(d, className=cls)]))
     return html.Table([html.Thead(head), html.Tbody(rows)], id="compare-totals-table", className="totals")
+
+
+def performance_block(c: Comparison) -> list[Any]:
+    """Throughput and latency of both sides (tracer.clock's rows and note), beside the totals."""
+    if c.perf is None:
+        return []
+    rows = performance_rows(*c.perf)
+    head = html.Tr([html.Th(""), html.Th("A"), html.Th("B")])
+    body = [html.Tr([html.Td(label), html.Td(a), html.Td(b)]) for label, a, b in rows]
+    table = html.Table([html.Thead(head), html.Tbody(body)], id="compare-perf-table", className="totals")
+    return [html.P(performance_note(*c.perf), id="compare-perf-note"), table]
+
+
+def totals_children(c: Comparison) -> list[Any]:
+    return [totals_table(c), *performance_block(c)]
 
 
 def _better(label: str, delta: float) -> bool:

@@ -190,7 +190,13 @@ def layout(
     compare_pair: tuple[str | None, str | None],
     live: bool,
     max_upload: int,
+    sweep: dict[str, Any] | None = None,
 ) -> html.Div:
+    tabs = [_timeline_tab(options, default, live, max_upload), _compare_tab(options, *compare_pair)]
+    if sweep is not None:
+        from web.sweep_figure import sweep_tab
+
+        tabs.append(sweep_tab(sweep))
     return html.Div(
         [
             html.Header(
@@ -213,10 +219,7 @@ def layout(
             dcc.Tabs(
                 id=TABS,
                 value="timeline",
-                children=[
-                    _timeline_tab(options, default, live, max_upload),
-                    _compare_tab(options, *compare_pair),
-                ],
+                children=tabs,
             ),
             dcc.Store(id=VIEW),
             dcc.Store(id=CMP_VIEW),

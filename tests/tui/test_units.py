@@ -75,3 +75,20 @@ def test_feed_backs_off_while_the_ui_is_behind_and_coalesces() -> None:
     assert feed._due(9)  # doubled since the last post
     a, b = Progress(feed, 1, 2), Progress(feed, 2, 2)
     assert a.can_replace(b) and not a.can_replace(Snapshot(feed, TraceModel.build(load(ADDITIVE)), done=True))
+
+
+def test_compare_totals_show_throughput_and_latency_side_by_side() -> None:
+    from tui.screens.compare import totals_lines
+
+    cmp = CompareModel.build(load(ADDITIVE), load(SAMPLES / "dflash_k7_separate.jsonl"))
+    text = "\n".join(totals_lines(cmp))
+    for label in (
+        "prompt tok/s",
+        "output tok/s",
+        "TTFT p50 ms",
+        "TTFT p99 ms",
+        "TPOT p99 ms",
+        "time to drain ms",
+    ):
+        assert label in text, label
+    assert "measured" in text and "Times: A measured from its own timestamps" in text

@@ -13,6 +13,7 @@ from textual.markup import escape
 from textual.widgets import Footer, ProgressBar, Static
 
 from tracer.budget import arithmetic
+from tracer.clock import performance_note, performance_rows
 from tracer.compare import headline_sentences
 from tracer.reader import TraceError, load
 from tui.bins import Window
@@ -49,6 +50,10 @@ def totals_lines(model: CompareModel) -> list[str]:
         style = "$text-muted" if not d or not better else ("$success" if d * better > 0 else "$error")
         delta = ("+" if d > 0 else "") + fmt.format(d) if d else "0"
         out.append(f"{label:<20}{fmt.format(va):>9}{fmt.format(vb):>9}[{style}]{delta:>9}[/]")
+    if c.perf is not None:  # throughput and latency: measured, or predicted for a replay (tracer.clock)
+        for label, va, vb in performance_rows(*c.perf):
+            out.append(f"{escape(label):<20}{escape(va):>10}{escape(vb):>11}")
+        out.append(f"[$text-muted]{escape(performance_note(*c.perf))}[/]")
     return out
 
 

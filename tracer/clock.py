@@ -1,0 +1,267 @@
+"""A what-if's clock, and the throughput and latency it gives a trace.
+
+A replay has no forward passes to time, so each replayed step is priced: by the
+step-time model fitted on the source trace (tracer.timing), or, where the trace
+is too short or too idle to fit one, by its measured median step (one price
+for every step, error unknown). `StepClock` carries either, with its held-out
+error, into a replay's header and across a sweep's worker processes.
+
+`performance(trace)` applies tracer.throughput's measures to a trace: measured
+for a recording, predicted for a timed replay (its `t` are the clock's), and
+priced with a given clock for an untimed replay (its `t` are the offline
+scheduler's own CPU time). Every sentence about these figures is here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tracer import timing
+from tracer.reader import Trace
+from tracer.throughput import LatencyTracker, busy_mask, measure_throughput
+
+
+@dataclass(frozen=True)
+class StepClock:
+    """What a replayed step costs. kind "fitted": the model fitted on the source trace;
+    "median": too short to fit, every step costs the source's measured median step."""
+
+    model: timing.TimingModel
+    kind: str
+    steps: int  # the source's usable steps behind it
+    heldout_median_pct: float | None = None  # a single step's error (fitted only)
+    heldout_p90_pct: float | None = None
+    heldout_total_pct: float | None = None  # signed error of the held-out steps' sum
+    refused: str | None = None  # why no model, for "median"
+
+    @property
+    def sum_error_pct(self) -> float | None:
+        """The error of anything summed over many steps (time to drain, tok/s): the held-out total's."""
+        return None if self.heldout_total_pct is None else abs(self.heldout_total_pct)
+
+    def to_dict(self) -> dict[str, Any]:
+        doc = dataclasses.asdict(self)
+        doc["model"] = self.model.to_dict()
+        return doc
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> StepClock:
+        fields = {k: v for k, v in doc.items() if k in cls.__dataclass_fields__}
+        fields["model"] = timing.TimingModel.from_dict(doc["model"])
+        return cls(**fields)
+
+
+class NoClock(ValueError):
+    """Neither a model nor a measured step to price a replay's steps with."""
+
+
+def clock_for(trace: Trace) -> StepClock:
+    """The fitted model when the trace supports one, else its measured median step."""
+    try:
+        f = timing.fit(trace)
+    except timing.TimingRefused as exc:
+        durations = timing.step_durations(trace)
+        usable = durations.ms[durations.status == timing.USABLE]
+        if not len(usable):
+            raise NoClock(f"{trace.path}: no measured step to price a replay with ({exc})") from None
+        median = float(np.median(usable))
+        return StepClock(timing.TimingModel({"step": median}), "median", len(usable), refused=str(exc))
+    y, pred = f.durations.ms, f.predicted
+    measured, predicted = float(y[f.test].sum()), float(pred[f.test].sum())
+    return StepClock(
+        f.model,
+        "fitted",
+        len(f.train) + len(f.test),
+        heldout_median_pct=float(np.median(f.heldout_ape)),
+        heldout_p90_pct=float(np.percentile(f.heldout_ape, 90)),
+        heldout_total_pct=100.0 * (predicted - measured) / measured,
+    )
+
+
+def clock_sentence(clock: StepClock) -> str:
+    """What prices a replayed step, and how far to trust it."""
+    if clock.kind == "median":
+        ms = clock.model.coef["step"]
+        return (
+            f"every step priced at the source's measured median step, {ms:,.3f} ms ({clock.steps} usable "
+            f"steps: too few to fit a step-time model); error unknown"
+        )
+    return (
+        f"step-time model fitted on the source ({clock.steps} usable steps): held-out error "
+        f"{clock.heldout_median_pct:.1f}% median, {clock.heldout_p90_pct:.1f}% p90 per step, "
+        f"{clock.heldout_total_pct:+.1f}% summed"
+    )
+
+
+def attach_idle_waits(workload: Any, trace: Trace, clock: StepClock) -> None:
+    """The recording's idle gaps as waits a timed replay by step repeats: an idle interval
+    is the step before it plus the wait, so the wait is what the clock does not price."""
+    durations = timing.step_durations(trace)
+    idle = np.flatnonzero(durations.status == timing.IDLE)
+    if not len(idle):
+        return
+    features = timing.step_features(timing.records_of(trace), len(trace))
+    price = np.asarray(clock.model.predict(features.columns), dtype=float) * np.ones(len(trace))
+    steps = trace.columns["step"]
+    for i in idle:  # under async scheduling (duration_lag 1) the gap precedes step i + 2
+        after = i + 1 + durations.lag
+        if after < len(trace):
+            workload.idle_waits[int(steps[after])] = max(0.0, float(durations.ms[i] - price[i]) / 1e3)
+
+
+# -- throughput and latency of a trace -------------------------------------------------
+
+
+@dataclass
+class Performance:
+    """tracer.throughput's measures of one trace; `basis` says where its times come from."""
+
+    basis: str  # "measured", "predicted" (a timed replay) or "priced" (an untimed replay, priced here)
+    prompt_tok_s: float | None
+    output_tok_s: float | None
+    ttft_ms: dict[str, float] | None  # p50, p90, p99
+    tpot_ms: dict[str, float] | None
+    drain_s: float  # first schedule() to the end of the last step that scheduled tokens
+    steps: int  # steps to drain
+    prefill_s: float  # summed durations of the steps that ran prefill tokens
+    median_prefill_ms: float | None  # median duration of those steps
+    error_pct: float | None = None  # the clock's summed error, where the times are predictions
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def retimed(trace: Trace, model: timing.TimingModel) -> Trace:
+    """The trace with each step's `t` rebuilt from the model's predicted durations."""
+    features = timing.step_features(timing.records_of(trace), len(trace))
+    ms = np.asarray(model.predict(features.columns), dtype=float) * np.ones(len(trace))
+    t0 = float(trace.columns["t"][0]) if len(trace) else 0.0
+    t = t0 + np.concatenate([[0.0], np.cumsum(ms[:-1])]) / 1e3
+    return dataclasses.replace(trace, columns={**trace.columns, "t": t})
+
+
+def is_timed(trace: Trace) -> bool:
+    return bool((trace.header.get("replay") or {}).get("timed"))
+
+
+def is_replay(trace: Trace) -> bool:
+    return "replay" in trace.header
+
+
+def performance(trace: Trace, clock: StepClock | None = None) -> Performance:
+    """Measured for a recording, predicted for a timed replay; an untimed replay is priced with
+    `clock` (its own timestamps are the offline scheduler's CPU time)."""
+    basis, error = "measured", None
+    if is_timed(trace):
+        basis = "predicted"
+        doc = trace.header["replay"].get("clock")
+        if doc:
+            error = StepClock.from_dict(doc).sum_error_pct
+    elif is_replay(trace):
+        if clock is None:
+            basis = "unpriced"
+        else:
+            trace, basis, error = retimed(trace, clock.model), "priced", clock.sum_error_pct
+    tracker = LatencyTracker()
+    features = timing.step_features(timing.records_of(trace), len(trace), also=tracker.add)
+    durations = timing.step_durations(trace)
+    tp = measure_throughput(trace, durations, features)
+    lat = tracker.latency(trace, durations)
+    col = trace.columns
+    busy = np.flatnonzero(col["target_used"] > 0)
+    drain, steps = 0.0, 0
+    if len(busy):
+        last = int(busy[-1])
+        steps = int(col["step"][last])
+        # The end of the last busy step: the next schedule(), else its own typical length.
+        end = float(col["t"][last + 1]) if last + 1 < len(trace) else float(col["t"][last])
+        if last + 1 >= len(trace):
+            ok = durations.ms[busy_mask(durations)]
+            end += float(np.median(ok)) / 1e3 if len(ok) else 0.0
+        drain = end - float(col["t"][0])
+    pre = busy_mask(durations) & (features.columns["prefill_tokens"] > 0)
+    return Performance(
+        basis=basis,
+        prompt_tok_s=tp.prompt_tok_s,
+        output_tok_s=tp.output_tok_s,
+        ttft_ms=lat.percentiles(lat.ttft_ms),
+        tpot_ms=lat.percentiles(lat.tpot_ms),
+        drain_s=drain,
+        steps=steps,
+        prefill_s=tp.prefill_s,
+        median_prefill_ms=float(np.median(durations.ms[pre])) if pre.any() else None,
+        error_pct=error,
+    )
+
+
+# Short enough for a table column; performance_note says what each means.
+BASIS_SHORT = {"measured": "measured", "predicted": "predicted", "priced": "priced", "unpriced": "sched only"}
+BASIS_SENTENCE = {
+    "measured": "measured from its own timestamps",
+    "predicted": "predicted (a timed replay: its timestamps are the clock's)",
+    "priced": "predicted (an untimed replay, priced here with the recording's clock)",
+    "unpriced": "the offline scheduler's own CPU time (an untimed replay, and no recording to price it with)",
+}
+
+
+def _fmt(value: float | None, fmt: str) -> str:
+    return "n/a" if value is None else fmt.format(value)
+
+
+def performance_rows(a: Performance, b: Performance) -> list[tuple[str, str, str]]:
+    """(label, A, B) per figure: what diff and both compare views show side by side."""
+
+    def pct(p: dict[str, float] | None, key: str) -> float | None:
+        return None if p is None else p.get(key)
+
+    return [
+        ("times", BASIS_SHORT[a.basis], BASIS_SHORT[b.basis]),
+        ("prompt tok/s", _fmt(a.prompt_tok_s, "{:,.0f}"), _fmt(b.prompt_tok_s, "{:,.0f}")),
+        ("output tok/s", _fmt(a.output_tok_s, "{:,.0f}"), _fmt(b.output_tok_s, "{:,.0f}")),
+        ("TTFT p50 ms", _fmt(pct(a.ttft_ms, "p50"), "{:,.2f}"), _fmt(pct(b.ttft_ms, "p50"), "{:,.2f}")),
+        ("TTFT p99 ms", _fmt(pct(a.ttft_ms, "p99"), "{:,.2f}"), _fmt(pct(b.ttft_ms, "p99"), "{:,.2f}")),
+        ("TPOT p50 ms", _fmt(pct(a.tpot_ms, "p50"), "{:,.3f}"), _fmt(pct(b.tpot_ms, "p50"), "{:,.3f}")),
+        ("TPOT p99 ms", _fmt(pct(a.tpot_ms, "p99"), "{:,.3f}"), _fmt(pct(b.tpot_ms, "p99"), "{:,.3f}")),
+        ("time to drain ms", f"{a.drain_s * 1e3:,.2f}", f"{b.drain_s * 1e3:,.2f}"),
+        ("error (summed)", _err(a), _err(b)),
+    ]
+
+
+def performance_note(a: Performance, b: Performance) -> str:
+    """Where each side's times come from, and their error."""
+
+    def side(label: str, p: Performance) -> str:
+        err = "" if p.basis in ("measured", "unpriced") else f", {_err(p)} summed"
+        return f"{label} {BASIS_SENTENCE[p.basis]}{err}"
+
+    return f"Times: {side('A', a)}; {side('B', b)}."
+
+
+def _err(p: Performance) -> str:
+    if p.basis == "measured":
+        return "-"
+    return "unknown" if p.error_pct is None else f"±{p.error_pct:.1f}%"
+
+
+def withheld_cost_sentence(a: Performance, b: Performance, tokens_lost: int, offline: bool) -> str | None:
+    """What A's withheld target tokens cost in time, when B (without them) drained sooner.
+
+    Priced as A's measured median prefill step per extra step: the steps the
+    withheld tokens added are prefill steps, and that price needs no model (a
+    7-step trace cannot fit one)."""
+    extra = a.steps - b.steps
+    if tokens_lost <= 0 or extra <= 0 or a.median_prefill_ms is None:
+        return None
+    ms = extra * a.median_prefill_ms
+    share = 100.0 * ms / (a.prefill_s * 1e3) if a.prefill_s > 0 else None
+    steps = "one extra step" if extra == 1 else f"{extra} extra steps"
+    of = f", {share:.0f}% of A's prefill time ({a.prefill_s * 1e3:,.2f} ms)" if share is not None else ""
+    where = " (recorded offline: the scheduler's own time, no model ran)" if offline else ""
+    return (
+        f"The {tokens_lost} withheld tokens cost {steps}, ≈ {ms:,.2f} ms{of}, priced at A's measured "
+        f"median prefill step ({a.median_prefill_ms:,.3f} ms){where}."
+    )

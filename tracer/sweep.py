@@ -1,0 +1,269 @@
+"""`schedscope sweep`: one recorded workload replayed over a grid of settings, ranked.
+
+Each setting (policy × max_num_batched_tokens × num_speculative_tokens ×
+max_num_seqs × method) is a timed replay (tracer.replay with the source's
+StepClock, tracer.clock), deterministic, so settings can run in separate
+processes in any order. Each is measured with tracer.clock.performance (its
+times are predictions) and ranked by one objective, with the clock's summed
+error beside each figure. Every sentence of the report is here; the figure
+is web/sweep_figure.py (tracer never imports plotly).
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import os
+import tempfile
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+from tracer.clock import StepClock, attach_idle_waits, clock_for, clock_sentence, performance
+from tracer.reader import Trace, load
+
+# objective -> (result key, label, unit, True when higher is better)
+OBJECTIVES: dict[str, tuple[str, str, str, bool]] = {
+    "output_tps": ("output_tok_s", "output tok/s", "tok/s", True),
+    "ttft_p99": ("ttft_p99_ms", "TTFT p99", "ms", False),
+    "drain": ("drain_ms", "time to drain", "ms", False),
+}
+POLICIES = ("stock", "additive", "cap", "separate")
+
+
+@dataclass(frozen=True)
+class Setting:
+    policy: str
+    max_num_batched_tokens: int | None = None  # None: the recorded value
+    num_speculative_tokens: int | None = None
+    max_num_seqs: int | None = None
+    method: str | None = None
+
+    def overrides(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if k != "policy" and v is not None}
+
+    def label(self) -> str:
+        names = {"max_num_batched_tokens": "B", "num_speculative_tokens": "K", "max_num_seqs": "seqs"}
+        parts = [self.policy] + [f"{names.get(k, k)}={v}" for k, v in self.overrides().items()]
+        return " ".join(parts)
+
+
+def grid(
+    policies: Sequence[str],
+    budgets: Sequence[int | None] = (None,),
+    ks: Sequence[int | None] = (None,),
+    seqs: Sequence[int | None] = (None,),
+    methods: Sequence[str | None] = (None,),
+) -> list[Setting]:
+    return [Setting(*combo) for combo in itertools.product(policies, budgets, ks, seqs, methods)]
+
+
+# -- one setting (in a worker process) -------------------------------------------------
+
+_WORKLOADS: dict[str, Any] = {}  # source path -> Workload, once per process
+
+
+def _workload(source: str) -> Any:
+    from tracer.workload import workload_from_trace
+
+    if source not in _WORKLOADS:
+        trace = load(source)
+        _WORKLOADS[source] = (workload_from_trace(trace), trace)
+    return _WORKLOADS[source]
+
+
+def run_setting(
+    source: str, setting: Setting, clock_doc: dict[str, Any], arrivals: str, workdir: str
+) -> dict:
+    """Replay one setting, timed; its figures as a dict (JSON-able, picklable)."""
+    from tracer.flags import detect
+    from tracer.replay import replay
+
+    workload, recorded = _workload(source)
+    clock = StepClock.from_dict(clock_doc)
+    workload = copy.copy(workload)  # the waits are used up by each replay
+    workload.idle_waits = {}
+    attach_idle_waits(workload, recorded, clock)
+    out = Path(workdir) / f"{os.getpid()}-{abs(hash(setting)):x}.jsonl"
+    header = {"replay": {"source": source, "policy": setting.policy, "sweep": setting.label()}}
+    replay(
+        workload, setting.policy, out, header=header, clock=clock, arrivals=arrivals, **setting.overrides()
+    )
+    trace = load(out)
+    perf = performance(trace)
+    flags = detect(trace)
+    target = int(trace.columns["target_used"].sum())
+    out.unlink()
+    return {
+        "setting": asdict(setting),
+        "label": setting.label(),
+        "steps": perf.steps,
+        "target_tokens": target,
+        "target_tokens_per_step": target / perf.steps if perf.steps else 0.0,
+        "tokens_withheld": flags.tokens_lost,
+        "prompt_tok_s": perf.prompt_tok_s,
+        "output_tok_s": perf.output_tok_s,
+        "ttft_p50_ms": None if perf.ttft_ms is None else perf.ttft_ms["p50"],
+        "ttft_p99_ms": None if perf.ttft_ms is None else perf.ttft_ms["p99"],
+        "tpot_p50_ms": None if perf.tpot_ms is None else perf.tpot_ms["p50"],
+        "tpot_p99_ms": None if perf.tpot_ms is None else perf.tpot_ms["p99"],
+        "drain_ms": perf.drain_s * 1e3,
+    }
+
+
+# -- the sweep ---------------------------------------------------------------------------
+
+Progress = Callable[[int, int, str], None]
+
+
+def sweep(
+    source: str | Path,
+    settings: Iterable[Setting],
+    *,
+    objective: str = "output_tps",
+    arrivals: str = "step",
+    workers: int = 1,
+    progress: Progress | None = None,
+    trace: Trace | None = None,
+) -> dict[str, Any]:
+    """Replay every setting (in `workers` processes when > 1) and rank them by `objective`."""
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}")
+    source = str(source)
+    settings = list(dict.fromkeys(settings))
+    recorded = trace if trace is not None else load(source)
+    if arrivals == "time":  # refuse here, once, rather than in every worker
+        from tracer.workload import workload_from_trace
+
+        workload_from_trace(recorded).check_arrival_times()
+    clock = clock_for(recorded)
+    doc = clock.to_dict()
+    results: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="schedscope-sweep-") as workdir:
+        if workers <= 1:
+            for i, s in enumerate(settings):
+                results.append(run_setting(source, s, doc, arrivals, workdir))
+                if progress:
+                    progress(i + 1, len(settings), s.label())
+        else:
+            # spawn: a fresh interpreter per worker, whatever the parent has imported (vLLM, threads).
+            with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+                futures = {pool.submit(run_setting, source, s, doc, arrivals, workdir): s for s in settings}
+                for i, fut in enumerate(as_completed(futures)):
+                    results.append(fut.result())
+                    if progress:
+                        progress(i + 1, len(settings), futures[fut].label())
+    key, _, _, higher = OBJECTIVES[objective]
+    order = {s.label(): i for i, s in enumerate(settings)}
+
+    def rank_key(r: dict[str, Any]) -> tuple[Any, ...]:
+        value = r[key]
+        missing = value is None
+        v = 0.0 if missing else (-value if higher else value)
+        return (missing, v, r["steps"], order[r["label"]])
+
+    results.sort(key=rank_key)
+    best = results[0][key] if results else None
+    err = clock.sum_error_pct
+    for i, r in enumerate(results):
+        # Ties (same figure, same steps) share a rank: the order among them means nothing.
+        same = i and rank_key(results[i - 1])[:3] == rank_key(r)[:3]
+        r["rank"] = results[i - 1]["rank"] if same else i + 1
+        # Within the clock's error of the best: the model cannot tell them apart.
+        r["within_error_of_best"] = (
+            best is not None
+            and r[key] is not None
+            and err is not None
+            and abs(r[key] - best) <= err / 100 * abs(best)
+        )
+    return {
+        "trace": source,
+        "objective": objective,
+        "arrivals": arrivals,
+        "clock": doc,
+        "clock_sentence": clock_sentence(clock),
+        "error_pct": err,
+        "results": results,
+    }
+
+
+def _fmt(value: float | None, fmt: str) -> str:
+    return "n/a" if value is None else fmt.format(value)
+
+
+def sweep_lines(doc: dict[str, Any]) -> list[str]:
+    """The terminal table of `schedscope sweep`, ranked."""
+    key, label, unit, higher = OBJECTIVES[doc["objective"]]
+    err = doc["error_pct"]
+    pm = error_text(err)
+    n = len(doc["results"])
+    better = "higher" if higher else "lower"
+    lines = [
+        f"sweep      {doc['trace']}: {n} settings, ranked by {label} ({better} is better)",
+        f"clock      {doc['clock_sentence']}",
+        "           figures are predictions, "
+        + (
+            "error unknown (no model, no held-out error)"
+            if err is None
+            else f"{pm} (the clock's summed error)"
+        )
+        + f"; arrivals by recorded {doc['arrivals']}",
+        "",
+        f"{'rank':>4}  {'setting':<34}{'steps':>7}{'tok/step':>10}{'withheld':>9}{'out tok/s':>11}"
+        f"{'TTFT p99 ms':>13}{'drain ms':>11}  {label} ({pm})",
+    ]
+    for r in doc["results"]:
+        mark = " ≈ best" if r["within_error_of_best"] and r["rank"] > 1 else ""
+        lines.append(
+            f"{r['rank']:>4}  {r['label']:<34}{r['steps']:>7,}{r['target_tokens_per_step']:>10,.1f}"
+            f"{r['tokens_withheld']:>9,}{_fmt(r['output_tok_s'], '{:,.0f}'):>11}"
+            f"{_fmt(r['ttft_p99_ms'], '{:,.2f}'):>13}{r['drain_ms']:>11,.2f}  "
+            f"{_fmt(r[key], '{:,.2f}')} {unit}{mark}"
+        )
+    if doc["results"]:
+        top = doc["results"][0]
+        lines += ["", f"best       {top['label']}: {label} {_fmt(top[key], '{:,.2f}')} {unit} ({pm})"]
+        close = [r["label"] for r in doc["results"][1:] if r["within_error_of_best"]]
+        if close:
+            lines.append(f"           within the clock's error of it: {', '.join(close)}")
+        if err is None:
+            lines.append(
+                "           the clock's error is unknown (no model fitted): rank by steps and tokens, not by "
+                "the time figures' size"
+            )
+    return lines
+
+
+def default_workers(settings: int) -> int:
+    """One: on the 2-core host of docs/performance.md two workers took 86 s where one took
+    56 s (each worker imports vLLM, ~15-30 s, and the cores are shared). More cores: --workers."""
+    return 1
+
+
+def error_text(err: float | None) -> str:
+    if err is None:
+        return "error unknown"
+    return f"±{err:.2f}%" if err < 1 else f"±{err:.1f}%"
+
+
+class SweepFileError(ValueError):
+    """A saved sweep that cannot be read; names the file."""
+
+
+def load_sweep(path: str) -> dict[str, Any]:
+    """A `schedscope sweep --json` document, for the web app's Sweep page."""
+    import orjson
+
+    try:
+        with open(path, "rb") as fh:
+            doc = orjson.loads(fh.read())
+    except OSError as exc:
+        raise SweepFileError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except orjson.JSONDecodeError as exc:
+        raise SweepFileError(f"{path}: not a sweep's JSON ({exc})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
+        raise SweepFileError(f"{path}: field 'results': not a `schedscope sweep --json` document")
+    return doc

@@ -1,0 +1,76 @@
+"""The `schedscope sweep` figure: one line per policy (and per other swept knob), the
+objective against the budget, with the clock's summed error as error bars.
+Built from tracer.sweep's JSON document, so the CLI, the web app and a notebook
+draw the same figure."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import plotly.graph_objects as go
+from dash import dcc, html
+
+from tracer.sweep import OBJECTIVES, error_text, sweep_lines
+
+
+def sweep_figure(doc: dict[str, Any]) -> go.Figure:
+    key, label, unit, higher = OBJECTIVES[doc["objective"]]
+    err = doc.get("error_pct")
+    lines: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in doc["results"]:
+        s = r["setting"]
+        rest = [
+            f"{k}={v}"
+            for k, v in s.items()
+            if k not in ("policy", "max_num_batched_tokens") and v is not None
+        ]
+        lines[" ".join([s["policy"], *rest])].append(r)
+    fig = go.Figure()
+    for name, rows in lines.items():
+        rows = sorted(rows, key=lambda r: r["setting"]["max_num_batched_tokens"] or 0)
+        xs = [r["setting"]["max_num_batched_tokens"] for r in rows]
+        ys = [r[key] for r in rows]
+        error = None if err is None else {"type": "data", "array": [abs(y or 0) * err / 100 for y in ys]}
+        fig.add_trace(
+            go.Scatter(
+                x=[x if x is not None else "recorded" for x in xs],
+                y=ys,
+                name=name,
+                mode="lines+markers",
+                error_y=error,
+                customdata=[
+                    [r["steps"], r["target_tokens_per_step"], r["tokens_withheld"], r["rank"]] for r in rows
+                ],
+                hovertemplate=(
+                    f"{name}<br>B %{{x}}<br>{label} %{{y:,.2f}} {unit}<br>steps %{{customdata[0]}}, "
+                    "%{customdata[1]:,.1f} tok/step, %{customdata[2]} withheld<br>rank %{customdata[3]}"
+                    "<extra></extra>"
+                ),
+            )
+        )
+    pm = error_text(err) + ("" if err is None else " (the model's summed error)")
+    better = "higher is better" if higher else "lower is better"
+    fig.update_layout(
+        title=f"sweep of {doc['trace']}: predicted {label}, {better}; {pm}",
+        xaxis_title="max_num_batched_tokens",
+        yaxis_title=f"{label} ({unit}, predicted)",
+        template="plotly_white",
+        legend_title="setting",
+        height=520,
+    )
+    return fig
+
+
+def sweep_tab(doc: dict[str, Any]) -> dcc.Tab:
+    """The web app's Sweep page: a saved `schedscope sweep --json`, as the figure and the
+    ranked table the terminal prints (tracer.sweep's sentences)."""
+    return dcc.Tab(
+        label="Sweep",
+        value="sweep",
+        id="sweep-tab",
+        children=[
+            dcc.Graph(id="sweep-graph", figure=sweep_figure(doc), config={"displaylogo": False}),
+            html.Pre("\n".join(sweep_lines(doc)), id="sweep-table", style={"fontSize": "12px"}),
+        ],
+    )
