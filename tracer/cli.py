@@ -245,23 +245,17 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         for line in sweep_lines(doc):
             print(line)
     if args.plot or args.png:
+        # The figure is a view: the web package provides it through an entry point.
+        plots = {e.name: e for e in _entry_points("schedscope.plots")}
         try:
-            from web.sweep_figure import sweep_figure  # lazily: plotly only for the plot
-        except ImportError as exc:
+            write_plot = plots["sweep"].load()
+        except (KeyError, ImportError) as exc:
             print(
                 f"schedscope: error: the plot needs: pip install 'schedscope[web]' ({exc})", file=sys.stderr
             )
             return 2
-        fig = sweep_figure(doc)
-        if args.plot:
-            fig.write_html(args.plot, include_plotlyjs=True)
-            print(f"wrote {args.plot}", file=sys.stderr)
-        if args.png:
-            from web.export import figure_png
-
-            with open(args.png, "wb") as fh:
-                fh.write(figure_png(fig, width=1000))
-            print(f"wrote {args.png}", file=sys.stderr)
+        for path in write_plot(doc, html=args.plot, png=args.png):
+            print(f"wrote {path}", file=sys.stderr)
     return 0
 
 
@@ -568,7 +562,7 @@ example:
 
     # Commands that live beside their apps (tui/cli.py, web/cli.py), found through the
     # `schedscope.commands` entry points so that tracer never names a UI package.
-    for entry in _command_entry_points():
+    for entry in _entry_points("schedscope.commands"):
         try:
             register = entry.load()
         except ImportError as exc:
@@ -578,10 +572,10 @@ example:
     return parser
 
 
-def _command_entry_points() -> list:
+def _entry_points(group: str) -> list:
     from importlib.metadata import entry_points
 
-    return sorted(entry_points(group="schedscope.commands"), key=lambda e: e.name)
+    return sorted(entry_points(group=group), key=lambda e: e.name)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -74,3 +74,19 @@ def sweep_tab(doc: dict[str, Any]) -> dcc.Tab:
             html.Pre("\n".join(sweep_lines(doc)), id="sweep-table", style={"fontSize": "12px"}),
         ],
     )
+
+
+def write_sweep_plot(doc: dict[str, Any], *, html: str | None = None, png: str | None = None) -> list[str]:
+    """`schedscope sweep --plot/--png`: the figure as a standalone HTML page and/or a PNG."""
+    fig = sweep_figure(doc)
+    written = []
+    if html:
+        fig.write_html(html, include_plotlyjs=True)
+        written.append(html)
+    if png:
+        from web.export import figure_png
+
+        with open(png, "wb") as fh:
+            fh.write(figure_png(fig, width=1000))
+        written.append(png)
+    return written
