@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 
 from tests.live_support import build_tiny_llama, free_port, start_server
+from tests.test_metrics import assert_totals_equal, scrape
 from tracer.attach import StreamFollower
 from tracer.reader import Trace, load
 
@@ -40,6 +42,8 @@ class Run:
     k: int
     streamed: bytes = b""  # what a `schedscope attach` viewer received over the live stream
     vllm_drafts: float = 0.0  # vLLM's own counter of draft tokens verified
+    metrics: dict[str, Any] | None = None  # SCHEDSCOPE_METRICS scraped once the load was served
+    stream_metrics: dict[str, Any] | None = None  # /metrics on the stream server, same moment
 
 
 @pytest.fixture(scope="module")
@@ -63,8 +67,11 @@ def _serve_and_trace(models: dict[str, Path], spec: dict[str, Any], tmp: Path, s
     ]  # fmt: skip
     env = {"SCHEDSCOPE_TRACE": str(trace_path)}
     port = free_port() if stream else None
+    metrics_port = free_port() if stream else None
     if port:
         env["SCHEDSCOPE_STREAM"] = f"127.0.0.1:{port}"
+        env["SCHEDSCOPE_METRICS"] = f"127.0.0.1:{metrics_port}"
+    scraped: dict[str, Any] = {}
     received: list[bytes] = []
     with start_server(models["target"], extra_args=args, env=env, log_path=tmp / "server.log") as server:
         viewer = None
@@ -82,9 +89,29 @@ def _serve_and_trace(models: dict[str, Path], spec: dict[str, Any], tmp: Path, s
             viewer.start()
         responses = server.complete_many(PROMPTS, MAX_TOKENS, concurrency=len(PROMPTS), ignore_eos=True)
         drafts = server.metric("vllm:spec_decode_num_draft_tokens_total")
+        if metrics_port:
+            # Scraped while the server still runs, once the engine is idle (its steps all written).
+            scraped = _scrape_when_settled(f"http://127.0.0.1:{metrics_port}/metrics")
+            scraped["stream"] = scrape(f"http://127.0.0.1:{port}/metrics")
     if viewer is not None:
         viewer.join(15)
-    return Run(load(trace_path), responses, spec["num_speculative_tokens"], b"".join(received), drafts)
+    stream_metrics = scraped.pop("stream", None)
+    run = Run(load(trace_path), responses, spec["num_speculative_tokens"], b"".join(received), drafts)
+    run.metrics, run.stream_metrics = scraped or None, stream_metrics
+    return run
+
+
+def _scrape_when_settled(url: str, timeout: float = 20.0) -> dict[str, Any]:
+    """Scrape until two scrapes 0.5 s apart agree on the steps (the last step is written)."""
+    deadline = time.monotonic() + timeout
+    last = scrape(url)
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = scrape(url)
+        if now.get("schedscope_steps_total") == last.get("schedscope_steps_total"):
+            return now
+        last = now
+    return last
 
 
 @pytest.fixture(scope="module")
@@ -182,3 +209,15 @@ def test_live_stream_carries_the_trace(ngram_run: Run, tmp_path: Path) -> None:
     copy = tmp_path / "copy.jsonl"
     copy.write_bytes(ngram_run.streamed)
     assert copy.read_bytes() == Path(ngram_run.trace.path).read_bytes()
+
+
+def test_live_metrics_equal_the_trace(ngram_run: Run) -> None:
+    """SCHEDSCOPE_METRICS and the stream server's /metrics, scraped during the run with
+    prometheus_client's parser, carry the trace's totals under vLLM's labels."""
+    assert ngram_run.metrics is not None and ngram_run.stream_metrics is not None
+    path = Path(ngram_run.trace.path)
+    for scraped in (ngram_run.metrics, ngram_run.stream_metrics):
+        assert_totals_equal(scraped, path)
+        assert scraped["schedscope_steps_total"] == len(ngram_run.trace) > 0
+        (model, engine), *more = scraped["_labels"]
+        assert not more and engine == "0" and model == str(ngram_run.trace.config["model"])
