@@ -139,3 +139,20 @@ def test_bad_metrics_address_logs_and_keeps_tracing(
     run_workload(sched, requests, accept=mixed_accept)
     sched.shutdown()
     assert load(trace_env).footer["records_dropped"] == 0
+
+
+def test_grafana_panel_and_readme_name_real_metrics() -> None:
+    """The panel JSON parses, and every schedscope_ series it or the README queries exists."""
+    import json
+    import re
+
+    from tracer.metrics import TraceMetrics
+
+    root = Path(__file__).resolve().parent.parent
+    panel = json.loads((root / "docs" / "grafana-panel.json").read_text())
+    exprs = " ".join(t["expr"] for t in panel["targets"]) + (root / "README.md").read_text()
+    served = TraceMetrics().render().decode()
+    for name in set(re.findall(r"schedscope_[a-z_]+", exprs)):
+        if name.endswith("_"):  # an abbreviation in prose, e.g. `…_needed_total`
+            continue
+        assert re.search(rf"^(# TYPE )?{name}[{{ ]", served, re.M), name
