@@ -156,3 +156,32 @@ def test_grafana_panel_and_readme_name_real_metrics() -> None:
         if name.endswith("_"):  # an abbreviation in prose, e.g. `…_needed_total`
             continue
         assert re.search(rf"^(# TYPE )?{name}[{{ ]", served, re.M), name
+
+
+def test_stream_serves_metrics_unless_turned_off(trace_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With SCHEDSCOPE_STREAM alone the stream server answers /metrics; SCHEDSCOPE_METRICS=off
+    turns the counting off altogether (the stream then answers 404 there)."""
+    import urllib.error
+
+    from tracer.scheduler import TracingScheduler
+
+    spec, requests = SCENARIOS["dspark_k4"]
+    monkeypatch.setenv("SCHEDSCOPE_STREAM", "127.0.0.1:0")
+    for setting in ("", "off"):
+        monkeypatch.setenv("SCHEDSCOPE_METRICS", setting)
+        sched = build_scheduler(spec, TracingScheduler)
+        server = sched._schedscope_stream
+        url = server.url.replace("/trace", "/metrics")
+        try:
+            run_workload(sched, requests, accept=mixed_accept)
+            sched.shutdown()
+            if setting == "off":
+                assert sched._schedscope_metrics is None
+                with pytest.raises(urllib.error.HTTPError) as err:
+                    scrape(url)
+                assert err.value.code == 404
+            else:
+                assert sched._schedscope_metrics_server is None  # no port of its own
+                assert_totals_equal(scrape(url), trace_env)
+        finally:
+            server.close()

@@ -13,6 +13,8 @@ thread, and by a scrape (on its HTTP thread) so an idle engine reads exact.
 
 Labels `model_name` (the served model name) and `engine` (the data-parallel
 rank) match vLLM's own metrics. Own CollectorRegistry: vLLM's is never touched.
+SCHEDSCOPE_METRICS=off turns the counting off, /metrics on the stream server included
+(it costs the writer thread about as much again as encoding the records: docs/performance.md).
 Security as for the stream: loopback by default; another address needs a
 bearer token (SCHEDSCOPE_METRICS_TOKEN, else SCHEDSCOPE_STREAM_TOKEN).
 """
@@ -42,7 +44,7 @@ ENV_METRICS = "SCHEDSCOPE_METRICS"
 ENV_TOKEN = "SCHEDSCOPE_METRICS_TOKEN"
 DEFAULT_PORT = 8800
 PROCESS_INTERVAL = 0.5  # seconds between batches turned into counters on the writer thread
-MAX_PENDING_LINES = 262_144  # lines waiting for processing; beyond: dropped and counted
+MAX_PENDING_BYTES = 64 << 20  # lines waiting to be counted; beyond: dropped and counted
 # Target-budget utilisation per step (used / cap): fine near 1, where budget faults live.
 UTIL_BUCKETS = (0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1.0)
 
@@ -77,6 +79,7 @@ class TraceMetrics:
         self.errors = 0
         self._header: bytes | None = None
         self._pending: list[bytes] = []
+        self._pending_bytes = 0
         self._carry: list[bytes] = []  # runner lines whose step has not arrived yet
         self._pending_lock = threading.Lock()  # held only to append or swap the list
         self._process_lock = threading.Lock()  # one batch turned into counters at a time
@@ -96,10 +99,11 @@ class TraceMetrics:
                     self._header = line
                     continue
                 footer = footer or line.startswith(b'{"kind":"footer"')
-                if len(self._pending) >= MAX_PENDING_LINES:
+                if self._pending_bytes + len(line) > MAX_PENDING_BYTES:
                     self.lines_dropped += 1
                     continue
                 self._pending.append(line)
+                self._pending_bytes += len(line)
         now = time.monotonic()
         if (footer or now - self._last >= self.interval) and self._process_lock.acquire(blocking=False):
             try:
@@ -116,11 +120,10 @@ class TraceMetrics:
 
     def _process(self) -> None:
         with self._pending_lock:
-            header, lines, self._pending = self._header, self._pending, []
-        if header is None:
-            with self._pending_lock:
-                self._pending[:0] = lines
-            return
+            header, lines = self._header, self._pending
+            if header is None:
+                return  # nothing to count before the header
+            self._pending, self._pending_bytes = [], 0
         lines = self._carry + lines
         # A step's runner records are written just before it: those after the last
         # step wait for the next batch, so each step is analysed with its own.

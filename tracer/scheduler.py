@@ -39,11 +39,14 @@ class TracingMixin:
         path = _recorder.trace_path_from_env()
         stream_at = os.environ.get(stream.ENV_STREAM, "").strip()
         metrics_at = os.environ.get(ENV_METRICS, "").strip()
-        if path is None and not stream_at and not metrics_at:
+        if path is None and not stream_at and metrics_at.lower() in ("", "off"):
             return
         taps = []
         # Counters for /metrics (own port and/or the stream server's), on the writer thread.
-        counters = self._start_metrics(metrics_at) if (metrics_at or stream_at) else None
+        metrics_off = metrics_at.lower() == "off"
+        if metrics_off:
+            metrics_at = ""
+        counters = self._start_metrics(metrics_at) if (metrics_at or stream_at) and not metrics_off else None
         if counters is not None:
             taps.append(counters.tap)
         if stream_at:
