@@ -168,9 +168,11 @@ class TraceMetrics:
 
     # -- scrape ----------------------------------------------------------------------
     def render(self) -> bytes:
-        """Prometheus text exposition of the counters, pending lines included."""
-        self.update()
-        return generate_latest(self.registry)
+        """Prometheus text exposition of the counters, pending lines included; under the
+        processing lock, so a scrape never reads a batch half-counted."""
+        with self._process_lock:
+            self._process()
+            return generate_latest(self.registry)
 
     def records_dropped(self) -> int:
         try:
