@@ -42,8 +42,8 @@ class Run:
     k: int
     streamed: bytes = b""  # what a `schedscope attach` viewer received over the live stream
     vllm_drafts: float = 0.0  # vLLM's own counter of draft tokens verified
-    metrics: dict[str, Any] | None = None  # SCHEDSCOPE_METRICS scraped once the load was served
-    stream_metrics: dict[str, Any] | None = None  # /metrics on the stream server, same moment
+    schedscope_scrape: dict[str, Any] | None = None  # SCHEDSCOPE_METRICS, scraped once the load was served
+    stream_scrape: dict[str, Any] | None = None  # /metrics on the stream server, same moment
 
 
 @pytest.fixture(scope="module")
@@ -95,9 +95,9 @@ def _serve_and_trace(models: dict[str, Path], spec: dict[str, Any], tmp: Path, s
             scraped["stream"] = scrape(f"http://127.0.0.1:{port}/metrics")
     if viewer is not None:
         viewer.join(15)
-    stream_metrics = scraped.pop("stream", None)
+    stream_scrape = scraped.pop("stream", None)
     run = Run(load(trace_path), responses, spec["num_speculative_tokens"], b"".join(received), drafts)
-    run.metrics, run.stream_metrics = scraped or None, stream_metrics
+    run.schedscope_scrape, run.stream_scrape = scraped or None, stream_scrape
     return run
 
 
@@ -214,9 +214,9 @@ def test_live_stream_carries_the_trace(ngram_run: Run, tmp_path: Path) -> None:
 def test_live_metrics_equal_the_trace(ngram_run: Run) -> None:
     """SCHEDSCOPE_METRICS and the stream server's /metrics, scraped during the run with
     prometheus_client's parser, carry the trace's totals under vLLM's labels."""
-    assert ngram_run.metrics is not None and ngram_run.stream_metrics is not None
+    assert ngram_run.schedscope_scrape is not None and ngram_run.stream_scrape is not None
     path = Path(ngram_run.trace.path)
-    for scraped in (ngram_run.metrics, ngram_run.stream_metrics):
+    for scraped in (ngram_run.schedscope_scrape, ngram_run.stream_scrape):
         assert_totals_equal(scraped, path)
         assert scraped["schedscope_steps_total"] == len(ngram_run.trace) > 0
         (model, engine), *more = scraped["_labels"]
