@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from tests.live_support import REPO_ROOT, build_tiny_llama, free_port, start_server
+from tests.test_metrics import assert_totals_equal, scrape
 from tracer import timing
 from tracer.attach import StreamFollower
 from tracer.doctor import fetch_metrics, per_request
@@ -50,6 +51,8 @@ class Run:
     vllm_drafts: float = 0.0  # vLLM's own counter of draft tokens verified
     metrics: Path | None = None  # the server's /metrics page, saved before it stopped
     live_doctor: tuple[int, str] = (-1, "")  # `schedscope doctor --metrics-url` while it served
+    schedscope_scrape: dict[str, Any] | None = None  # SCHEDSCOPE_METRICS, scraped once the load was served
+    stream_scrape: dict[str, Any] | None = None  # /metrics on the stream server, same moment
 
 
 @pytest.fixture(scope="module")
@@ -73,8 +76,11 @@ def _serve_and_trace(models: dict[str, Path], spec: dict[str, Any], tmp: Path, s
     ]  # fmt: skip
     env = {"SCHEDSCOPE_TRACE": str(trace_path)}
     port = free_port() if stream else None
+    metrics_port = free_port() if stream else None
     if port:
         env["SCHEDSCOPE_STREAM"] = f"127.0.0.1:{port}"
+        env["SCHEDSCOPE_METRICS"] = f"127.0.0.1:{metrics_port}"
+    scraped: dict[str, Any] = {}
     received: list[bytes] = []
     with start_server(models["target"], extra_args=args, env=env, log_path=tmp / "server.log") as server:
         viewer = None
@@ -96,10 +102,16 @@ def _serve_and_trace(models: dict[str, Path], spec: dict[str, Any], tmp: Path, s
         live_doctor = doctor(trace_path, "--metrics-url", server.base_url)
         metrics = tmp / "metrics.txt"
         metrics.write_text(fetch_metrics(server.base_url))
+        if metrics_port:
+            # Scraped while the server still runs, once the engine is idle (its steps all written).
+            scraped = _scrape_when_settled(f"http://127.0.0.1:{metrics_port}/metrics")
+            scraped["stream"] = scrape(f"http://127.0.0.1:{port}/metrics")
     if viewer is not None:
         viewer.join(15)
+    stream_scrape = scraped.pop("stream", None)
     run = Run(load(trace_path), responses, spec["num_speculative_tokens"], b"".join(received), drafts)
     run.metrics, run.live_doctor = metrics, live_doctor
+    run.schedscope_scrape, run.stream_scrape = scraped or None, stream_scrape
     return run
 
 
@@ -119,6 +131,19 @@ def _until_all_finished(trace_path: Path, timeout: float = 10.0) -> None:
         if len(finished) >= len(PROMPTS):
             return
         time.sleep(0.1)
+
+
+def _scrape_when_settled(url: str, timeout: float = 20.0) -> dict[str, Any]:
+    """Scrape until two scrapes 0.5 s apart agree on the steps (the last step is written)."""
+    deadline = time.monotonic() + timeout
+    last = scrape(url)
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = scrape(url)
+        if now.get("schedscope_steps_total") == last.get("schedscope_steps_total"):
+            return now
+        last = now
+    return last
 
 
 @pytest.fixture(scope="module")
@@ -256,3 +281,15 @@ def test_step_time_model_on_the_live_trace(run_name: str, request: pytest.Fixtur
     # predicted the next step 470x too slow): none is predicted 5x too slow.
     rows = np.concatenate([fit.train, fit.test])
     assert (pred[rows] < 5 * y[rows]).all()
+
+
+def test_live_metrics_equal_the_trace(ngram_run: Run) -> None:
+    """SCHEDSCOPE_METRICS and the stream server's /metrics, scraped during the run with
+    prometheus_client's parser, carry the trace's totals under vLLM's labels."""
+    assert ngram_run.schedscope_scrape is not None and ngram_run.stream_scrape is not None
+    path = Path(ngram_run.trace.path)
+    for scraped in (ngram_run.schedscope_scrape, ngram_run.stream_scrape):
+        assert_totals_equal(scraped, path)
+        assert scraped["schedscope_steps_total"] == len(ngram_run.trace) > 0
+        (model, engine), *more = scraped["_labels"]
+        assert not more and engine == "0" and model == str(ngram_run.trace.config["model"])

@@ -97,6 +97,8 @@ class Recorder:
         self._prefix = _PrefixIndex()  # writer thread only
         self._closed = False
         self._fast_demand = True  # until the canary in _fast_demand_ok disagrees once
+        # Output placeholders (async scheduling) are 0 for good under a synchronous scheduler.
+        self._no_placeholders = not config.get("async_scheduling")
         writer.emit(
             {
                 "kind": schema.HEADER,
@@ -142,15 +144,23 @@ class Recorder:
     def before_schedule(self, sched: Any) -> tuple[Any, ...]:
         """Each candidate's demand (tokens still needed, before clipping).
 
-        The hottest tracer code (every running request, every step): two flat
-        lists, no tuple per request, and the token count read without the
-        `num_tokens_with_spec` property call when a canary says it is equivalent.
+        The hottest tracer code (every running request, every step): one Python
+        loop, for the demands; the running requests themselves are kept as a C
+        copy of the list, and their ids (immutable) are read on the writer thread.
+        The token count is read without the `num_tokens_with_spec` property call
+        when a canary says it is equivalent, and `num_output_placeholders` only
+        where it can be non-zero: AsyncScheduler is the only code that raises it.
         """
         running = sched.running
-        ids = [r.request_id for r in running]
-        if running and self._fast_demand and not _fast_demand_ok(running[0]):
-            self._fast_demand = False  # vLLM redefined the property: the plain path for good
-        if self._fast_demand:
+        refs = list(running)
+        if running:
+            if self._fast_demand and not _fast_demand_ok(running[0]):
+                self._fast_demand = False  # vLLM redefined the property: the plain path for good
+            if self._no_placeholders and running[0].num_output_placeholders:
+                self._no_placeholders = False  # they are in use after all: read them for good
+        if self._fast_demand and self._no_placeholders:
+            demand = [len(r._all_token_ids) + len(r.spec_token_ids) - r.num_computed_tokens for r in running]
+        elif self._fast_demand:
             demand = [
                 len(r._all_token_ids)
                 + len(r.spec_token_ids)
@@ -170,7 +180,7 @@ class Recorder:
         waiting = [(r.request_id, r.num_tokens - r.num_computed_tokens) for r in head]
         # Under priority scheduling the replay needs each arrival's priority.
         priority = {r.request_id: r.priority for r in head if r.priority} if self._by_priority else None
-        return ids, demand, waiting, max(0, n_waiting - limit), priority
+        return refs, demand, waiting, max(0, n_waiting - limit), priority
 
     def after_schedule(self, sched: Any, out: Any, pre: Any, t_start: float, dt_ns: int) -> None:
         self.step += 1
@@ -323,9 +333,10 @@ class Recorder:
             inputs,
             ends,
         ) = raw
-        running_ids, running_demand, waiting_pre, truncated, priority = (
+        running_refs, running_demand, waiting_pre, truncated, priority = (
             pre if pre is not None else ((), (), (), 0, None)
         )
+        running_ids = [r.request_id for r in running_refs]  # fixed at construction: safe off-thread
         demand = dict(zip(running_ids, running_demand, strict=True))
         demand.update(waiting_pre)
         tokens_of, spec_of, demand_of = num_sched.get, dict(zip(*spec, strict=True)).get, demand.get

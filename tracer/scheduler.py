@@ -25,6 +25,8 @@ from tracer import runner_hook, stream
 
 logger = logging.getLogger("schedscope.scheduler")
 
+ENV_METRICS = "SCHEDSCOPE_METRICS"  # tracer.metrics.ENV_METRICS; that module loads only when set
+
 
 class TracingMixin:
     """Wraps schedule(), update_from_output() and shutdown() of a vLLM scheduler."""
@@ -38,12 +40,21 @@ class TracingMixin:
         super().__init__(*args, **kwargs)
         path = _recorder.trace_path_from_env()
         stream_at = os.environ.get(stream.ENV_STREAM, "").strip()
-        if path is None and not stream_at:
+        metrics_at = os.environ.get(ENV_METRICS, "").strip()
+        if path is None and not stream_at and metrics_at.lower() in ("", "off"):
             return
         taps = []
+        # Counters for /metrics (own port and/or the stream server's), on the writer thread.
+        metrics_off = metrics_at.lower() == "off"
+        if metrics_off:
+            metrics_at = ""
+        counters = self._start_metrics(metrics_at) if (metrics_at or stream_at) and not metrics_off else None
+        if counters is not None:
+            taps.append(counters.tap)
         if stream_at:
             try:
                 hub, server = stream.start_from_env(stream_at, os.environ.get(stream.ENV_TOKEN))
+                server.metrics = counters
                 self._schedscope_stream = server
                 taps.append(hub.publish)
                 atexit.register(server.close)
@@ -60,6 +71,9 @@ class TracingMixin:
             logger.exception("schedscope: cannot record to %s; serving without a trace", path)
             return
         self._schedscope = rec
+        if counters is not None:
+            writer = rec.writer
+            counters.dropped_source = lambda: writer.dropped
         atexit.register(rec.close)
         try:
             runner_hook.install()
@@ -67,6 +81,31 @@ class TracingMixin:
         except Exception:
             rec.fail("hook install")
         logger.info("schedscope: recording scheduler steps to %s", path)
+
+    _schedscope_metrics: Any = None  # tracer.metrics.TraceMetrics
+    _schedscope_metrics_server: Any = None
+
+    def _start_metrics(self, metrics_at: str) -> Any:
+        """The metrics counters, and their own HTTP server if SCHEDSCOPE_METRICS names one;
+        None if they cannot be set up (logged: the server keeps serving, traced)."""
+        try:
+            from tracer import metrics
+
+            counters = metrics.TraceMetrics(engine=metrics.engine_index(self))
+        except Exception:
+            logger.exception("schedscope: cannot count metrics; continuing without")
+            return None
+        self._schedscope_metrics = counters
+        if metrics_at:
+            try:
+                token = os.environ.get(metrics.ENV_TOKEN) or os.environ.get(stream.ENV_TOKEN)
+                server = metrics.start_from_env(counters, metrics_at, token)
+                self._schedscope_metrics_server = server
+                atexit.register(server.close)
+                logger.info("schedscope: serving Prometheus metrics at %s", server.url)
+            except Exception:
+                logger.exception("schedscope: cannot serve metrics at %s; continuing without", metrics_at)
+        return counters
 
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
         rec = self._schedscope

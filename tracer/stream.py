@@ -55,14 +55,14 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def parse_bind(value: str) -> tuple[str, int]:
+def parse_bind(value: str, default_port: int = DEFAULT_PORT) -> tuple[str, int]:
     """ "HOST:PORT", ":PORT", "PORT" or "HOST" -> (host, port); loopback when omitted."""
     value = value.strip()
     if value.isdigit():
         return "127.0.0.1", int(value)
     host, sep, port = value.rpartition(":")
     if not sep:
-        return value, DEFAULT_PORT
+        return value, default_port
     return (host.strip("[]") or "127.0.0.1"), int(port)
 
 
@@ -230,6 +230,8 @@ class StreamServer:
         self.hub = hub
         self.token = token
         self.heartbeat = heartbeat
+        # GET /metrics, when the tracer counts metrics (tracer.metrics.TraceMetrics).
+        self.metrics: Any = None
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -262,8 +264,13 @@ class StreamServer:
 
     def _serve(self, h: BaseHTTPRequestHandler) -> None:
         url = urlparse(h.path)
+        if url.path == "/metrics" and self.metrics is not None:
+            from tracer.metrics import serve_metrics  # only where metrics are on
+
+            serve_metrics(h, self.metrics, self.token)
+            return
         if url.path != "/trace":
-            h.send_error(404, "GET /trace[?since=STEP]")
+            h.send_error(404, "GET /trace[?since=STEP] or /metrics")
             return
         if not self._authorized(h):
             h.send_error(401, "bearer token required")
