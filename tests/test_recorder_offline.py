@@ -7,6 +7,7 @@ Ground truth for budgets is vLLM itself: probe_schedule reads the final
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -178,3 +179,42 @@ def test_async_scheduler_class_records(trace_env: Path) -> None:
     assert trace.header["scheduler_cls"].endswith("TracingAsyncScheduler")
     assert len(trace) == len(steps)
     assert list(trace.columns["target_used"]) == [o.total_num_scheduled_tokens for o, _ in steps]
+
+
+def test_recorder_config_from_env_falls_back_on_bad_values(caplog: pytest.LogCaptureFixture) -> None:
+    """A bad SCHEDSCOPE_QUEUE is logged and replaced by the default; it never disables the trace."""
+    import logging
+
+    from tracer.recorder import DEFAULT_QUEUE, RecorderConfig
+
+    with caplog.at_level(logging.WARNING, logger="schedscope"):
+        config = RecorderConfig.from_env(
+            {"SCHEDSCOPE_TRACE": "/tmp/t-{pid}.jsonl", "SCHEDSCOPE_QUEUE": "lots"}
+        )
+    assert config.active and config.queue == DEFAULT_QUEUE
+    assert str(config.trace).endswith(f"t-{os.getpid()}.jsonl")
+    assert any("SCHEDSCOPE_QUEUE='lots' is not a positive integer" in r.getMessage() for r in caplog.records)
+    assert not RecorderConfig.from_env({}).active
+    assert RecorderConfig.from_env({"SCHEDSCOPE_QUEUE": "8", "SCHEDSCOPE_STREAM": ":0"}).queue == 8
+
+
+def test_replay_records_without_touching_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The offline harness passes its configuration; a server's environment (a stream port,
+    another trace path) does not leak into a replay, and os.environ is left as it was."""
+    from tracer.offline import EngineSpec, RequestSpec, build_scheduler, run_workload
+    from tracer.replay import recording_to
+    from tracer.scheduler import TracingScheduler
+
+    monkeypatch.setenv("SCHEDSCOPE_TRACE", str(tmp_path / "server.jsonl"))
+    monkeypatch.setenv("SCHEDSCOPE_STREAM", "127.0.0.1:1")  # would fail to bind if used
+    before = dict(os.environ)
+    with recording_to(tmp_path / "replay.jsonl", {"replay": {"source": "x"}}):
+        sched = build_scheduler(EngineSpec(), TracingScheduler)
+        assert dict(os.environ) == before
+    run_workload(sched, [RequestSpec("r", 8, 2)])
+    sched.shutdown()
+    assert sched._schedscope_stream is None and not (tmp_path / "server.jsonl").exists()
+    trace = load(tmp_path / "replay.jsonl")
+    assert trace.header["replay"] == {"source": "x"} and len(trace) > 0

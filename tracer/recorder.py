@@ -14,7 +14,10 @@ import logging
 import os
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from itertools import chain, islice
 from pathlib import Path
 from typing import Any
@@ -29,14 +32,11 @@ logger = logging.getLogger("schedscope.recorder")
 
 ENV_TRACE = "SCHEDSCOPE_TRACE"
 ENV_QUEUE = "SCHEDSCOPE_QUEUE"
+DEFAULT_QUEUE = 65536
 
 # A step whose update_from_output never arrives is written without outcomes
 # once this many newer steps are pending (async scheduling keeps one or two).
 MAX_PENDING = 16
-
-# Header fields an offline harness adds to the traces it records (a replay names
-# its source here); set through tracer.replay.recording_to, never in a server.
-HEADER_EXTRA: dict[str, Any] = {}
 
 # Slots of a step's raw list (built in after_schedule, read in build_step) that
 # update_from_output fills in later.
@@ -48,12 +48,71 @@ RUNNER_NOTES_ATTR = "_schedscope_runner"
 RUNNER_HOOKS_ATTR = "_schedscope_hooks"
 
 
+@dataclass(frozen=True)
+class RecorderConfig:
+    """What a tracing scheduler records and serves. A server reads it from the environment
+    (`from_env`); the offline harness passes one (`configured`) and leaves the environment be."""
+
+    trace: Path | None = None  # the trace file; None: no file
+    stream: str = ""  # SCHEDSCOPE_STREAM: HOST:PORT of the live stream, "" for none
+    stream_token: str | None = None
+    metrics: str = ""  # SCHEDSCOPE_METRICS: HOST:PORT, "off", or "" (on the stream server only)
+    queue: int = DEFAULT_QUEUE  # the writer's bounded queue, in records
+    header: Mapping[str, Any] = field(default_factory=dict)  # extra header fields (a replay's source)
+
+    @property
+    def active(self) -> bool:
+        return self.trace is not None or bool(self.stream) or self.metrics.lower() not in ("", "off")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> RecorderConfig:
+        """The server's configuration. A bad value is logged and falls back to its default:
+        it never turns the trace off silently, nor stops the server."""
+        env = os.environ if env is None else env
+        raw = env.get(ENV_TRACE, "").strip()
+        queue = DEFAULT_QUEUE
+        text = env.get(ENV_QUEUE, "").strip()
+        if text:
+            try:
+                queue = int(text)
+                if queue <= 0:
+                    raise ValueError("not positive")
+            except ValueError:
+                queue = DEFAULT_QUEUE
+                logger.warning(
+                    "schedscope: %s=%r is not a positive integer; using %d", ENV_QUEUE, text, queue
+                )
+        return cls(
+            trace=Path(raw.replace("{pid}", str(os.getpid()))) if raw else None,
+            stream=env.get("SCHEDSCOPE_STREAM", "").strip(),
+            stream_token=env.get("SCHEDSCOPE_STREAM_TOKEN") or None,
+            metrics=env.get("SCHEDSCOPE_METRICS", "").strip(),
+            queue=queue,
+        )
+
+
+# Set by the offline harness around building a scheduler (tracer.replay.recording_to);
+# never in a server, where the environment decides.
+_configured: ContextVar[RecorderConfig | None] = ContextVar("schedscope_recorder_config", default=None)
+
+
+def current_config() -> RecorderConfig:
+    return _configured.get() or RecorderConfig.from_env()
+
+
+@contextmanager
+def configured(config: RecorderConfig) -> Iterator[None]:
+    """Tracing schedulers built inside this block record as `config` says."""
+    token = _configured.set(config)
+    try:
+        yield
+    finally:
+        _configured.reset(token)
+
+
 def trace_path_from_env() -> Path | None:
-    """The trace path named by SCHEDSCOPE_TRACE; `{pid}` is replaced (one file per engine)."""
-    raw = os.environ.get(ENV_TRACE, "").strip()
-    if not raw:
-        return None
-    return Path(raw.replace("{pid}", str(os.getpid())))
+    """The trace path a scheduler built here would record to; `{pid}` is replaced (one file per engine)."""
+    return current_config().trace
 
 
 def _vllm_version() -> str | None:
@@ -125,9 +184,10 @@ class Recorder:
         policy: str = "stock",
         max_queue: int | None = None,
         taps: Sequence[Tap] = (),
+        header: Mapping[str, Any] | None = None,
     ) -> Recorder:
         """A recorder writing to `path` (None: no file, e.g. stream only) and `taps`."""
-        queue = max_queue or int(os.environ.get(ENV_QUEUE, "65536"))
+        queue = max_queue or current_config().queue
         if path is None:
             sink = open(os.devnull, "ab")  # noqa: SIM115 - owned and closed by the writer
         else:
@@ -137,7 +197,7 @@ class Recorder:
             sink = open_sink(path)
         writer = TraceWriter(sink, encode_record, max_queue=queue, taps=taps)
         name = f"{type(sched).__module__}.{type(sched).__qualname__}"
-        extra = HEADER_EXTRA or None
+        extra = dict(header) if header else None
         return cls(writer, describe_scheduler(sched), policy=policy, scheduler_cls=name, header_extra=extra)
 
     # -- scheduler thread: snapshots only ----------------------------------------------

@@ -17,7 +17,6 @@ their recorded times on that clock rather than before their recorded step.
 
 from __future__ import annotations
 
-import os
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -336,20 +335,12 @@ def _truncate(owners: list[tuple[int | None, str]], blocks: int) -> list[tuple[i
 
 @contextmanager
 def recording_to(path: Path, header: dict[str, Any] | None = None) -> Iterator[None]:
-    """Point the tracing scheduler at `path` (with extra header fields) while one is built."""
-    from tracer import recorder
+    """Tracing schedulers built in this block record to `path` (with extra header fields),
+    whatever the environment says: no stream, no metrics, nothing changed in os.environ."""
+    from tracer.recorder import RecorderConfig, configured
 
-    old = os.environ.get("SCHEDSCOPE_TRACE")
-    os.environ["SCHEDSCOPE_TRACE"] = str(path)
-    recorder.HEADER_EXTRA.update(header or {})
-    try:
+    with configured(RecorderConfig(trace=Path(path), header=dict(header or {}))):
         yield
-    finally:
-        recorder.HEADER_EXTRA.clear()
-        if old is None:
-            del os.environ["SCHEDSCOPE_TRACE"]
-        else:
-            os.environ["SCHEDSCOPE_TRACE"] = old
 
 
 def replay(

@@ -25,8 +25,6 @@ from tracer import runner_hook, stream
 
 logger = logging.getLogger("schedscope.scheduler")
 
-ENV_METRICS = "SCHEDSCOPE_METRICS"  # tracer.metrics.ENV_METRICS; that module loads only when set
-
 
 class TracingMixin:
     """Wraps schedule(), update_from_output() and shutdown() of a vLLM scheduler."""
@@ -38,11 +36,10 @@ class TracingMixin:
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        path = _recorder.trace_path_from_env()
-        stream_at = os.environ.get(stream.ENV_STREAM, "").strip()
-        metrics_at = os.environ.get(ENV_METRICS, "").strip()
-        if path is None and not stream_at and metrics_at.lower() in ("", "off"):
+        config = _recorder.current_config()
+        if not config.active:
             return
+        path, stream_at, metrics_at = config.trace, config.stream, config.metrics
         taps = []
         # Counters for /metrics (own port and/or the stream server's), on the writer thread.
         metrics_off = metrics_at.lower() == "off"
@@ -53,7 +50,7 @@ class TracingMixin:
             taps.append(counters.tap)
         if stream_at:
             try:
-                hub, server = stream.start_from_env(stream_at, os.environ.get(stream.ENV_TOKEN))
+                hub, server = stream.start_from_env(stream_at, config.stream_token)
                 server.metrics = counters
                 self._schedscope_stream = server
                 taps.append(hub.publish)
@@ -66,7 +63,7 @@ class TracingMixin:
         try:
             # Policy layers (tracer.policies) name themselves; vLLM's own is "stock".
             policy = getattr(self, "SCHEDSCOPE_POLICY", "stock")
-            rec = _recorder.Recorder.for_scheduler(self, path, policy=policy, taps=taps)
+            rec = _recorder.Recorder.for_scheduler(self, path, policy=policy, taps=taps, header=config.header)
         except Exception:
             logger.exception("schedscope: cannot record to %s; serving without a trace", path)
             return
