@@ -240,3 +240,20 @@ def test_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert main(["doctor", str(path), "--metrics-file", str(tmp_path / "bad.txt")]) == 1
     assert main(["doctor", str(path), "--metrics-url", "http://127.0.0.1:9"]) == 2
     assert "cannot read the server's metrics" in capsys.readouterr().err
+
+
+def test_prompt_tokens_come_from_arrivals_beyond_the_waiting_head(tmp_path: Path) -> None:
+    """A 1.1 trace records every arrival's prompt length: a request admitted from beyond the
+    32 listed waiting ones (demand -1) is still counted, exactly."""
+    path = write_trace(tmp_path / "t.jsonl")
+    records = [orjson.loads(line) for line in path.read_bytes().splitlines()]
+    first = next(r for r in records if r["kind"] == "step")
+    first["new"][0][3] = -1  # "a" was admitted from beyond the listed head of the queue
+    first["inputs"] = [["a", "a", 10, 40, 0, 0.0, None]]
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
+    t = doctor.trace_totals([load(path)])
+    assert (t.prompt_tokens, t.prompt_unknown) == (21, 0)
+    first["inputs"] = []
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
+    t = doctor.trace_totals([load(path)])
+    assert (t.prompt_tokens, t.prompt_unknown) == (11, 1)

@@ -56,6 +56,7 @@ class RequestTotals:
     last: tuple[int, int] = (0, 0)  # (spec tokens, sampled) of its last scheduled step
     last_sampled: tuple[int, int] = (0, 0)  # sampled in its last two sampling steps (older, newer)
     finished: bool = False
+    prompt: int = -1  # its prompt length from its arrival record (format 1.1); -1: none
 
 
 @dataclass
@@ -85,6 +86,9 @@ def per_request(trace: Trace) -> dict[str, RequestTotals]:
     reqs: dict[str, RequestTotals] = {}
     for rec in trace.steps():
         sampled = rec["sampled"]
+        for event in rec.get("inputs") or ():
+            if event[0] == "a":  # every arrival, not only the head of the waiting queue
+                reqs.setdefault(event[1], RequestTotals()).prompt = int(event[2])
         for rid, _, _, demand in rec["new"]:
             reqs.setdefault(rid, RequestTotals()).demand = demand
         for rid, tokens, spec, _ in rec["new"] + rec["resumed"] + rec["running"]:
@@ -118,6 +122,8 @@ def trace_totals(traces: Sequence[Trace]) -> TraceTotals:
             totals.finished += r.finished
             if r.demand >= 0:
                 totals.prompt_tokens += r.demand
+            elif admitted and r.prompt >= 0:
+                totals.prompt_tokens += r.prompt
             elif admitted:
                 totals.prompt_unknown += 1
             older, newer = r.last_sampled
