@@ -270,14 +270,21 @@ def _recorded_workload(
         exact=True,
         notes=notes,
         source=trace.path,
-        start_time=_float_or_none(trace.header.get("start_time")),
-        t0=_float_or_none(trace.header.get("t0")),
-        step_times=[float(x) for x in trace.columns["t"]],
+        **_clock_of(trace),
     )
 
 
-def _float_or_none(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) else None
+def _clock_of(trace: Trace) -> dict[str, Any]:
+    """The recording's clock, for a timed replay: its wall/monotonic anchors and step times."""
+
+    def number(value: Any) -> float | None:
+        return float(value) if isinstance(value, (int, float)) else None
+
+    return {
+        "start_time": number(trace.header.get("start_time")),
+        "t0": number(trace.header.get("t0")),
+        "step_times": [float(x) for x in trace.columns["t"]],
+    }
 
 
 def _inferred_workload(
@@ -329,9 +336,7 @@ def _inferred_workload(
         accepted=accepted,
         notes=notes,
         source=trace.path,
-        start_time=_float_or_none(trace.header.get("start_time")),
-        t0=_float_or_none(trace.header.get("t0")),
-        step_times=[float(x) for x in trace.columns["t"]],
+        **_clock_of(trace),
     )
 
 
