@@ -103,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
         args.steps = 60
     import logging
 
+    from tracer import schema
+
     logging.disable(logging.WARNING)
     print(f"Trace size: {machine()}")
     with tempfile.TemporaryDirectory(prefix="schedscope-size-") as tmp:
@@ -114,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         return [orjson.dumps(r, option=orjson.OPT_APPEND_NEWLINE) for r in records]
 
     layouts = {
-        "recorded (format 1.0)": lines,
+        f"recorded (format {schema.SCHEMA_VERSION})": lines,
         "columnar (estimate)": encode([columnar(r) for r in recs]),
         "interned + columnar (estimate)": encode(interned(recs)),
     }
