@@ -265,7 +265,7 @@ def _recorded_workload(
         async_scheduling=is_async,
         log=log,
         accepted=accepted,
-        drafts=drafts if has_drafts or not engine.method else None,
+        drafts=drafts if has_drafts else None,  # None: the proposer offers K (no drafts recorded)
         stops=stops,
         exact=True,
         notes=notes,
