@@ -50,10 +50,10 @@ class Full(io.RawIOBase):
 def run_case(case: str, tmp: Path) -> list[float]:
     from vllm.v1.core.sched.scheduler import Scheduler
 
-    from tracer import recorder
-    from tracer.offline import build_scheduler, run_workload
-    from tracer.scenarios import SCENARIOS, mixed_accept
+    from tracer.record import recorder
     from tracer.scheduler import TracingScheduler
+    from tracer.whatif.offline import build_scheduler, run_workload
+    from tracer.whatif.scenarios import SCENARIOS, mixed_accept
 
     os.environ.pop("SCHEDSCOPE_STREAM", None)
     os.environ["SCHEDSCOPE_TRACE"] = str(tmp / f"{case}.jsonl")

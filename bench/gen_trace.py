@@ -4,7 +4,7 @@
 The records are not written by this script: a small simulated scheduler stands
 in for vLLM's (same attribute names as `Scheduler`, `Request`,
 `SchedulerOutput` and `ModelRunnerOutput`) and is fed through
-`tracer.recorder.Recorder`'s own hooks and encoder, so the file is exactly
+`tracer.record.recorder.Recorder`'s own hooks and encoder, so the file is exactly
 what the recorder writes: header, step, runner and footer records.
 
 The mix is what a busy server looks like: Poisson-ish arrivals with
@@ -32,8 +32,8 @@ from typing import IO, Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tracer import schema
-from tracer.recorder import RUNNER_NOTES_ATTR, Recorder, encode_record
+from tracer.record.recorder import RUNNER_NOTES_ATTR, Recorder, encode_record
+from tracer.trace import schema
 
 BLOCK = 16
 

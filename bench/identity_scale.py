@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/identity_scale.py [--requests 1500] [--mode async|ngram]
 
-Records a run offline on vLLM's real Scheduler (tracer.offline), with what a busy
+Records a run offline on vLLM's real Scheduler (tracer.whatif.offline), with what a busy
 server does: a request arrives every step (eight per step), prompts of 16-1,500
 tokens sharing prefix blocks with earlier ones (prefix caching on), a proposer
 offering 0-3 drafts, partial acceptance, stop tokens, and a KV cache small enough
@@ -31,12 +31,12 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="150 requests")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
-    from tracer.fidelity import check_fidelity, fidelity_lines
-    from tracer.offline import EngineSpec, RequestSpec, build_scheduler
     from tracer.policies import scheduler_class
-    from tracer.reader import load
-    from tracer.replay import Replayer, recording_to
-    from tracer.workload import PositionTable, Workload
+    from tracer.trace.reader import load
+    from tracer.whatif.fidelity import check_fidelity, fidelity_lines
+    from tracer.whatif.offline import EngineSpec, RequestSpec, build_scheduler
+    from tracer.whatif.replay import Replayer, recording_to
+    from tracer.whatif.workload import PositionTable, Workload
 
     n = 150 if args.quick else args.requests
     is_async = args.mode == "async"

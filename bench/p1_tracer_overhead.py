@@ -61,7 +61,7 @@ def mixed_accept(req_id: str, step: int, drafts: int) -> int:
 def build(n: int, steps: int, cls: type | None = None, trace: Path | None = None) -> Any:
     """A real vLLM scheduler (`cls`, default the stock Scheduler) with `n` requests that
     stay running for `steps` steps; recording to `trace` when given."""
-    from tracer.offline import EngineSpec, build_scheduler, make_request
+    from tracer.whatif.offline import EngineSpec, build_scheduler, make_request
 
     tokens_per_req = PROMPT + (K + 1) * (steps + 8)
     spec = EngineSpec(
@@ -99,7 +99,7 @@ class Loop:
     """Steps one scheduler as EngineCore does; times schedule() + update_from_output() only."""
 
     def __init__(self, sched: Any, gap: Callable[[], Any] | None = None) -> None:
-        from tracer.offline import Driver
+        from tracer.whatif.offline import Driver
 
         self.sched = sched
         self.driver = Driver(sched, mixed_accept)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""P2: trace ingest. tracer.reader.load against a bare orjson loop and pandas.
+"""P2: trace ingest. tracer.trace.reader.load against a bare orjson loop and pandas.
 
 On a generated trace in the real format (bench/gen_trace.py, 1,000,000 steps by
 default, cached under --dir), each contender runs in its own subprocess, so
@@ -8,7 +8,7 @@ every ratio is the median over repetitions:
 
 - orjson: `for line in open(path, "rb"): orjson.loads(line)` (gzip.open for .gz),
   the floor any JSON Lines reader pays;
-- reader: `tracer.reader.load(path)`, columns and runner join included;
+- reader: `tracer.trace.reader.load(path)`, columns and runner join included;
 - pandas: `pandas.read_json(path, lines=True)`, on the first --pandas-steps
   steps (default 100,000; its memory grows several times faster than the
   file), against the reader on that same file.
@@ -60,7 +60,7 @@ def worker(kind: str, path: Path) -> dict[str, Any]:
             return n
 
     elif kind == "reader":
-        from tracer.reader import load
+        from tracer.trace.reader import load
 
         def run() -> int:
             return len(load(path))
@@ -159,13 +159,13 @@ def compare(label: str, path: Path, kinds: list[str], reps: int, raw_size: int) 
 def where_time_goes(path: Path, reps: int) -> dict[str, float]:
     """CPU seconds, in this process on `path` (already in memory), of: the bare loop;
     the same loop that also reads each record's kind and tracks byte offsets (what
-    any reader with step detail must do at least); and tracer.reader's TraceBuilder.
+    any reader with step detail must do at least); and tracer.trace.reader's TraceBuilder.
     The differences split the reader's time into parsing, bookkeeping and columns."""
     import io
 
     import orjson
 
-    from tracer.reader import TraceBuilder
+    from tracer.trace.reader import TraceBuilder
 
     data = path.read_bytes()
     loads = orjson.loads

@@ -4,7 +4,7 @@ Scheduler at 64 running requests, and the harness's share of the time.
     .venv/bin/python bench/p6_replay.py [--quick] [--rounds N] [--steps N]
 
 A workload of 64 long-lived requests (ngram K=3, a mix of accepted drafts) is
-replayed under `separate` with tracer.replay.replay, exactly as `schedscope
+replayed under `separate` with tracer.whatif.replay.replay, exactly as `schedscope
 replay` runs it (recording included). vLLM's own schedule() and
 update_from_output() are timed inside the run; the rest is the harness
 (request building, deterministic model outputs, draft proposals) and the
@@ -35,9 +35,9 @@ def main() -> int:
     sys.path.insert(0, str(ROOT))
     from vllm.v1.core.sched.scheduler import Scheduler
 
-    from tracer.offline import EngineSpec, RequestSpec
-    from tracer.replay import replay
-    from tracer.workload import Workload
+    from tracer.whatif.offline import EngineSpec, RequestSpec
+    from tracer.whatif.replay import replay
+    from tracer.whatif.workload import Workload
 
     steps = 300 if args.quick else args.steps
     rounds = 2 if args.quick else args.rounds

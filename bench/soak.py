@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.live_support import build_tiny_llama, free_port, start_server  # noqa: E402
 from tests.test_metrics import expected_from_trace, scrape  # noqa: E402
-from tracer.reader import load  # noqa: E402
+from tracer.trace.reader import load  # noqa: E402
 
 WORDS = ("the", "scheduler", "decides", "which", "requests", "run", "in", "each", "step", "hello", "world")
 

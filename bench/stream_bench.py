@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 VIEWER = r"""
 import sys, time, orjson
-from tracer.attach import StreamFollower
+from tracer.live.attach import StreamFollower
 out = open(sys.argv[2], "w")
 for event in StreamFollower(sys.argv[1]).events(max_reconnects=0):
     if event.kind != "record":
@@ -57,9 +57,9 @@ def main() -> int:
     steps = 1000 if args.quick else args.steps
     sys.path.insert(0, str(ROOT))
 
-    from tracer.offline import EngineSpec, RequestSpec, build_scheduler, run_workload
-    from tracer.reader import load
     from tracer.scheduler import TracingScheduler
+    from tracer.trace.reader import load
+    from tracer.whatif.offline import EngineSpec, RequestSpec, build_scheduler, run_workload
 
     tmp = Path(tempfile.mkdtemp(prefix="schedscope-stream-bench-"))
     if args.synthetic:
@@ -140,7 +140,7 @@ def synthetic(args: argparse.Namespace, steps: int, tmp: Path) -> int:
     records (from a sample trace, renumbered), as the writer thread would."""
     import orjson
 
-    from tracer.stream import StreamHub, StreamServer
+    from tracer.live.stream import StreamHub, StreamServer
 
     sample = (ROOT / "sample_traces" / "ngram_preempt.jsonl").read_bytes().splitlines()
     header, body = sample[0] + b"\n", [orjson.loads(x) for x in sample[1:] if b'"kind":"step"' in x]

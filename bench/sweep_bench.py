@@ -2,12 +2,12 @@
 
     .venv/bin/python bench/sweep_bench.py [--steps 10000] [--workers 2] [--plot out.html]
 
-The trace is recorded on vLLM's real Scheduler with tracer.offline (DFlash K=7,
+The trace is recorded on vLLM's real Scheduler with tracer.whatif.offline (DFlash K=7,
 staggered arrivals, partial acceptance), then its timestamps are rewritten with a
 known step-time law (1% noise) and its arrival times made wall times, so the
 step-time model fits and `--arrivals time` is possible. The grid is policy
 (additive, cap, separate) x max_num_batched_tokens (1024, 2048) x K (3, 7), each a
-timed replay through tracer.sweep.sweep, as `schedscope sweep` runs it.
+timed replay through tracer.whatif.sweep.sweep, as `schedscope sweep` runs it.
 Target: under 2 minutes on this 2-core machine.
 """
 
@@ -29,10 +29,10 @@ LAW = {"step": 2.0, "prefill_tokens": 0.01, "decode_tokens": 0.05, "requests": 0
 
 def record(path: Path, steps: int) -> float:
     """Record until the trace has at least `steps` steps; returns seconds spent."""
-    from tracer.offline import EngineSpec, RequestSpec, build_scheduler, run_workload
-    from tracer.recorder import ENV_TRACE
-    from tracer.scenarios import mixed_accept
+    from tracer.record.recorder import ENV_TRACE
     from tracer.scheduler import TracingScheduler
+    from tracer.whatif.offline import EngineSpec, RequestSpec, build_scheduler, run_workload
+    from tracer.whatif.scenarios import mixed_accept
 
     spec = EngineSpec(
         method="dflash",
@@ -55,8 +55,8 @@ def record(path: Path, steps: int) -> float:
 
 def retime(src: Path, dst: Path) -> None:
     """Timestamps from LAW (1% noise); arrival wall times just before their step."""
-    from tracer.reader import load
-    from tracer.timing import records_of, step_features
+    from tracer.analysis.timing import records_of, step_features
+    from tracer.trace.reader import load
 
     trace = load(src)
     x = step_features(records_of(trace), len(trace)).columns
@@ -87,8 +87,8 @@ def main() -> int:
     parser.add_argument("--plot", help="also write the sweep figure (HTML)")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
-    from tracer.reader import load
-    from tracer.sweep import grid, sweep, sweep_lines
+    from tracer.trace.reader import load
+    from tracer.whatif.sweep import grid, sweep, sweep_lines
 
     tmp = Path(tempfile.mkdtemp(prefix="schedscope-sweep-bench-"))
     path = args.trace

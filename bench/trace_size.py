@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         args.steps = 60
     import logging
 
-    from tracer import schema
+    from tracer.trace import schema
 
     logging.disable(logging.WARNING)
     print(f"Trace size: {machine()}")

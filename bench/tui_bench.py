@@ -13,7 +13,7 @@ The app runs headless (Textual's run_test, 160x50) in this process:
 - key to frame: a key press, until the last frame it caused was written (the driver's
   display call; Pilot's own waits after that are not counted). Each key is pressed
   --reps times, the median is the figure, min and max beside it;
-- memory: this process's RSS after loading, against tracer.reader.load() alone in a
+- memory: this process's RSS after loading, against tracer.trace.reader.load() alone in a
   subprocess, and against the trace's columnar arrays.
 
     .venv/bin/python bench/tui_bench.py             # 1M steps
@@ -93,7 +93,7 @@ def model_only(path: Path) -> dict[str, float]:
     """tracer alone, in a fresh interpreter: load() and detect() times, RSS after both, array sizes."""
     code = (
         "import json, sys, time; sys.path.insert(0, '.')\n"
-        "from tracer.reader import load; from tracer.flags import detect\n"
+        "from tracer.trace.reader import load; from tracer.analysis.flags import detect\n"
         f"t0 = time.perf_counter(); t = load({str(path)!r}); t1 = time.perf_counter()\n"
         "r = detect(t); t2 = time.perf_counter()\n"
         "rss = int(open('/proc/self/statm').read().split()[1]) * 4096\n"
@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         f"  first frame {result['first_frame']:.2f} s (limit {FIRST_FRAME_LIMIT:.0f} s: "
         f"{result['first_frame'] / FIRST_FRAME_LIMIT:.2f}x of it); first data frame "
         f"{result['first_data_frame']:.2f} s ({result['first_data_frame'] / FIRST_FRAME_LIMIT:.2f}x); "
-        f"every step loaded {result['loaded']:.1f} s, against tracer.reader.load() "
+        f"every step loaded {result['loaded']:.1f} s, against tracer.trace.reader.load() "
         f"{base['load']:.1f} s + flags.detect() {base['detect']:.1f} s alone "
         f"({result['loaded'] / (base['load'] + base['detect']):.2f}x)"
     )

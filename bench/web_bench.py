@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 import orjson  # noqa: E402
 from dash._utils import to_json  # noqa: E402
 
-from tracer.reader import load  # noqa: E402
+from tracer.trace.reader import load  # noqa: E402
 from web import layout as ids  # noqa: E402
 from web.callbacks import Handlers  # noqa: E402
 from web.model import TraceView  # noqa: E402

@@ -4,7 +4,7 @@
     .venv033/bin/python sample_traces/record.py [FILE ...]   # the vLLM 0.33 ones
     .venv/bin/python sample_traces/record.py live_cpu_ngram.jsonl   # a live CPU `vllm serve`
 
-Each scenario in tracer.scenarios is driven through a tracing scheduler class
+Each scenario in tracer.whatif.scenarios is driven through a tracing scheduler class
 (tracer.scheduler, tracer.policies) with deterministic model outputs; see
 sample_traces/README.md for what each shows.
 """
@@ -29,10 +29,10 @@ SAMPLES: dict[str, tuple[str, str, str]] = {
 
 
 def record(scenario: str, policy: str, path: Path) -> Path:
-    from tracer.offline import build_scheduler, run_workload
     from tracer.policies import scheduler_class
-    from tracer.replay import recording_to
-    from tracer.scenarios import SCENARIOS, mixed_accept
+    from tracer.whatif.offline import build_scheduler, run_workload
+    from tracer.whatif.replay import recording_to
+    from tracer.whatif.scenarios import SCENARIOS, mixed_accept
 
     spec, requests = SCENARIOS[scenario]
     with recording_to(path):

@@ -1,4 +1,4 @@
-"""Shared fixtures. Offline vLLM tests build real Schedulers from tracer.offline."""
+"""Shared fixtures. Offline vLLM tests build real Schedulers from tracer.whatif.offline."""
 
 from __future__ import annotations
 

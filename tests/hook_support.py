@@ -12,8 +12,8 @@ _MISSING = object()
 
 @pytest.fixture
 def fresh_hook(monkeypatch: pytest.MonkeyPatch) -> Any:
-    """tracer.runner_hook's module state as in a new process (restored afterwards)."""
-    from tracer import runner_hook as rh
+    """tracer.record.runner_hook's module state as in a new process (restored afterwards)."""
+    from tracer.record import runner_hook as rh
 
     monkeypatch.setattr(rh, "_state", rh._fresh_state())
     monkeypatch.setattr(rh, "_state_dirty", False)

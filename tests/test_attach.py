@@ -14,10 +14,10 @@ from typing import Any
 import orjson
 import pytest
 
-from tracer.attach import RunSaver, StreamEvent, StreamFollower, StreamMirror, link_status, run_path
 from tracer.cli import main
-from tracer.reader import TraceError, load
-from tracer.stream import StreamHub, StreamServer
+from tracer.live.attach import RunSaver, StreamEvent, StreamFollower, StreamMirror, link_status, run_path
+from tracer.live.stream import StreamHub, StreamServer
+from tracer.trace.reader import TraceError, load
 
 BEAT = 0.1  # heartbeat interval for these tests
 FAST = {"backoff": (0.01, 0.05), "timeout": 4 * BEAT}
@@ -333,7 +333,7 @@ def test_a_refused_mirror_says_so(tmp_path: Path, mirrors: list[StreamMirror]) -
 
 
 def test_link_status_names_every_state() -> None:
-    from tracer.attach import LinkState
+    from tracer.live.attach import LinkState
 
     s = LinkState("http://h:1/trace")
     assert link_status(s) == "connecting to http://h:1/trace"

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import ROOT
-from tracer.reader import TraceBuilder, TraceError, load
+from tracer.trace.reader import TraceBuilder, TraceError, load
 
 SAMPLE = ROOT / "sample_traces" / "dflash_k7_additive.jsonl"
 

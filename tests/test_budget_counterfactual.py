@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from tracer.budget import MethodModel, simulate_without_excess
-from tracer.offline import Driver, EngineSpec, RequestSpec, build_scheduler, make_request
-from tracer.scenarios import SCENARIOS, mixed_accept
+from tracer.analysis.budget import MethodModel, simulate_without_excess
+from tracer.whatif.offline import Driver, EngineSpec, RequestSpec, build_scheduler, make_request
+from tracer.whatif.scenarios import SCENARIOS, mixed_accept
 
 pytestmark = pytest.mark.vllm
 
@@ -79,15 +79,15 @@ def _workloads() -> list[tuple[str, EngineSpec, list[RequestSpec]]]:
 def test_withheld_matches_the_real_schedulers_counterfactual(
     name: str, spec: EngineSpec, requests: list[RequestSpec], tmp_path: Any
 ) -> None:
-    from tracer.budget import analyze
+    from tracer.analysis.budget import analyze
     from tracer.policies import AdditiveScheduler
-    from tracer.reader import load
-    from tracer.replay import recording_to
+    from tracer.trace.reader import load
+    from tracer.whatif.replay import recording_to
 
     path = tmp_path / f"{name}.jsonl"
     with recording_to(path):
         sched = build_scheduler(spec, AdditiveScheduler)
-    from tracer.offline import run_workload
+    from tracer.whatif.offline import run_workload
 
     run_workload(sched, requests, accept=mixed_accept)
     sched.shutdown()

@@ -11,9 +11,9 @@ from typing import Any
 import orjson
 import pytest
 
-from tracer import doctor
+from tracer.analysis import doctor
 from tracer.cli import main
-from tracer.reader import load
+from tracer.trace.reader import load
 
 pytest.importorskip("prometheus_client")
 
@@ -209,7 +209,7 @@ def test_no_runner_records_is_a_failure_unless_recorded_offline(tmp_path: Path) 
 def test_identity_replay_verdict_follows_check_fidelity(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tracer import fidelity
+    from tracer.whatif import fidelity
 
     path = write_trace(tmp_path / "t.jsonl")
     # As a 1.1 recorder writes it: every step with its (here empty) scheduler inputs.

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from tracer.offline import build_scheduler, run_workload
-from tracer.reader import load
-from tracer.scenarios import SCENARIOS, mixed_accept
+from tracer.trace.reader import load
+from tracer.whatif.offline import build_scheduler, run_workload
+from tracer.whatif.scenarios import SCENARIOS, mixed_accept
 
 pytestmark = pytest.mark.vllm
 # Generous: a blocked tracer would stall for seconds; a healthy step takes < 5 ms.
@@ -90,7 +90,7 @@ class StuckDisk(io.RawIOBase):
 
 
 def test_disk_full(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    from tracer import recorder
+    from tracer.record import recorder
     from tracer.scheduler import TracingScheduler
 
     disk = FullDisk(room=3000)
@@ -111,7 +111,7 @@ def test_disk_full(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pyte
 def test_blocked_writer(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from tracer import recorder
+    from tracer.record import recorder
     from tracer.scheduler import TracingScheduler
 
     disk = StuckDisk()

@@ -17,12 +17,12 @@ from hypothesis import strategies as st
 
 from tests.conftest import ROOT
 from tracer.cli import main
-from tracer.fidelity import check_fidelity, compare_runs, decisions, fidelity_lines
-from tracer.offline import EngineSpec, RequestSpec, build_scheduler
 from tracer.policies import scheduler_class
-from tracer.reader import load
-from tracer.replay import Replayer, recording_to
-from tracer.workload import PositionTable, Workload
+from tracer.trace.reader import load
+from tracer.whatif.fidelity import check_fidelity, compare_runs, decisions, fidelity_lines
+from tracer.whatif.offline import EngineSpec, RequestSpec, build_scheduler
+from tracer.whatif.replay import Replayer, recording_to
+from tracer.whatif.workload import PositionTable, Workload
 
 pytestmark = pytest.mark.vllm
 SAMPLES = ROOT / "sample_traces"
@@ -54,8 +54,8 @@ def test_check_reports_the_first_divergence_and_fails(tmp_path: Path) -> None:
     """A replay that is not the run (another policy here) is reported as such."""
     recorded = load(SAMPLES / "dflash_k7_additive.jsonl")
     workload_trace = tmp_path / "separate.jsonl"
-    from tracer.replay import replay
-    from tracer.workload import workload_from_trace
+    from tracer.whatif.replay import replay
+    from tracer.whatif.workload import workload_from_trace
 
     replay(workload_from_trace(recorded), "separate", workload_trace)
     fidelity = compare_runs(recorded, load(workload_trace), policy="separate", exact=True, notes=[])

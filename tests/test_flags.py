@@ -11,11 +11,11 @@ import orjson
 import pytest
 
 from tests.conftest import ROOT
-from tracer import flags as F
-from tracer.budget import MethodModel, simulate_without_excess
+from tracer.analysis import flags as F
+from tracer.analysis.budget import MethodModel, simulate_without_excess
+from tracer.analysis.flags import detect
 from tracer.cli import main
-from tracer.flags import detect
-from tracer.reader import load
+from tracer.trace.reader import load
 
 SAMPLES = ROOT / "sample_traces"
 FAULT_KINDS = {F.ADDITIVE, F.QUERY_OVERFLOW, F.SHARED_OVERFLOW, F.NEGATIVE, F.PREEMPTION_LEAK}

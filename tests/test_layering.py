@@ -22,9 +22,11 @@ def _modules_after(code: str) -> set[str]:
 
 def test_reader_side_imports_neither_ui_nor_vllm() -> None:
     mods = _modules_after(
-        "import tracer, tracer.reader, tracer.summary, tracer.cli, tracer.schema, "
-        "tracer.recorder, tracer.writer, tracer.offline, tracer.runner_hook, tracer.methods, tracer.doctor, "
-        "tracer.timing, tracer.throughput, tracer.timing_report, tracer.workload, tracer.fidelity"
+        "import tracer, tracer.trace.reader, tracer.render.summary, tracer.cli, tracer.trace.schema, "
+        "tracer.record.recorder, tracer.record.writer, tracer.whatif.offline, tracer.record.runner_hook, "
+        "tracer.analysis.methods, tracer.analysis.doctor, tracer.analysis.timing, "
+        "tracer.analysis.throughput, "
+        "tracer.render.timing_report, tracer.whatif.workload, tracer.whatif.fidelity"
     )
     roots = {m.split(".")[0] for m in mods}
     assert not roots & {*FORBIDDEN, "vllm", "torch"}

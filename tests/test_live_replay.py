@@ -15,8 +15,8 @@ import pytest
 
 from tests.live_support import abandon_streams, bench_serve, build_tiny_llama, start_server
 from tracer.cli import main
-from tracer.fidelity import check_fidelity, fidelity_lines
-from tracer.reader import Trace, load
+from tracer.trace.reader import Trace, load
+from tracer.whatif.fidelity import check_fidelity, fidelity_lines
 
 pytestmark = pytest.mark.live  # a CPU `vllm serve`: not on the CUDA 0.33 environment
 

@@ -22,10 +22,10 @@ import pytest
 
 from tests.live_support import REPO_ROOT, build_tiny_llama, free_port, start_server
 from tests.test_metrics import assert_totals_equal, scrape
-from tracer import timing
-from tracer.attach import StreamFollower
-from tracer.doctor import fetch_metrics, per_request
-from tracer.reader import Trace, load
+from tracer.analysis import timing
+from tracer.analysis.doctor import fetch_metrics, per_request
+from tracer.live.attach import StreamFollower
+from tracer.trace.reader import Trace, load
 
 pytestmark = pytest.mark.live
 
@@ -38,7 +38,7 @@ PROMPTS = [
     "The scheduler splits a budget between target tokens and drafts.",
 ]
 # 40 tokens each: ~45 steps per run, enough for the step-time model's held-out error
-# (tracer.timing refuses below 20 usable steps; 12 tokens gave 14 steps).
+# (tracer.analysis.timing refuses below 20 usable steps; 12 tokens gave 14 steps).
 MAX_TOKENS = 40
 
 

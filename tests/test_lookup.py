@@ -1,4 +1,4 @@
-"""tracer.lookup: per-request search that parses only the steps naming the request."""
+"""tracer.analysis.lookup: per-request search that parses only the steps naming the request."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from tests.conftest import ROOT
-from tracer.compare import lifetimes
-from tracer.flags import detect
-from tracer.lookup import flag_rows, matching_ids, request_life, rows_of_steps
-from tracer.reader import load
+from tracer.analysis.compare import lifetimes
+from tracer.analysis.flags import detect
+from tracer.analysis.lookup import flag_rows, matching_ids, request_life, rows_of_steps
+from tracer.trace.reader import load
 
 SAMPLES = sorted((ROOT / "sample_traces").glob("*.jsonl"))
 
@@ -45,7 +45,7 @@ def test_rows_of_steps_and_flag_rows() -> None:
 
 
 def test_lookup_and_cli_import_no_ui() -> None:
-    script = "import tracer.lookup, tracer.cli, json, sys; print(json.dumps(sorted(sys.modules)))"
+    script = "import tracer.analysis.lookup, tracer.cli, json, sys; print(json.dumps(sorted(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True)
     roots = {m.split(".")[0] for m in json.loads(out.stdout)}
     assert not roots & {"textual", "dash", "plotly", "tui", "web"}

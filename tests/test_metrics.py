@@ -1,4 +1,4 @@
-"""Prometheus metrics from the tracer's counters (tracer.metrics), on vLLM's real Scheduler offline.
+"""Prometheus metrics from the tracer's counters (tracer.live.metrics), on vLLM's real Scheduler offline.
 
 The live CPU server's /metrics is scraped in tests/test_live_server.py.
 """
@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from tracer.offline import build_scheduler, run_workload
-from tracer.reader import load
-from tracer.scenarios import SCENARIOS, mixed_accept
+from tracer.trace.reader import load
+from tracer.whatif.offline import build_scheduler, run_workload
+from tracer.whatif.scenarios import SCENARIOS, mixed_accept
 
 pytestmark = pytest.mark.vllm
 
@@ -37,8 +37,8 @@ def scrape(url: str) -> dict[str, Any]:
 
 def expected_from_trace(path: Path) -> dict[str, float]:
     """What the counters must read for a whole trace, computed by `schedscope flags`' code."""
-    from tracer.budget import analyze
-    from tracer.flags import KINDS, detect
+    from tracer.analysis.budget import analyze
+    from tracer.analysis.flags import KINDS, detect
 
     trace = load(path)
     analysis = analyze(trace)
@@ -101,7 +101,7 @@ def test_withheld_tokens_counter_on_dflash(trace_env: Path, monkeypatch: pytest.
 def test_metrics_equal_the_trace_in_small_batches(name: str, trace_env: Path) -> None:
     """Counted batch by batch, as the writer hands them over (a step's runner records
     may arrive in an earlier batch than the step), the counters equal the whole trace's."""
-    from tracer.metrics import TraceMetrics
+    from tracer.live.metrics import TraceMetrics
 
     spec, requests = SCENARIOS[name]
     from tracer.scheduler import TracingScheduler
@@ -146,7 +146,7 @@ def test_grafana_panel_and_readme_name_real_metrics() -> None:
     import json
     import re
 
-    from tracer.metrics import TraceMetrics
+    from tracer.live.metrics import TraceMetrics
 
     root = Path(__file__).resolve().parent.parent
     panel = json.loads((root / "docs" / "grafana-panel.json").read_text())

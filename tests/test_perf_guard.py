@@ -22,8 +22,8 @@ import orjson
 import pytest
 
 from tests.conftest import ROOT
-from tracer import recorder as recorder_module
-from tracer.reader import TraceBuilder, load
+from tracer.record import recorder as recorder_module
+from tracer.trace.reader import TraceBuilder, load
 
 BENCH = ROOT / "bench"
 
@@ -47,11 +47,11 @@ def _containers(items: list[Any]) -> int:
 
 
 def _kept_per_step(n: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[float, float]:
-    """(containers, bytes allocated in tracer/recorder.py) kept per steady-state step,
+    """(containers, bytes allocated in tracer/record/recorder.py) kept per steady-state step,
     with everything the steps hand the writer held back (not encoded yet)."""
-    from tracer.offline import Driver, EngineSpec, build_scheduler, make_request
-    from tracer.scenarios import mixed_accept
     from tracer.scheduler import TracingScheduler
+    from tracer.whatif.offline import Driver, EngineSpec, build_scheduler, make_request
+    from tracer.whatif.scenarios import mixed_accept
 
     monkeypatch.setenv("SCHEDSCOPE_TRACE", str(tmp_path / f"guard_{n}.jsonl"))
     spec = EngineSpec(method="ngram", num_speculative_tokens=3, max_num_seqs=n, num_kv_blocks=n * 8)

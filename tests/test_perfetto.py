@@ -14,10 +14,10 @@ import orjson
 import pytest
 
 from tests.conftest import ROOT
+from tracer.analysis.flags import detect
 from tracer.cli import main
-from tracer.flags import detect
-from tracer.perfetto import REQ_PID, SCHED_PID, export, to_chrome_trace
-from tracer.reader import Trace, load
+from tracer.render.perfetto import REQ_PID, SCHED_PID, export, to_chrome_trace
+from tracer.trace.reader import Trace, load
 
 SAMPLES = ROOT / "sample_traces"
 # Every sample trace; these three at least: additive flags, preemption, runner records.
@@ -213,5 +213,5 @@ def test_cli_export(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
 def test_perfetto_imports_no_ui() -> None:
     from tests.test_layering import FORBIDDEN, _modules_after
 
-    roots = {m.split(".")[0] for m in _modules_after("import tracer.perfetto")}
+    roots = {m.split(".")[0] for m in _modules_after("import tracer.render.perfetto")}
     assert not roots & {*FORBIDDEN, "vllm", "torch"}

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from tests.conftest import probe_schedule
-from tracer.offline import build_scheduler, run_workload
 from tracer.policies import scheduler_class
-from tracer.reader import Trace, load
-from tracer.replay import recording_to
-from tracer.scenarios import SCENARIOS, mixed_accept
+from tracer.trace.reader import Trace, load
+from tracer.whatif.offline import build_scheduler, run_workload
+from tracer.whatif.replay import recording_to
+from tracer.whatif.scenarios import SCENARIOS, mixed_accept
 
 pytestmark = pytest.mark.vllm
 POLICIES = ("additive", "cap", "separate")

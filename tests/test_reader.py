@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tracer.reader import TraceBuilder, TraceError, TraceVersionError, load
+from tracer.trace.reader import TraceBuilder, TraceError, TraceVersionError, load
 
 
 def header(**over: Any) -> dict[str, Any]:

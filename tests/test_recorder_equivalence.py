@@ -1,6 +1,6 @@
 """The recorder's steps stay field-for-field what they were: a guard for recorder speed-ups.
 
-Every scenario of tracer/scenarios.py and two larger preempting workloads (FCFS
+Every scenario of tracer/whatif/scenarios.py and two larger preempting workloads (FCFS
 with ngram; priority, async, draft_model, long-prefill clipping) are recorded on
 vLLM's real Scheduler; their step and runner records, timestamps aside, must
 equal the golden copies in tests/data, recorded before the recorder's P1 work
@@ -24,8 +24,8 @@ from typing import Any
 import orjson
 import pytest
 
-from tracer.offline import EngineSpec, RequestSpec, build_scheduler, run_workload
-from tracer.scenarios import SCENARIOS, mixed_accept
+from tracer.whatif.offline import EngineSpec, RequestSpec, build_scheduler, run_workload
+from tracer.whatif.scenarios import SCENARIOS, mixed_accept
 
 pytestmark = pytest.mark.vllm
 

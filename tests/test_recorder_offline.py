@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from tests.conftest import probe_schedule
-from tracer.offline import build_scheduler, run_workload
-from tracer.reader import load
-from tracer.scenarios import SCENARIOS, mixed_accept
+from tracer.trace.reader import load
+from tracer.whatif.offline import build_scheduler, run_workload
+from tracer.whatif.scenarios import SCENARIOS, mixed_accept
 
 pytestmark = pytest.mark.vllm
 
@@ -150,7 +150,7 @@ def test_tracer_error_never_reaches_vllm(
 ) -> None:
     from vllm.v1.core.sched.scheduler import Scheduler
 
-    from tracer.recorder import Recorder
+    from tracer.record.recorder import Recorder
     from tracer.scheduler import TracingScheduler
 
     def boom(self: Recorder, *args: Any) -> None:
@@ -185,7 +185,7 @@ def test_recorder_config_from_env_falls_back_on_bad_values(caplog: pytest.LogCap
     """A bad SCHEDSCOPE_QUEUE is logged and replaced by the default; it never disables the trace."""
     import logging
 
-    from tracer.recorder import DEFAULT_QUEUE, RecorderConfig
+    from tracer.record.recorder import DEFAULT_QUEUE, RecorderConfig
 
     with caplog.at_level(logging.WARNING, logger="schedscope"):
         config = RecorderConfig.from_env(
@@ -203,9 +203,9 @@ def test_replay_records_without_touching_the_environment(
 ) -> None:
     """The offline harness passes its configuration; a server's environment (a stream port,
     another trace path) does not leak into a replay, and os.environ is left as it was."""
-    from tracer.offline import EngineSpec, RequestSpec, build_scheduler, run_workload
-    from tracer.replay import recording_to
     from tracer.scheduler import TracingScheduler
+    from tracer.whatif.offline import EngineSpec, RequestSpec, build_scheduler, run_workload
+    from tracer.whatif.replay import recording_to
 
     monkeypatch.setenv("SCHEDSCOPE_TRACE", str(tmp_path / "server.jsonl"))
     monkeypatch.setenv("SCHEDSCOPE_STREAM", "127.0.0.1:1")  # would fail to bind if used

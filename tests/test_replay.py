@@ -10,11 +10,11 @@ import orjson
 import pytest
 
 from tests.conftest import ROOT
+from tracer.analysis.compare import compare, diff_lines, lifetimes
 from tracer.cli import main
-from tracer.compare import compare, diff_lines, lifetimes
-from tracer.reader import Trace, load
-from tracer.replay import replay
-from tracer.workload import WorkloadError, load_workload, workload_from_file
+from tracer.trace.reader import Trace, load
+from tracer.whatif.replay import replay
+from tracer.whatif.workload import WorkloadError, load_workload, workload_from_file
 
 pytestmark = pytest.mark.vllm
 SAMPLES = ROOT / "sample_traces"

@@ -19,8 +19,9 @@ import orjson
 import pytest
 
 from tests.hook_support import fresh_hook, restore_attrs
-from tracer import recorder, schema
-from tracer.reader import load
+from tracer.record import recorder
+from tracer.trace import schema
+from tracer.trace.reader import load
 
 __all__ = ["fresh_hook", "restore_attrs"]  # fixtures
 

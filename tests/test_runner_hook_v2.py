@@ -24,10 +24,10 @@ from typing import Any
 import pytest
 
 from tests.hook_support import fresh_hook, restore_attrs
-from tracer import offline
-from tracer.engine_config import describe_scheduler
-from tracer.offline import EngineSpec, build_scheduler, make_request
-from tracer.reader import load
+from tracer.record.engine_config import describe_scheduler
+from tracer.trace.reader import load
+from tracer.whatif import offline
+from tracer.whatif.offline import EngineSpec, build_scheduler, make_request
 
 __all__ = ["fresh_hook", "restore_attrs"]  # fixtures
 

@@ -15,9 +15,9 @@ from typing import Any
 import orjson
 import pytest
 
-from tracer.attach import StreamFollower
-from tracer.reader import TraceError, load
-from tracer.stream import StreamConfigError, StreamHub, StreamServer, parse_bind
+from tracer.live.attach import StreamFollower
+from tracer.live.stream import StreamConfigError, StreamHub, StreamServer, parse_bind
+from tracer.trace.reader import TraceError, load
 
 
 def step_line(i: int) -> bytes:
@@ -184,9 +184,9 @@ def test_garbage_and_a_stream_cut_mid_line_never_raise() -> None:
 @pytest.mark.vllm
 def test_real_scheduler_streams_what_it_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """TracingScheduler with SCHEDSCOPE_STREAM: the stream carries the file's records."""
-    from tracer.offline import build_scheduler, run_workload
-    from tracer.scenarios import SCENARIOS, mixed_accept
     from tracer.scheduler import TracingScheduler
+    from tracer.whatif.offline import build_scheduler, run_workload
+    from tracer.whatif.scenarios import SCENARIOS, mixed_accept
 
     monkeypatch.setenv("SCHEDSCOPE_TRACE", str(tmp_path / "t.jsonl"))
     monkeypatch.setenv("SCHEDSCOPE_STREAM", "127.0.0.1:0")
@@ -242,8 +242,8 @@ def test_mirror_makes_a_followable_trace_with_gaps(tmp_path: Path) -> None:
     """`tui/web --attach` mirror the stream into a file they then follow."""
     import argparse
 
-    from tracer.attach import StreamMirror
     from tracer.cli import attach_as_follow
+    from tracer.live.attach import StreamMirror
 
     hub = StreamHub(backlog=3)
     server = StreamServer(hub, "127.0.0.1", 0)

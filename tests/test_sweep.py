@@ -13,8 +13,8 @@ import pytest
 
 from tests.conftest import ROOT
 from tracer.cli import main
-from tracer.clock import clock_for, performance
-from tracer.reader import Trace, load
+from tracer.trace.reader import Trace, load
+from tracer.whatif.clock import clock_for, performance
 
 SAMPLES = ROOT / "sample_traces"
 DFLASH = SAMPLES / "dflash_k7_additive.jsonl"
@@ -49,10 +49,10 @@ def timed_source(tmp_path_factory: pytest.TempPathFactory) -> Trace:
     """A recording on vLLM's real Scheduler (ngram K=3, partial acceptance, staggered arrivals,
     a late batch after the engine drained) whose timestamps follow LAW: long enough to fit."""
     pytest.importorskip("vllm")
-    from tracer.offline import EngineSpec, RequestSpec, build_scheduler, run_workload
-    from tracer.scenarios import mixed_accept
+    from tracer.analysis.timing import step_features
     from tracer.scheduler import TracingScheduler
-    from tracer.timing import step_features
+    from tracer.whatif.offline import EngineSpec, RequestSpec, build_scheduler, run_workload
+    from tracer.whatif.scenarios import mixed_accept
 
     tmp = tmp_path_factory.mktemp("timed")
     spec = EngineSpec(method="ngram", num_speculative_tokens=3, max_num_batched_tokens=256, max_num_seqs=8)
@@ -76,9 +76,9 @@ def timed_source(tmp_path_factory: pytest.TempPathFactory) -> Trace:
 
 
 def _replay(source: Trace, out: Path, **kwargs: Any) -> Trace:
-    from tracer.clock import attach_idle_waits
-    from tracer.replay import replay
-    from tracer.workload import workload_from_trace
+    from tracer.whatif.clock import attach_idle_waits
+    from tracer.whatif.replay import replay
+    from tracer.whatif.workload import workload_from_trace
 
     workload, clock = workload_from_trace(source), clock_for(source)
     attach_idle_waits(workload, source, clock)
@@ -91,7 +91,7 @@ def _replay(source: Trace, out: Path, **kwargs: Any) -> Trace:
 def test_time_aware_identity(timed_source: Trace, tmp_path: Path, arrivals: str) -> None:
     """Under the recorded policy the replay's predicted time to drain is within the model's
     error of the recorded one; by recorded step it is also the same schedule."""
-    from tracer.fidelity import compare_runs
+    from tracer.whatif.fidelity import compare_runs
 
     clock = clock_for(timed_source)
     assert clock.kind == "fitted"
@@ -167,7 +167,7 @@ def test_diff_shows_a_timed_replay_as_predicted(timed_source: Trace, tmp_path: P
 
 
 def _sweep(trace: Path, objective: str, workers: int = 1) -> dict[str, Any]:
-    from tracer.sweep import grid, sweep
+    from tracer.whatif.sweep import grid, sweep
 
     return sweep(trace, grid(["additive", "cap", "separate"]), objective=objective, workers=workers)
 

@@ -13,9 +13,9 @@ import orjson
 import pytest
 
 from tests.conftest import ROOT
-from tracer import timing
+from tracer.analysis import timing
 from tracer.cli import main
-from tracer.reader import Trace, load
+from tracer.trace.reader import Trace, load
 
 LIVE_SAMPLE = str(ROOT / "sample_traces" / "live_cpu_ngram.jsonl")
 SHORT_SAMPLE = str(ROOT / "sample_traces" / "dflash_k7_additive.jsonl")
@@ -59,9 +59,16 @@ def law_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     pytest.importorskip("vllm")
     from vllm.v1.outputs import DraftTokenIds
 
-    from tracer.offline import SAMPLED_TOKEN, Driver, EngineSpec, RequestSpec, build_scheduler, run_workload
-    from tracer.scenarios import mixed_accept
     from tracer.scheduler import TracingScheduler
+    from tracer.whatif.offline import (
+        SAMPLED_TOKEN,
+        Driver,
+        EngineSpec,
+        RequestSpec,
+        build_scheduler,
+        run_workload,
+    )
+    from tracer.whatif.scenarios import mixed_accept
 
     def varying_drafts(self: Driver, out: Any) -> None:
         ids = [r.request_id for r in self.sched.running if not r.is_finished()]

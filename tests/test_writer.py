@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from tracer.writer import TraceWriter
+from tracer.record.writer import TraceWriter
 
 
 def encode(item: Any) -> bytes:

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 from tracer import __version__
 
 if TYPE_CHECKING:
-    from tracer.attach import StreamMirror
-    from tracer.reader import Trace
+    from tracer.live.attach import StreamMirror
+    from tracer.trace.reader import Trace
 
 EPILOG = """\
 examples:
@@ -36,13 +36,13 @@ def progress(done: int, total: int) -> None:
 
 
 def _load(args: argparse.Namespace) -> Trace:
-    from tracer.reader import load
+    from tracer.trace.reader import load
 
     return load(args.trace, strict=not args.lenient, progress=progress)
 
 
 def cmd_summary(args: argparse.Namespace) -> int:
-    from tracer.summary import summary_lines
+    from tracer.render.summary import summary_lines
 
     trace = _load(args)
     limit = None if args.limit == 0 else args.limit
@@ -66,7 +66,7 @@ def cmd_step(args: argparse.Namespace) -> int:
 def cmd_flags(args: argparse.Namespace) -> int:
     import orjson
 
-    from tracer.flags import detect
+    from tracer.analysis.flags import detect
 
     trace = _load(args)
     report = detect(trace)
@@ -96,7 +96,7 @@ def cmd_timing(args: argparse.Namespace) -> int:
     """The step-time model, its held-out error and measured throughput; exit 1 if the model was refused."""
     import orjson
 
-    from tracer.timing_report import timing_lines, timing_report
+    from tracer.render.timing_report import timing_lines, timing_report
 
     doc = timing_report(_load(args))
     if args.json:
@@ -108,8 +108,8 @@ def cmd_timing(args: argparse.Namespace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    from tracer.compare import compare, diff_lines
-    from tracer.reader import load
+    from tracer.analysis.compare import compare, diff_lines
+    from tracer.trace.reader import load
 
     strict = not args.lenient
     comparison = compare(load(args.trace_a, strict=strict), load(args.trace_b, strict=strict))
@@ -119,10 +119,10 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from tracer.fidelity import check_fidelity, fidelity_lines
-    from tracer.reader import load
-    from tracer.replay import replay
-    from tracer.workload import WorkloadError, workload_from_file, workload_from_trace
+    from tracer.trace.reader import load
+    from tracer.whatif.fidelity import check_fidelity, fidelity_lines
+    from tracer.whatif.replay import replay
+    from tracer.whatif.workload import WorkloadError, workload_from_file, workload_from_trace
 
     is_file = str(args.source).endswith((".json", ".yaml", ".yml"))
     if args.check and is_file:
@@ -147,7 +147,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         header: dict[str, object] = {"replay": {"source": str(args.source), "policy": policy}}
         clock = None
         if args.timed or args.arrivals == "time":
-            from tracer.clock import NoClock, attach_idle_waits, clock_for, clock_sentence
+            from tracer.whatif.clock import NoClock, attach_idle_waits, clock_for, clock_sentence
 
             if recorded is None:
                 print("schedscope: error: --timed needs a recorded trace to fit on", file=sys.stderr)
@@ -192,12 +192,12 @@ def _ints(text: str | None) -> list[int | None]:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    """Replay a trace's workload over a grid of settings and rank them (tracer.sweep)."""
+    """Replay a trace's workload over a grid of settings and rank them (tracer.whatif.sweep)."""
     import orjson
 
-    from tracer.clock import NoClock
-    from tracer.sweep import POLICIES, default_workers, grid, sweep, sweep_lines
-    from tracer.workload import WorkloadError
+    from tracer.whatif.clock import NoClock
+    from tracer.whatif.sweep import POLICIES, default_workers, grid, sweep, sweep_lines
+    from tracer.whatif.workload import WorkloadError
 
     policies = [p.strip() for p in args.policy.split(",") if p.strip()]
     unknown = [p for p in policies if p not in POLICIES]
@@ -261,7 +261,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     """Check traces for completeness and exactness; exit 1 on any FAIL."""
-    from tracer.doctor import run
+    from tracer.analysis.doctor import run
 
     try:
         code, lines = run(
@@ -276,7 +276,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from tracer.perfetto import export
+    from tracer.render.perfetto import export
 
     trace = _load(args)
     try:
@@ -290,7 +290,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_attach(args: argparse.Namespace) -> int:
     """Follow a live stream: a compact line per step (or raw records with --json)."""
-    from tracer.attach import RunSaver, StreamFollower, step_line
+    from tracer.live.attach import RunSaver, StreamFollower, step_line
 
     follower = StreamFollower(args.url, token=args.token or os.environ.get("SCHEDSCOPE_STREAM_TOKEN"))
     saver = RunSaver(args.save) if args.save else None
@@ -324,7 +324,7 @@ def attach_as_follow(args: argparse.Namespace) -> StreamMirror | None:
         return None
     import tempfile
 
-    from tracer.attach import StreamMirror
+    from tracer.live.attach import StreamMirror
 
     path = args.save or os.path.join(tempfile.mkdtemp(prefix="schedscope-attach-"), "live.jsonl")
     mirror = StreamMirror(args.attach, path, token=args.token or os.environ.get("SCHEDSCOPE_STREAM_TOKEN"))
@@ -579,7 +579,7 @@ def _entry_points(group: str) -> list:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from tracer.reader import TraceError
+    from tracer.trace.reader import TraceError
 
     args = build_parser().parse_args(argv)
     if args.command != "serve":

@@ -20,8 +20,9 @@ from typing import Any
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 
-from tracer import recorder as _recorder
-from tracer import runner_hook, stream
+from tracer.live import stream
+from tracer.record import recorder as _recorder
+from tracer.record import runner_hook
 
 logger = logging.getLogger("schedscope.scheduler")
 
@@ -31,7 +32,7 @@ class TracingMixin:
 
     _schedscope: _recorder.Recorder | None = None
     _schedscope_stream: stream.StreamServer | None = None
-    # Where a step's `t` comes from; a timed replay (tracer.replay) sets its predicted clock.
+    # Where a step's `t` comes from; a timed replay (tracer.whatif.replay) sets its predicted clock.
     _schedscope_clock = staticmethod(time.monotonic)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -79,14 +80,14 @@ class TracingMixin:
             rec.fail("hook install")
         logger.info("schedscope: recording scheduler steps to %s", path)
 
-    _schedscope_metrics: Any = None  # tracer.metrics.TraceMetrics
+    _schedscope_metrics: Any = None  # tracer.live.metrics.TraceMetrics
     _schedscope_metrics_server: Any = None
 
     def _start_metrics(self, metrics_at: str) -> Any:
         """The metrics counters, and their own HTTP server if SCHEDSCOPE_METRICS names one;
         None if they cannot be set up (logged: the server keeps serving, traced)."""
         try:
-            from tracer import metrics
+            from tracer.live import metrics
 
             counters = metrics.TraceMetrics(engine=metrics.engine_index(self))
         except Exception:

@@ -20,7 +20,7 @@ from tui.screens.help import HelpScreen
 from tui.screens.main import MainScreen
 
 if TYPE_CHECKING:
-    from tracer.attach import StreamMirror
+    from tracer.live.attach import StreamMirror
 
 HELP_INTRO = (
     "[b]schedscope[/b] replays a vLLM scheduler trace step by step. The timeline shows, per step, "

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
-from tracer.compare import Comparison, compare
-from tracer.flags import KINDS, Flag, FlagReport, detect
-from tracer.lookup import flag_rows
-from tracer.reader import Trace
+from tracer.analysis.compare import Comparison, compare
+from tracer.analysis.flags import KINDS, Flag, FlagReport, detect
+from tracer.analysis.lookup import flag_rows
+from tracer.trace.reader import Trace
 
 SEVERITY_CODE = {"info": 1, "warning": 2, "error": 3}
 

@@ -1,7 +1,7 @@
 """Read a trace into the UI from a thread: a big file progressively, a growing file forever.
 
 As toolong's watcher does, the thread owns the file and posts messages; the UI
-never blocks on I/O or parsing. Bytes go through tracer.reader.TraceBuilder,
+never blocks on I/O or parsing. Bytes go through tracer.trace.reader.TraceBuilder,
 which holds back an incomplete last line, so a torn line at the end of a file
 that a server is still writing is simply not parsed yet.
 
@@ -21,7 +21,7 @@ from pathlib import Path
 from textual.message import Message
 from textual.message_pump import MessagePump
 
-from tracer.reader import Torn, TraceBuilder, TraceError, load
+from tracer.trace.reader import Torn, TraceBuilder, TraceError, load
 from tui.data import TraceModel
 
 FIRST_CHUNK = 1 << 20  # small, so the first frame with data comes quickly
@@ -136,7 +136,7 @@ class TraceFeed(threading.Thread):
             self._post(Failed(self, f"{self.path}: cannot read: {exc.strerror or exc}"))
 
     def _load_whole(self) -> None:
-        """Compressed files: tracer.reader decompresses and parses them in one go."""
+        """Compressed files: tracer.trace.reader decompresses and parses them in one go."""
         trace = load(self.path, strict=self.strict, progress=lambda d, t: self._post(Progress(self, d, t)))
         self._post(Snapshot(self, TraceModel.build(trace), done=True))
 

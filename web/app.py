@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from dash import Dash
 
-from tracer.reader import Trace
+from tracer.trace.reader import Trace
 from web import layout as ui
 from web.callbacks import LIVE, Handlers, register
 from web.decimate import MAX_POINTS
@@ -15,7 +15,7 @@ from web.follow import FileFollower
 from web.store import DEFAULT_MAX_UPLOAD, TraceStore
 
 if TYPE_CHECKING:
-    from tracer.attach import StreamMirror
+    from tracer.live.attach import StreamMirror
 
 
 def make_app(

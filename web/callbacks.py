@@ -70,7 +70,7 @@ class Handlers:
         self.store = store
         self.max_points = max_points
         self.follower = follower
-        self.attach = attach  # tracer.attach.StreamMirror: says how the live stream is doing
+        self.attach = attach  # tracer.live.attach.StreamMirror: says how the live stream is doing
 
     def live_status(self) -> str:
         parts = [self.attach.status_text()] if self.attach is not None else []

@@ -11,8 +11,8 @@ from tracer.cli import attach_as_follow, progress, viewer_args
 
 def cmd_web(args: argparse.Namespace) -> int:
     """Serve the Dash web app over one or two traces and/or a growing file; loopback unless --allow-remote."""
-    from tracer.reader import load
-    from tracer.stream import is_loopback
+    from tracer.live.stream import is_loopback
+    from tracer.trace.reader import load
 
     mirror = attach_as_follow(args)
     if not args.trace and not args.follow:
@@ -41,7 +41,7 @@ def cmd_web(args: argparse.Namespace) -> int:
     trace_b = load(args.trace_b, strict=strict, progress=progress) if args.trace_b else None
     sweep = None
     if args.sweep:
-        from tracer.sweep import SweepFileError, load_sweep
+        from tracer.whatif.sweep import SweepFileError, load_sweep
 
         try:
             sweep = load_sweep(args.sweep)

@@ -1,4 +1,4 @@
-"""The compare page: two traces aligned as tracer.compare aligns them (step k of A
+"""The compare page: two traces aligned as tracer.analysis.compare aligns them (step k of A
 against step k of B), overlaid, with per-step deltas, totals and the `diff` headline."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 from dash import html
 
-from tracer.clock import performance_note, performance_rows
-from tracer.compare import Comparison, Side, headline_sentences
-from tracer.totals import compare_totals
+from tracer.analysis.compare import Comparison, Side, headline_sentences
+from tracer.analysis.totals import compare_totals
+from tracer.whatif.clock import performance_note, performance_rows
 from web.chart import Chart, Line, Markers, Panel
 from web.timeline import flag_hover
 
@@ -85,7 +85,7 @@ def totals_table(c: Comparison) -> html.Table:
 
 
 def performance_block(c: Comparison) -> list[Any]:
-    """Throughput and latency of both sides (tracer.clock's rows and note), beside the totals."""
+    """Throughput and latency of both sides (tracer.whatif.clock's rows and note), beside the totals."""
     if c.perf is None:
         return []
     rows = performance_rows(*c.perf)

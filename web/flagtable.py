@@ -10,7 +10,7 @@ from typing import Any
 
 from dash import html
 
-from tracer.flags import Flag
+from tracer.analysis.flags import Flag
 
 PAGE_SIZE = 12
 JUMP = "flag-jump"  # pattern-matching id type of the step buttons

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tracer.reader import Trace, TraceBuilder, TraceError
+from tracer.trace.reader import Trace, TraceBuilder, TraceError
 
 CHUNK = 8 << 20
 

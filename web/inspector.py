@@ -1,6 +1,6 @@
 """The step inspector: one step's requests and tokens, its budget arithmetic, its flags.
 
-The arithmetic lines are tracer.budget.arithmetic's, verbatim; the requests come
+The arithmetic lines are tracer.analysis.budget.arithmetic's, verbatim; the requests come
 from the step's own record (Trace.step).
 """
 
@@ -10,7 +10,7 @@ from typing import Any
 
 from dash import html
 
-from tracer.budget import arithmetic
+from tracer.analysis.budget import arithmetic
 from web.model import TraceView
 
 SEVERITY_CLASS = {"error": "sev-error", "warning": "sev-warning", "info": "sev-info"}

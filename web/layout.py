@@ -7,7 +7,7 @@ from typing import Any
 
 from dash import dcc, html
 
-from tracer.flags import KINDS
+from tracer.analysis.flags import KINDS
 
 # Component ids.
 TRACE = "trace-select"

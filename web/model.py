@@ -11,11 +11,11 @@ from typing import Any
 
 import numpy as np
 
-from tracer.budget import analyze
-from tracer.flags import Flag, FlagReport, detect
-from tracer.reader import Trace
-from tracer.series import step_series
-from tracer.summary import describe_engine, describe_gaps
+from tracer.analysis.budget import analyze
+from tracer.analysis.flags import Flag, FlagReport, detect
+from tracer.analysis.series import step_series
+from tracer.render.summary import describe_engine, describe_gaps
+from tracer.trace.reader import Trace
 
 
 @dataclass

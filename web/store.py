@@ -1,7 +1,7 @@
 """Server-side registry of loaded traces, and opening uploads.
 
 The browser names a trace only by the key the server gave it; it never sends a
-path. Uploads are parsed in memory by tracer.ingest (no pickle, no eval, nothing
+path. Uploads are parsed in memory by tracer.trace.ingest (no pickle, no eval, nothing
 written to disk) and only the newest few are kept.
 """
 
@@ -13,9 +13,9 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from tracer.compare import Comparison, compare
-from tracer.ingest import load_bytes
-from tracer.reader import Trace, TraceError
+from tracer.analysis.compare import Comparison, compare
+from tracer.trace.ingest import load_bytes
+from tracer.trace.reader import Trace, TraceError
 from web.model import TraceView
 
 DEFAULT_MAX_UPLOAD = 64 << 20  # bytes, before base64

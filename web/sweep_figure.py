@@ -1,6 +1,6 @@
 """The `schedscope sweep` figure: one line per policy (and per other swept knob), the
 objective against the budget, with the clock's summed error as error bars.
-Built from tracer.sweep's JSON document, so the CLI, the web app and a notebook
+Built from tracer.whatif.sweep's JSON document, so the CLI, the web app and a notebook
 draw the same figure."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 import plotly.graph_objects as go
 from dash import dcc, html
 
-from tracer.sweep import OBJECTIVES, error_text, sweep_lines
+from tracer.whatif.sweep import OBJECTIVES, error_text, sweep_lines
 
 
 def sweep_figure(doc: dict[str, Any]) -> go.Figure:
@@ -64,7 +64,7 @@ def sweep_figure(doc: dict[str, Any]) -> go.Figure:
 
 def sweep_tab(doc: dict[str, Any]) -> dcc.Tab:
     """The web app's Sweep page: a saved `schedscope sweep --json`, as the figure and the
-    ranked table the terminal prints (tracer.sweep's sentences)."""
+    ranked table the terminal prints (tracer.whatif.sweep's sentences)."""
     return dcc.Tab(
         label="Sweep",
         value="sweep",

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from tracer.flags import KINDS, Flag
+from tracer.analysis.flags import KINDS, Flag
 from web.chart import Chart, Line, Markers, Panel
 from web.model import TraceView
 

@@ -10,7 +10,7 @@ from textual.widget import Widget
 
 from tests.tui.helpers import ADDITIVE, SAMPLES, SEPARATE, SIZE, drive, wait_until
 from tracer.cli import main as cli_main
-from tracer.reader import load
+from tracer.trace.reader import load
 from tui import make_app
 from tui.screens.compare import CompareScreen
 from tui.screens.error import ErrorScreen
@@ -306,7 +306,7 @@ def test_the_step_table_is_virtual_over_many_rows() -> None:
 
 
 def test_run_line_names_live_stream_gaps(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from tracer.reader import load
+    from tracer.trace.reader import load
     from tui.data import TraceModel
     from tui.widgets.inspector import run_line
 
@@ -323,8 +323,8 @@ def test_attach_shows_the_stream_state_and_follows_a_new_run(tmp_path: Path) -> 
     restarts and the screen moves to the new run's file and says so."""
     import orjson
 
-    from tracer.attach import StreamMirror
-    from tracer.stream import StreamHub, StreamServer
+    from tracer.live.attach import StreamMirror
+    from tracer.live.stream import StreamHub, StreamServer
 
     lines = ADDITIVE.read_bytes().splitlines(keepends=True)
     head = orjson.loads(lines[0])

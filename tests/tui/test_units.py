@@ -6,7 +6,7 @@ import numpy as np
 from textual.message import Message
 
 from tests.tui.helpers import ADDITIVE, SAMPLES
-from tracer.reader import load
+from tracer.trace.reader import load
 from tui.bins import MIN_SPAN, Columns, Window, eighths
 from tui.data import CompareModel, TraceModel
 from tui.feed import MAX_INTERVAL, Progress, Snapshot, TraceFeed

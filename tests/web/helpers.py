@@ -6,7 +6,7 @@ from pathlib import Path
 
 import orjson
 
-from tracer.reader import Trace, TraceBuilder, load
+from tracer.trace.reader import Trace, TraceBuilder, load
 from web.model import TraceView
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"

@@ -17,7 +17,7 @@ from dash import Dash
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 
-from tracer.compare import compare, headline_sentences
+from tracer.analysis.compare import compare, headline_sentences
 from web.app import make_app
 
 from .helpers import ADDITIVE, LIVE_NGRAM, SEPARATE, sample, tiled_lines
@@ -179,8 +179,8 @@ def test_attach_shows_idle_then_a_new_run(
     stream is doing, and a restart's new run replaces the timeline."""
     import orjson
 
-    from tracer.attach import StreamMirror
-    from tracer.stream import StreamHub, StreamServer
+    from tracer.live.attach import StreamMirror
+    from tracer.live.stream import StreamHub, StreamServer
 
     src = tiled_lines(8)
     head = orjson.loads(src[0])

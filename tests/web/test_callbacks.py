@@ -13,7 +13,7 @@ import pytest
 from dash import Patch, no_update
 from dash.exceptions import PreventUpdate
 
-from tracer.budget import arithmetic
+from tracer.analysis.budget import arithmetic
 from tracer.cli import main
 from web import layout as ids
 from web.callbacks import Handlers, parse_xrange

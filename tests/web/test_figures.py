@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tracer.compare import compare, headline_sentences
-from tracer.flags import ADDITIVE
+from tracer.analysis.compare import compare, headline_sentences
+from tracer.analysis.flags import ADDITIVE
 from web.chart import build_figure, extend_patch, range_patch, trace_data
 from web.compare_view import compare_chart, headline
 from web.model import TraceView

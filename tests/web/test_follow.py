@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from tracer.reader import Trace
+from tracer.trace.reader import Trace
 from web.follow import FileFollower
 
 from .helpers import lines
@@ -77,8 +77,8 @@ def test_attach_status_leads_the_live_status_and_a_new_run_redraws(tmp_path: Pat
     import orjson
     import plotly.graph_objects as go
 
-    from tracer.attach import StreamMirror
-    from tracer.stream import StreamHub, StreamServer
+    from tracer.live.attach import StreamMirror
+    from tracer.live.stream import StreamHub, StreamServer
     from web import layout as ids
     from web.app import make_app
     from web.callbacks import LIVE

@@ -7,12 +7,12 @@ import gzip
 import numpy as np
 import pytest
 
-from tracer.budget import analyze
-from tracer.compare import compare, diff_lines
-from tracer.ingest import load_bytes
-from tracer.reader import TraceError
-from tracer.series import step_series
-from tracer.totals import compare_totals
+from tracer.analysis.budget import analyze
+from tracer.analysis.compare import compare, diff_lines
+from tracer.analysis.series import step_series
+from tracer.analysis.totals import compare_totals
+from tracer.trace.ingest import load_bytes
+from tracer.trace.reader import TraceError
 
 from .helpers import ADDITIVE, SEPARATE, lines, sample
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import ROOT
-from tracer.reader import load
+from tracer.trace.reader import load
 from web.app import make_app
 from web.sweep_figure import sweep_figure
 

@@ -1,4 +1,4 @@
-"""Compare two traces side by side: tracer.compare's alignment, deltas and headline."""
+"""Compare two traces side by side: tracer.analysis.compare's alignment, deltas and headline."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from textual.containers import Horizontal, Vertical
 from textual.markup import escape
 from textual.widgets import Footer, ProgressBar, Static
 
-from tracer.budget import arithmetic
-from tracer.clock import performance_note, performance_rows
-from tracer.compare import headline_sentences
-from tracer.reader import TraceError, load
+from tracer.analysis.budget import arithmetic
+from tracer.analysis.compare import headline_sentences
+from tracer.trace.reader import TraceError, load
+from tracer.whatif.clock import performance_note, performance_rows
 from tui.bins import Window
 from tui.data import CompareModel, TraceModel
 from tui.screens.base import Command, StepScreen
@@ -50,7 +50,7 @@ def totals_lines(model: CompareModel) -> list[str]:
         style = "$text-muted" if not d or not better else ("$success" if d * better > 0 else "$error")
         delta = ("+" if d > 0 else "") + fmt.format(d) if d else "0"
         out.append(f"{label:<20}{fmt.format(va):>9}{fmt.format(vb):>9}[{style}]{delta:>9}[/]")
-    if c.perf is not None:  # throughput and latency: measured, or predicted for a replay (tracer.clock)
+    if c.perf is not None:  # throughput and latency: measured, or a replay's prediction
         for label, va, vb in performance_rows(*c.perf):
             out.append(f"{escape(label):<20}{escape(va):>10}{escape(vb):>11}")
         out.append(f"[$text-muted]{escape(performance_note(*c.perf))}[/]")
@@ -99,7 +99,7 @@ class CompareScreen(StepScreen):
             yield ProgressBar(id="progress", show_eta=False)
         with Horizontal(id="summary"):
             headline = Static("comparing…", id="headline")
-            headline.border_title = "Headline (tracer.compare)"
+            headline.border_title = "Headline (tracer.analysis.compare)"
             yield headline
             totals = Static("", id="totals")
             totals.border_title = "Totals"

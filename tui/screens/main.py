@@ -13,8 +13,8 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.markup import escape
 from textual.widgets import Footer, ProgressBar, Static, TabbedContent, TabPane
 
-from tracer.compare import RequestLife
-from tracer.lookup import matching_ids, request_life, rows_of_steps
+from tracer.analysis.compare import RequestLife
+from tracer.analysis.lookup import matching_ids, request_life, rows_of_steps
 from tui.bins import Window
 from tui.data import TraceModel
 from tui.feed import Failed, Progress, Snapshot, TraceFeed, Waiting
@@ -25,7 +25,7 @@ from tui.widgets.timeline import Timeline
 from tui.widgets.vlist import VirtualList
 
 if TYPE_CHECKING:
-    from tracer.attach import StreamMirror
+    from tracer.live.attach import StreamMirror
 
 
 class MainScreen(StepScreen):

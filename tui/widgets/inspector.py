@@ -1,6 +1,6 @@
 """Text panels: the step inspector, a request's lifetime, and the engine config line.
 
-They format what tracer returns (a step record, tracer.budget.arithmetic, the
+They format what tracer returns (a step record, tracer.analysis.budget.arithmetic, the
 flags, a RequestLife); the sentences about budgets are tracer's own.
 """
 
@@ -11,9 +11,9 @@ from typing import Any
 from textual.markup import escape
 from textual.widgets import Static
 
-from tracer.budget import arithmetic
-from tracer.compare import RequestLife
-from tracer.summary import describe_gaps
+from tracer.analysis.budget import arithmetic
+from tracer.analysis.compare import RequestLife
+from tracer.render.summary import describe_gaps
 from tui.data import TraceModel
 from tui.widgets.textview import TextView
 
@@ -163,7 +163,7 @@ class Inspector(TextView):
 
 
 class LifetimePanel(Static):
-    """A request's lifetime, from tracer.lookup.request_life."""
+    """A request's lifetime, from tracer.analysis.lookup.request_life."""
 
     DEFAULT_CSS = "LifetimePanel { padding: 0 1; }"
 

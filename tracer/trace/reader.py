@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from tracer import schema
+from tracer.trace import schema
 
 Progress = Callable[[int, int], None]
 

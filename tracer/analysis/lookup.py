@@ -1,6 +1,6 @@
 """Lookups over a loaded trace that touch only the steps they need.
 
-`tracer.compare.lifetimes` parses every step, which is right for a comparison
+`tracer.analysis.compare.lifetimes` parses every step, which is right for a comparison
 but too slow to answer one search in a million-step trace. Here a request id
 is found in the trace's raw bytes first, and only the steps that mention it are
 parsed; the lifetime itself is still built by `lifetimes`, so both agree.
@@ -13,9 +13,9 @@ from dataclasses import replace
 import numpy as np
 import orjson
 
-from tracer.compare import RequestLife, lifetimes
-from tracer.flags import FlagReport
-from tracer.reader import Trace
+from tracer.analysis.compare import RequestLife, lifetimes
+from tracer.analysis.flags import FlagReport
+from tracer.trace.reader import Trace
 
 
 def rows_of_steps(trace: Trace, steps: np.ndarray | list[int]) -> np.ndarray:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tracer.offline import EngineSpec, RequestSpec
+from tracer.whatif.offline import EngineSpec, RequestSpec
 
 SCENARIOS: dict[str, tuple[EngineSpec, list[RequestSpec]]] = {
     # The motivating fault: DFlash K=7 on vLLM 0.32 reserves 7 draft slots per

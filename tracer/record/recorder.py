@@ -24,9 +24,10 @@ from typing import Any
 
 import orjson
 
-from tracer import __version__, schema
-from tracer.engine_config import describe_scheduler, regime_of
-from tracer.writer import Tap, TraceWriter, open_sink
+from tracer import __version__
+from tracer.record.engine_config import describe_scheduler, regime_of
+from tracer.record.writer import Tap, TraceWriter, open_sink
+from tracer.trace import schema
 
 logger = logging.getLogger("schedscope.recorder")
 
@@ -91,7 +92,7 @@ class RecorderConfig:
         )
 
 
-# Set by the offline harness around building a scheduler (tracer.replay.recording_to);
+# Set by the offline harness around building a scheduler (tracer.whatif.replay.recording_to);
 # never in a server, where the environment decides.
 _configured: ContextVar[RecorderConfig | None] = ContextVar("schedscope_recorder_config", default=None)
 

@@ -7,7 +7,7 @@
   draft tokens against the server's own Prometheus counters (/metrics);
 - records: the footer's dropped records, errors and step count, step numbers
   without holes, no stream gaps, no torn line;
-- identity replay: `tracer.fidelity.check_fidelity` re-makes the run under its recorded policy.
+- identity replay: `tracer.whatif.fidelity.check_fidelity` re-makes the run under its recorded policy.
 
 The trace totals below are the one implementation the live tests check too.
 """
@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from tracer.offline import OFFLINE_MODEL_NAME
-from tracer.reader import Trace
-from tracer.schema import WAITING_DEMAND_LIMIT
+from tracer.trace.reader import Trace
+from tracer.trace.schema import WAITING_DEMAND_LIMIT
+from tracer.whatif.offline import OFFLINE_MODEL_NAME
 
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
 
@@ -205,7 +205,9 @@ def _runner_verdict(trace: Trace, hooks: dict[str, Any] | None) -> Verdict:
     if hooks is None:
         if trace.config.get("model") == OFFLINE_MODEL_NAME:
             return Verdict(
-                SKIP, "runner hook", "recorded offline (tracer.offline or a replay): no model runner ran"
+                SKIP,
+                "runner hook",
+                "recorded offline (a replay or the offline harness): no model runner ran",
             )
         if noted.any():
             return Verdict(PASS, "runner hook", "runner records present (no runner named: a pre-1.1 trace)")
@@ -367,8 +369,8 @@ def record_verdicts(trace: Trace) -> list[Verdict]:
 
 
 def replay_verdicts(trace: Trace) -> list[Verdict]:
-    from tracer import fidelity
-    from tracer.workload import WorkloadError, workload_from_trace
+    from tracer.whatif import fidelity
+    from tracer.whatif.workload import WorkloadError, workload_from_trace
 
     try:
         exact = workload_from_trace(trace).exact
@@ -413,7 +415,7 @@ def run(
     strict: bool = True,
 ) -> tuple[int, list[str]]:
     """Load the traces (and the metrics), diagnose; (exit code, output lines)."""
-    from tracer.reader import load
+    from tracer.trace.reader import load
 
     traces = [load(p, strict=strict) for p in paths]
     metrics = None

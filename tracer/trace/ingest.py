@@ -1,6 +1,6 @@
 """Load a trace from bytes already in memory (an upload), with size limits.
 
-The same parsing and validation as `tracer.reader.load` (TraceBuilder), without
+The same parsing and validation as `tracer.trace.reader.load` (TraceBuilder), without
 a file path: nothing is written to disk and no caller-chosen path is opened.
 gzip is recognised by its magic bytes; its decompressed size is bounded so a
 small upload cannot expand into gigabytes.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import zlib
 
-from tracer.reader import Trace, TraceBuilder, TraceError
+from tracer.trace.reader import Trace, TraceBuilder, TraceError
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"

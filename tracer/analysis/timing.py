@@ -23,7 +23,7 @@ Replay (or anything that produces step records) predicts a step with
     builder = FeatureBuilder()
     ms = model.predict(builder.add(step_record))   # one record at a time, in order
 
-`tracer.timing_report` holds the sentences the CLI prints.
+`tracer.render.timing_report` holds the sentences the CLI prints.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from tracer.reader import Trace
+from tracer.trace.reader import Trace
 
 # Candidate features in priority order: when the steps support fewer coefficients,
 # the last ones go first.
@@ -77,7 +77,7 @@ class TimingRefused(ValueError):
     `counts` the steps behind it (usable, idle, gap, empty, stall, last, recorded)."""
 
     def __init__(self, what: str, counts: dict[str, int]) -> None:
-        from tracer.timing_report import refusal_sentence  # the sentences live there
+        from tracer.render.timing_report import refusal_sentence  # the sentences live there
 
         self.what = what
         self.counts = counts

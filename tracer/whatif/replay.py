@@ -2,7 +2,7 @@
 
 The replay plays the engine's part. It gives the scheduler the inputs of the
 recorded run in their recorded order (arrivals, aborts, drafts, model outputs;
-see tracer.workload) and answers each scheduled step with the model output the
+see tracer.whatif.workload) and answers each scheduled step with the model output the
 workload says: tokens sampled per request, drafts accepted, a stop token where
 the request stopped. Under the recorded policy and scheduler class this re-makes
 the run step for step; `check_fidelity` proves it for a given trace. Under
@@ -10,7 +10,7 @@ another policy or configuration the same inputs meet a different schedule, and
 the per-request behaviour is looked up by output position instead.
 
 Its output is an ordinary trace whose header names the policy. A timed replay
-(`clock=`) prices each step with a StepClock (tracer.clock) and writes the
+(`clock=`) prices each step with a StepClock (tracer.whatif.clock) and writes the
 predicted time into each step's `t`; with `arrivals="time"` requests arrive at
 their recorded times on that clock rather than before their recorded step.
 """
@@ -24,12 +24,19 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tracer.offline import SAMPLED_TOKEN, STOP_TOKEN, EngineSpec, RequestSpec, make_request, prompt_tokens
-from tracer.timing import FeatureBuilder, TimingModel
-from tracer.workload import Event, Workload, WorkloadError
+from tracer.analysis.timing import FeatureBuilder, TimingModel
+from tracer.whatif.offline import (
+    SAMPLED_TOKEN,
+    STOP_TOKEN,
+    EngineSpec,
+    RequestSpec,
+    make_request,
+    prompt_tokens,
+)
+from tracer.whatif.workload import Event, Workload, WorkloadError
 
 if TYPE_CHECKING:
-    from tracer.clock import StepClock
+    from tracer.whatif.clock import StepClock
 
 REPLAYABLE_METHODS = (None, "ngram", "draft_model", "dflash", "dspark")
 ARRIVALS = ("step", "time")
@@ -39,7 +46,7 @@ class ReplayTimer:
     """A timed replay's clock (seconds, the recording's monotonic clock). The tracing
     scheduler reads it as each step's `t`; it advances by a step's predicted duration
     when that step's output is applied, so under async scheduling the interval a step
-    fills is the one tracer.timing pairs it with (duration_lag)."""
+    fills is the one tracer.analysis.timing pairs it with (duration_lag)."""
 
     def __init__(self, model: TimingModel, start: float, query_rows_per_req: int = 0) -> None:
         self.model = model
@@ -337,7 +344,7 @@ def _truncate(owners: list[tuple[int | None, str]], blocks: int) -> list[tuple[i
 def recording_to(path: Path, header: dict[str, Any] | None = None) -> Iterator[None]:
     """Tracing schedulers built in this block record to `path` (with extra header fields),
     whatever the environment says: no stream, no metrics, nothing changed in os.environ."""
-    from tracer.recorder import RecorderConfig, configured
+    from tracer.record.recorder import RecorderConfig, configured
 
     with configured(RecorderConfig(trace=Path(path), header=dict(header or {}))):
         yield
@@ -376,8 +383,8 @@ def replay(
         # The replay's `t` share the recording's clock: keep its anchors.
         if workload.start_time is not None and workload.t0 is not None:
             header.update(start_time=workload.start_time, t0=workload.t0)
-    from tracer.offline import build_scheduler
     from tracer.policies import scheduler_class
+    from tracer.whatif.offline import build_scheduler
 
     engine: EngineSpec = replace(workload.engine, **{k: v for k, v in overrides.items() if v is not None})
     if engine.method not in REPLAYABLE_METHODS:

@@ -230,7 +230,7 @@ class StreamServer:
         self.hub = hub
         self.token = token
         self.heartbeat = heartbeat
-        # GET /metrics, when the tracer counts metrics (tracer.metrics.TraceMetrics).
+        # GET /metrics, when the tracer counts metrics (tracer.live.metrics.TraceMetrics).
         self.metrics: Any = None
         server = self
 
@@ -265,7 +265,7 @@ class StreamServer:
     def _serve(self, h: BaseHTTPRequestHandler) -> None:
         url = urlparse(h.path)
         if url.path == "/metrics" and self.metrics is not None:
-            from tracer.metrics import serve_metrics  # only where metrics are on
+            from tracer.live.metrics import serve_metrics  # only where metrics are on
 
             serve_metrics(h, self.metrics, self.token)
             return

@@ -1,12 +1,12 @@
 """A what-if's clock, and the throughput and latency it gives a trace.
 
 A replay has no forward passes to time, so each replayed step is priced: by the
-step-time model fitted on the source trace (tracer.timing), or, where the trace
+step-time model fitted on the source trace (tracer.analysis.timing), or, where the trace
 is too short or too idle to fit one, by its measured median step (one price
 for every step, error unknown). `StepClock` carries either, with its held-out
 error, into a replay's header and across a sweep's worker processes.
 
-`performance(trace)` applies tracer.throughput's measures to a trace: measured
+`performance(trace)` applies tracer.analysis.throughput's measures to a trace: measured
 for a recording, predicted for a timed replay (its `t` are the clock's), and
 priced with a given clock for an untimed replay (its `t` are the offline
 scheduler's own CPU time). Every sentence about these figures is here.
@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from tracer import timing
-from tracer.reader import Trace
-from tracer.throughput import LatencyTracker, busy_mask, measure_throughput
+from tracer.analysis import timing
+from tracer.analysis.throughput import LatencyTracker, busy_mask, measure_throughput
+from tracer.trace.reader import Trace
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ def attach_idle_waits(workload: Any, trace: Trace, clock: StepClock) -> None:
 
 @dataclass
 class Performance:
-    """tracer.throughput's measures of one trace; `basis` says where its times come from."""
+    """tracer.analysis.throughput's measures of one trace; `basis` says where its times come from."""
 
     basis: str  # "measured", "predicted" (a timed replay) or "priced" (an untimed replay, priced here)
     prompt_tok_s: float | None

@@ -1,6 +1,6 @@
 """Measured throughput and per-request latency, from a trace's step timestamps alone.
 
-Busy time is the sum of step durations (tracer.timing.step_durations) that are
+Busy time is the sum of step durations (tracer.analysis.timing.step_durations) that are
 not idle gaps: stalls and empty steps are time the engine spent, so they count.
 A request's first token is back at the end of its first step that sampled one,
 and TTFT runs from the start of the first step that saw it (admitted or
@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from tracer.reader import Trace
-from tracer.timing import BAD, GAP, IDLE, Durations, StepFeatures
+from tracer.analysis.timing import BAD, GAP, IDLE, Durations, StepFeatures
+from tracer.trace.reader import Trace
 
 PERCENTILES = (50, 90, 99)
 

@@ -5,8 +5,8 @@
 
 The counters are computed from the very lines the trace writer encodes (a
 writer tap, like the stream hub), by the same code as `schedscope flags`:
-`tracer.reader` builds a small Trace from each batch, `tracer.budget.analyze`
-and `tracer.flags.detect` run over it. So a scrape's totals are the trace's
+`tracer.trace.reader` builds a small Trace from each batch, `tracer.analysis.budget.analyze`
+and `tracer.analysis.flags.detect` run over it. So a scrape's totals are the trace's
 totals, and the scheduler thread pays nothing: the tap only appends lines;
 they are turned into counters at most every PROCESS_INTERVAL on the writer
 thread, and by a scrape (on its HTTP thread) so an idle engine reads exact.
@@ -33,10 +33,10 @@ import numpy as np
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
-from tracer import flags as _flags
-from tracer.budget import analyze
-from tracer.reader import TraceBuilder
-from tracer.stream import is_loopback, parse_bind
+from tracer.analysis import flags as _flags
+from tracer.analysis.budget import analyze
+from tracer.live.stream import is_loopback, parse_bind
+from tracer.trace.reader import TraceBuilder
 
 logger = logging.getLogger("schedscope.metrics")
 

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from tracer.flags import detect
-from tracer.reader import Trace
+from tracer.analysis.flags import detect
+from tracer.trace.reader import Trace
 
 
 def describe_engine(trace: Trace) -> str:

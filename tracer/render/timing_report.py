@@ -9,10 +9,10 @@ from typing import Any
 
 import numpy as np
 
-from tracer import timing
-from tracer.offline import OFFLINE_MODEL_NAME
-from tracer.reader import Trace
-from tracer.throughput import Latency, LatencyTracker, Throughput, measure_throughput
+from tracer.analysis import timing
+from tracer.analysis.throughput import Latency, LatencyTracker, Throughput, measure_throughput
+from tracer.trace.reader import Trace
+from tracer.whatif.offline import OFFLINE_MODEL_NAME
 
 MANY_STALLS = 0.05  # over this share of usable steps, stalls suggest a cost the model lacks
 
@@ -125,7 +125,7 @@ def timing_report(trace: Trace) -> dict[str, Any]:
     notes = []
     if trace.config.get("model") == OFFLINE_MODEL_NAME:
         notes.append(
-            "recorded offline (tracer.offline): no model ran, so these durations are the scheduler's "
+            "recorded offline (tracer.whatif.offline): no model ran, so these durations are the scheduler's "
             "own time, not forward passes"
         )
     status = {s: durations.count(s) for s in (timing.USABLE, timing.IDLE, timing.GAP, timing.EMPTY)}

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tracer.reader import Trace, load
+from tracer.trace.reader import Trace, load
 
 # Step fields that are scheduling decisions or their inputs. Sets (vLLM keeps
 # preempted and finished ids in sets, in hash order) are compared as sets.
@@ -144,8 +144,8 @@ def compare_runs(recorded: Trace, replayed: Trace, *, policy: str, exact: bool, 
 
 def check_fidelity(trace: Trace | str | Path, *, out: str | Path | None = None) -> Fidelity:
     """Replay `trace` under its recorded policy and scheduler class; compare. Needs vLLM."""
-    from tracer.replay import replay
-    from tracer.workload import workload_from_trace
+    from tracer.whatif.replay import replay
+    from tracer.whatif.workload import workload_from_trace
 
     recorded = trace if isinstance(trace, Trace) else load(trace)
     workload = workload_from_trace(recorded)

@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tracer.clock import (
+from tracer.analysis.flags import FlagReport, detect
+from tracer.trace.reader import Trace
+from tracer.whatif.clock import (
     NoClock,
     Performance,
     StepClock,
@@ -20,10 +22,8 @@ from tracer.clock import (
     performance_rows,
     withheld_cost_sentence,
 )
-from tracer.fidelity import identity_line
-from tracer.flags import FlagReport, detect
-from tracer.offline import OFFLINE_MODEL_NAME
-from tracer.reader import Trace
+from tracer.whatif.fidelity import identity_line
+from tracer.whatif.offline import OFFLINE_MODEL_NAME
 
 DELTA_COLUMNS = ("target_used", "query_rows", "admitted", "preempted")
 
@@ -103,7 +103,7 @@ class Comparison:
     steps: np.ndarray  # aligned step numbers 1..max(len(a), len(b))
     values: dict[str, tuple[np.ndarray, np.ndarray]]  # per column: (a, b) aligned, 0-padded
     common_requests: list[str]
-    # Throughput and latency of each side (tracer.clock): measured, or predicted for a replay.
+    # Throughput and latency of each side (tracer.whatif.clock): measured, or predicted for a replay.
     perf: tuple[Performance, Performance] | None = None
 
     def delta(self, column: str) -> np.ndarray:

@@ -1,9 +1,9 @@
 """`schedscope sweep`: one recorded workload replayed over a grid of settings, ranked.
 
 Each setting (policy × max_num_batched_tokens × num_speculative_tokens ×
-max_num_seqs × method) is a timed replay (tracer.replay with the source's
-StepClock, tracer.clock), deterministic, so settings can run in separate
-processes in any order. Each is measured with tracer.clock.performance (its
+max_num_seqs × method) is a timed replay (tracer.whatif.replay with the source's
+StepClock, tracer.whatif.clock), deterministic, so settings can run in separate
+processes in any order. Each is measured with tracer.whatif.clock.performance (its
 times are predictions) and ranked by one objective, with the clock's summed
 error beside each figure. Every sentence of the report is here; the figure
 is web/sweep_figure.py (tracer never imports plotly).
@@ -22,8 +22,8 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-from tracer.clock import StepClock, attach_idle_waits, clock_for, clock_sentence, performance
-from tracer.reader import Trace, load
+from tracer.trace.reader import Trace, load
+from tracer.whatif.clock import StepClock, attach_idle_waits, clock_for, clock_sentence, performance
 
 # objective -> (result key, label, unit, True when higher is better)
 OBJECTIVES: dict[str, tuple[str, str, str, bool]] = {
@@ -67,7 +67,7 @@ _WORKLOADS: dict[str, Any] = {}  # source path -> Workload, once per process
 
 
 def _workload(source: str) -> Any:
-    from tracer.workload import workload_from_trace
+    from tracer.whatif.workload import workload_from_trace
 
     if source not in _WORKLOADS:
         trace = load(source)
@@ -79,8 +79,8 @@ def run_setting(
     source: str, setting: Setting, clock_doc: dict[str, Any], arrivals: str, workdir: str
 ) -> dict:
     """Replay one setting, timed; its figures as a dict (JSON-able, picklable)."""
-    from tracer.flags import detect
-    from tracer.replay import replay
+    from tracer.analysis.flags import detect
+    from tracer.whatif.replay import replay
 
     workload, recorded = _workload(source)
     clock = StepClock.from_dict(clock_doc)
@@ -136,7 +136,7 @@ def sweep(
     settings = list(dict.fromkeys(settings))
     recorded = trace if trace is not None else load(source)
     if arrivals == "time":  # refuse here, once, rather than in every worker
-        from tracer.workload import workload_from_trace
+        from tracer.whatif.workload import workload_from_trace
 
         workload_from_trace(recorded).check_arrival_times()
     clock = clock_for(recorded)

@@ -28,7 +28,7 @@ from urllib.parse import urlencode, urlparse, urlunparse
 
 import orjson
 
-from tracer.stream import HEARTBEAT_INTERVAL, _step_of
+from tracer.live.stream import HEARTBEAT_INTERVAL, _step_of
 
 MAX_LINE = 16 << 20  # a record longer than this is garbage, not a trace record
 # No bytes at all (heartbeats included) for this long: the connection is stalled.

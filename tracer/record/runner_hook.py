@@ -38,7 +38,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from tracer import recorder as _recorder
+from tracer.record import recorder as _recorder
 
 logger = logging.getLogger("schedscope.runner_hook")
 

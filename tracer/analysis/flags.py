@@ -1,6 +1,6 @@
 """Flag detectors: accounting faults found in a trace, each with the numbers behind
 it and one sentence a user can act on. All budget reasoning comes from
-tracer.budget; this module only decides what is worth a flag.
+tracer.analysis.budget; this module only decides what is worth a flag.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from tracer.budget import BudgetAnalysis, analyze
-from tracer.reader import Trace
+from tracer.analysis.budget import BudgetAnalysis, analyze
+from tracer.trace.reader import Trace
 
 ADDITIVE = "additive-double-reservation"
 QUERY_OVERFLOW = "query-overflow"

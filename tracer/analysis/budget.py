@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from tracer.methods import is_separate_pass
-from tracer.reader import Trace
+from tracer.analysis.methods import is_separate_pass
+from tracer.trace.reader import Trace
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ Times are integer µs since header `t0` (or the first step): integers, so that
 Perfetto's µs→ns conversion cannot make touching slices overlap.
 
 The exporter reads columns, step records and flags only; budget reasoning stays
-in tracer.budget / tracer.flags.
+in tracer.analysis.budget / tracer.analysis.flags.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ import numpy as np
 import orjson
 
 if TYPE_CHECKING:
-    from tracer.flags import FlagReport
-    from tracer.reader import Trace
+    from tracer.analysis.flags import FlagReport
+    from tracer.trace.reader import Trace
 
 SCHED_PID, REQ_PID = 1, 2
 SCHED_TID = 1
@@ -224,7 +224,7 @@ def to_chrome_trace(
 ) -> dict[str, Any]:
     """The trace as a Chrome Trace Event Format object. `report` defaults to detect(trace)."""
     if report is None:
-        from tracer.flags import detect
+        from tracer.analysis.flags import detect
 
         report = detect(trace)
     cfg = trace.config

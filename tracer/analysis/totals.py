@@ -1,14 +1,14 @@
 """The totals of a comparison as values, for views that lay them out themselves.
 
 The same rows, in the same order, as the totals block of `schedscope diff`
-(tracer.compare.diff_lines); tests/web/test_model_helpers.py keeps the two equal.
+(tracer.analysis.compare.diff_lines); tests/web/test_model_helpers.py keeps the two equal.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tracer.compare import DELTA_COLUMNS, Comparison
+from tracer.analysis.compare import DELTA_COLUMNS, Comparison
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tracer.offline import EngineSpec, RequestSpec
-from tracer.reader import Trace, load
+from tracer.trace.reader import Trace, load
+from tracer.whatif.offline import EngineSpec, RequestSpec
 
 # Inputs of one recorded step, in the order the scheduler received them:
 #   ("a", request id)             add_request
@@ -95,7 +95,7 @@ class Workload:
     t0: float | None = None
     step_times: list[float] = field(default_factory=list)
     # Timed replays by step: recorded step -> how long the engine waited for requests before
-    # it (s), beyond its previous step's predicted time (tracer.clock.attach_idle_waits).
+    # it (s), beyond its previous step's predicted time (tracer.whatif.clock.attach_idle_waits).
     idle_waits: dict[int, float] = field(default_factory=dict)
 
     def request(self, rid: str) -> RequestSpec:
@@ -108,7 +108,7 @@ class Workload:
 
     def check_arrival_times(self) -> None:
         """`--arrivals time` needs wall-clock arrival times from a live server; an offline
-        recording (tracer.offline) stores step numbers there."""
+        recording (tracer.whatif.offline) stores step numbers there."""
         if self.start_time is None or self.t0 is None or not self.step_times:
             raise WorkloadError(f"{self.source}: --arrivals time needs a recorded trace (format 1.1)")
         span = self.step_times[-1] - self.step_times[0]

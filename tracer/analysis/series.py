@@ -1,6 +1,6 @@
 """Per-step series that the views plot, named once.
 
-Every value comes from the reader's columns or from tracer.budget's analysis, so
+Every value comes from the reader's columns or from tracer.analysis.budget's analysis, so
 a view picks series by name and draws them: it does no budget arithmetic. Arrays
 are aligned with `trace.columns` (row i is step `step[i]`). Runner values are -1
 where a step has no runner record for that pass.
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tracer.budget import BudgetAnalysis
-from tracer.reader import Trace
+from tracer.analysis.budget import BudgetAnalysis
+from tracer.trace.reader import Trace
 
 
 def step_series(trace: Trace, analysis: BudgetAnalysis) -> dict[str, np.ndarray]:

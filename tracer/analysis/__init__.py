@@ -1,0 +1,1 @@
+"""Read-only analysis of a loaded trace: budget model, flags, series, comparison, timing."""

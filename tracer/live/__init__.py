@@ -1,0 +1,1 @@
+"""The live stream and metrics served from EngineCore, and the viewer's client for them."""

@@ -1,0 +1,1 @@
+"""Runs inside vLLM: the recorder and writer in EngineCore, the runner hook in model-runner workers."""

@@ -1,0 +1,1 @@
+"""Text and export renderings of a trace: summary, Perfetto, the timing report."""
