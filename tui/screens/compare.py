@@ -99,7 +99,7 @@ class CompareScreen(StepScreen):
             yield ProgressBar(id="progress", show_eta=False)
         with Horizontal(id="summary"):
             headline = Static("comparing…", id="headline")
-            headline.border_title = "Headline (tracer.analysis.compare)"
+            headline.border_title = "Headline"
             yield headline
             totals = Static("", id="totals")
             totals.border_title = "Totals"
