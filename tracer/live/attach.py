@@ -34,7 +34,7 @@ MAX_LINE = 16 << 20  # a record longer than this is garbage, not a trace record
 # No bytes at all (heartbeats included) for this long: the connection is stalled.
 READ_TIMEOUT = 4 * HEARTBEAT_INTERVAL
 
-Phase = Literal["connecting", "live", "idle", "stalled", "reconnecting", "refused", "gave up"]
+Phase = Literal["connecting", "live", "idle", "stalled", "reconnecting", "refused", "unauthorised", "gave up"]
 EventKind = Literal["record", "run", "heartbeat", "status"]
 
 
@@ -117,6 +117,8 @@ def _phase_text(state: LinkState) -> str:
         return f"reconnecting ({state.detail}) · {step}"
     if phase == "refused":
         return f"refused: {state.detail}"
+    if phase == "unauthorised":
+        return f"unauthorised: {state.detail} (check --token or SCHEDSCOPE_STREAM_TOKEN)"
     return f"gave up after {state.reconnects} reconnects ({state.detail})"
 
 
@@ -195,7 +197,10 @@ class StreamFollower:
                     yield self._status(message, phase="reconnecting", detail=message)
             except urllib.error.HTTPError as exc:
                 detail = f"HTTP {exc.code} {exc.reason}"
-                if exc.code in (401, 403, 404):
+                if exc.code in (401, 403):  # a missing or wrong token: retrying cannot help
+                    yield self._status(f"unauthorised: {detail}", phase="unauthorised", detail=detail)
+                    return
+                if exc.code == 404:
                     yield self._status(f"refused: {detail}", phase="refused", detail=detail)
                     return
                 yield self._status(detail, phase="reconnecting", detail=detail)
