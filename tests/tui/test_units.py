@@ -7,9 +7,9 @@ from textual.message import Message
 
 from tests.tui.helpers import ADDITIVE, SAMPLES
 from tracer.trace.reader import load
+from tracer.trace.source import Phase, TraceSource
 from tui.bins import MIN_SPAN, Columns, Window, eighths
 from tui.data import CompareModel, TraceModel
-from tracer.trace.source import Phase, TraceSource
 from tui.feed import Progress, Snapshot, StateChanged, connect
 
 

@@ -16,7 +16,6 @@ timeout.
 
 from __future__ import annotations
 
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -377,7 +376,7 @@ class RunSaver:
     def _write(self, line: bytes) -> None:
         assert self._out is not None
         self._out.write(line)
-        self._out.flush()  # the TUI and the web app tail this file
+        self._out.flush()  # whole records on disk as they come: the copy can be read while it grows
 
     def close(self) -> None:
         if self._out is not None:
@@ -391,65 +390,3 @@ class RunSaver:
         if event.kind == "record":
             self.write(event.line)
         return None
-
-
-class StreamMirror:
-    """Mirror a live stream into local trace files, in a daemon thread.
-
-    The TUI and the web app follow `path` exactly as they follow a file a server
-    writes (`--follow`), switching to the next file when a new run begins, and
-    show `status_text()`. The files are normal traces afterwards (`gap` records
-    included, which the reader keeps in `Trace.gaps`).
-    """
-
-    def __init__(
-        self,
-        url: str,
-        path: str | Path,
-        *,
-        token: str | None = None,
-        timeout: float = READ_TIMEOUT,
-        backoff: tuple[float, float] = (0.2, 5.0),
-    ) -> None:
-        self._stop = threading.Event()
-        self.saver = RunSaver(path)
-        self.follower = StreamFollower(
-            url, token=token, timeout=timeout, backoff=backoff, sleep=self._stop.wait
-        )
-        self.gaps = 0
-        self._thread = threading.Thread(target=self._run, name="schedscope-attach", daemon=True)
-        self._thread.start()
-
-    @property
-    def path(self) -> Path:
-        """The file of the current run."""
-        return self.saver.path
-
-    @property
-    def state(self) -> LinkState:
-        return self.follower.state
-
-    def status_text(self) -> str:
-        return link_status(self.follower.state, self.saver.path)
-
-    @property
-    def status(self) -> str:
-        return self.status_text()
-
-    def stop(self, timeout: float = 5.0) -> None:
-        """Stop following (at the next event, or when the read timeout ends a silent wait)."""
-        self._stop.set()
-        self._thread.join(timeout)
-
-    def _run(self) -> None:
-        events = self.follower.events()
-        try:
-            for event in events:
-                if self._stop.is_set():
-                    return
-                if event.kind == "record" and (event.record or {}).get("kind") == "gap":
-                    self.gaps += 1
-                self.saver.handle(event)
-        finally:
-            events.close()
-            self.saver.close()

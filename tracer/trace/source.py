@@ -300,9 +300,19 @@ class TraceSource:
 
     # -- control ---------------------------------------------------------------------------------
     def start(self) -> TraceSource:
-        if self.mode is Mode.STREAM and self.save is not None and self.saver is None:
-            self.saver = RunSaver(self.save)  # truncated at once: a stale copy is never taken for this one
-            self._set(saving=str(self.saver.path))
+        if self.mode is Mode.STREAM:
+            self.follower = StreamFollower(
+                self.target,
+                token=self.token,
+                timeout=self.timeout,
+                backoff=self.backoff,
+                sleep=self._stop.wait,
+            )
+            if self.save is not None:
+                self.saver = RunSaver(
+                    self.save
+                )  # truncated at once: a stale copy is never taken for this one
+                self._set(saving=str(self.saver.path))
         self._thread.start()
         return self
 
@@ -510,9 +520,6 @@ class TraceSource:
 
     # -- a live stream ---------------------------------------------------------------------------
     def _stream(self) -> None:
-        self.follower = StreamFollower(
-            self.target, token=self.token, timeout=self.timeout, backoff=self.backoff, sleep=self._stop.wait
-        )
         reader = threading.Thread(target=self._read_stream, name="schedscope-source-stream", daemon=True)
         reader.start()
         # This thread publishes: snapshots at most every _wait, state changes at once.
