@@ -353,7 +353,7 @@ def viewer_args(p: argparse.ArgumentParser) -> None:
     """What the TUI and the web app both open: traces, a growing file, or a live stream."""
     p.add_argument("trace", nargs="?", help="trace file (.jsonl, .jsonl.gz)")
     p.add_argument("trace_b", nargs="?", help="a second trace, to compare with the first (B against A)")
-    p.add_argument("--follow", metavar="FILE", help="tail FILE as it grows (a plain .jsonl being written)")
+    p.add_argument("--follow", metavar="FILE", help="tail FILE as it grows (a trace a server is writing)")
     p.add_argument(
         "--attach",
         metavar="URL",
