@@ -159,3 +159,21 @@ def test_attach_status_leads_the_live_status_and_a_new_run_redraws(tmp_path: Pat
         source.close()
         for server in servers:
             server.close()
+
+
+def test_a_stream_with_a_wrong_token_shows_unauthorised() -> None:
+    from tracer.live.stream import StreamHub, StreamServer
+
+    hub = StreamHub()
+    hub.publish(lines()[:3])
+    server = StreamServer(hub, "127.0.0.1", 0, token="s3cret", heartbeat=0.1)
+    source = TraceSource.stream(server.url, token="wrong", timeout=0.4, backoff=(0.01, 0.05))
+    app = make_app(source)
+    try:
+        assert source.join(10)
+        fig, state, _, status = app.handlers.timeline(None, LIVE, None, None, None, ["on"])
+        assert status.startswith("unauthorised: HTTP 401") and "unauthorised: HTTP 401" in str(fig)
+        assert "header" not in status and state is None
+    finally:
+        source.close()
+        server.close()
