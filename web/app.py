@@ -50,7 +50,7 @@ def make_app(
     live = None
     if follow is not None:
         if not isinstance(follow, TraceSource):
-            follow = TraceSource.follow(follow, strict=strict, interval=follow_interval)
+            follow = TraceSource.follow(follow, strict=strict, interval=follow_interval, poll=follow_interval)
         live = StoreFeed(follow, store, LIVE, "live: ")
         feeds.append(live)
 
