@@ -284,6 +284,9 @@ def test_a_stream_reconnects_and_the_save_tee_equals_the_servers_file(
         assert seen.last is not None and same(seen.last, load(ADDITIVE)) and seen.last.path == str(save)
         assert Phase.CONNECTING in seen.phases() and Phase.LIVE in seen.phases()
         assert source.state.text().startswith("idle since ") and source.state.mode is Mode.STREAM
+        servers[0].close()  # the run wrote its footer, then the server went away: ended, not connecting
+        wait_for(lambda: source.state.phase is Phase.ENDED)
+        assert source.state.text() == "ended: the run wrote its footer · last step 7 · saved to copy.jsonl"
     finally:
         source.close()
 
