@@ -109,12 +109,19 @@ def _prefix(path: Path, steps: int, more: int) -> tuple[bytes, list[bytes]]:
 
 
 def live(path: Path, steps: int, rounds: int, per_tick: int = 100) -> None:
-    """--follow: a file of `steps` steps grows by `per_tick` steps between ticks. Timed: the
-    follower's snapshot (its thread), the first tick's Patch (re-decimates a full view) and the
-    next ones (extend)."""
+    """--follow: a file of `steps` steps grows by `per_tick` steps between ticks. Timed: from
+    the append to the new snapshot in the store (the source's thread: a poll of at most 5 ms,
+    read, parse, build, analyze + detect), the first tick's Patch (re-decimates a full view)
+    and the next ones (extend)."""
     import tempfile
 
-    from web.follow import FileFollower
+    from tracer.trace.source import TraceSource
+    from web.follow import StoreFeed
+
+    def published(store: TraceStore, rows: int) -> None:
+        """Wait until the store's live view holds `rows` steps (every step appended)."""
+        while (view := store.get("live")) is None or len(view) < rows:
+            time.sleep(0.001)
 
     head, tail = _prefix(path, steps, 4 * per_tick)
     snap, first, later, first_kib, later_kib = [], [], [], 0.0, 0.0
@@ -123,15 +130,18 @@ def live(path: Path, steps: int, rounds: int, per_tick: int = 100) -> None:
         for _ in range(rounds):
             file.write_bytes(head)
             store = TraceStore()
-            follower = FileFollower(file, lambda t, v, store=store: store.add("live", "live", t, version=v))
-            follower.poll()
+            feed = StoreFeed(TraceSource.follow(file, poll=0.005, interval=0.0), store, "live", "live: ")
+            feed.start()
+            rows = head.count(b'{"kind":"step"')
+            published(store, rows)
             h = Handlers(store)
             _, state, *_ = h.timeline(None, "live", None, None, None, [])
             for k in range(4):
+                t = time.perf_counter()
                 with file.open("ab") as f:
                     f.write(b"".join(tail[k * per_tick : (k + 1) * per_tick]))
-                t = time.perf_counter()
-                follower.poll()  # read, parse, snapshot, analyze + detect: the follower thread's work
+                rows += per_tick
+                published(store, rows)
                 snap.append(time.perf_counter() - t)
                 t = time.perf_counter()
                 patch, state, *_ = h.timeline(ids.TICK, "live", None, None, state, [])
@@ -141,8 +151,9 @@ def live(path: Path, steps: int, rounds: int, per_tick: int = 100) -> None:
                     first_kib = max(first_kib, len(payload) / 1024)
                 else:
                     later_kib = max(later_kib, len(payload) / 1024)
+            feed.stop()
     print(
-        f"live, {steps:,} steps, +{per_tick} per tick: follower snapshot {spread(snap)}; "
+        f"live, {steps:,} steps, +{per_tick} per tick: append to snapshot {spread(snap)}; "
         f"first tick {spread(first)}, ≤{first_kib:.0f} KiB; later ticks {spread(later)}, ≤{later_kib:.0f} KiB"
     )
 

@@ -15,9 +15,10 @@ import orjson
 import pytest
 
 from tracer.cli import main
-from tracer.live.attach import RunSaver, StreamEvent, StreamFollower, StreamMirror, link_status, run_path
+from tracer.live.attach import RunSaver, StreamEvent, StreamFollower, link_status, run_path
 from tracer.live.stream import StreamHub, StreamServer
 from tracer.trace.reader import TraceError, load
+from tracer.trace.source import TraceSource
 
 BEAT = 0.1  # heartbeat interval for these tests
 FAST = {"backoff": (0.01, 0.05), "timeout": 4 * BEAT}
@@ -84,21 +85,21 @@ def serve() -> Iterator[Callable[..., StreamServer]]:
 
 
 @pytest.fixture
-def mirrors() -> Iterator[list[StreamMirror]]:
-    made: list[StreamMirror] = []
+def mirrors() -> Iterator[list[TraceSource]]:
+    made: list[TraceSource] = []
     yield made
     for mirror in made:
-        mirror.stop()
+        mirror.close()
 
 
 def test_reconnect_before_the_first_step_writes_one_header(
-    tmp_path: Path, serve: Callable[..., StreamServer], mirrors: list[StreamMirror]
+    tmp_path: Path, serve: Callable[..., StreamServer], mirrors: list[TraceSource]
 ) -> None:
     """The issue's case: attached before any traffic, disconnected, then the steps come."""
     hub = StreamHub()
     server = serve(hub)
     hub.publish([header()])
-    mirror = StreamMirror(server.url, tmp_path / "copy.jsonl", **FAST)
+    mirror = TraceSource.stream(server.url, save=tmp_path / "copy.jsonl", **FAST).start()
     mirrors.append(mirror)
     wait_for(lambda: kinds(tmp_path / "copy.jsonl") == ["header"])
     hub.disconnect_all()  # forced: the viewer reconnects and the server sends its header again
@@ -111,14 +112,14 @@ def test_reconnect_before_the_first_step_writes_one_header(
 
 
 def test_reconnect_mid_run_between_a_step_and_its_runner_records(
-    tmp_path: Path, serve: Callable[..., StreamServer], mirrors: list[StreamMirror]
+    tmp_path: Path, serve: Callable[..., StreamServer], mirrors: list[TraceSource]
 ) -> None:
     """Resumed from the step before the newest: nothing is lost, nothing is saved twice."""
     hub = StreamHub()
     server = serve(hub)
     hub.publish([header(), *with_runner(1, 2, 3), step(4)])
     path = tmp_path / "copy.jsonl"
-    mirror = StreamMirror(server.url, path, **FAST)
+    mirror = TraceSource.stream(server.url, save=path, **FAST).start()
     mirrors.append(mirror)
     wait_for(lambda: steps_in(path) == [1, 2, 3, 4])
     hub.disconnect_all()
@@ -136,14 +137,14 @@ def test_reconnect_mid_run_between_a_step_and_its_runner_records(
 
 
 def test_reconnect_after_a_gap_saves_the_gap_once(
-    tmp_path: Path, serve: Callable[..., StreamServer], mirrors: list[StreamMirror]
+    tmp_path: Path, serve: Callable[..., StreamServer], mirrors: list[TraceSource]
 ) -> None:
     """Cut off for falling behind while the steps it missed left the backlog."""
     hub = StreamHub(backlog=6, viewer_queue=8)
     server = serve(hub)
     hub.publish([header(), *with_runner(1, 2)])
     path = tmp_path / "copy.jsonl"
-    mirror = StreamMirror(server.url, path, **FAST)
+    mirror = TraceSource.stream(server.url, save=path, **FAST).start()
     mirrors.append(mirror)
     wait_for(lambda: steps_in(path) == [1, 2])
     hub.publish(with_runner(*range(3, 13)))  # 20 lines at once: over the queue, the viewer is cut
@@ -151,7 +152,7 @@ def test_reconnect_after_a_gap_saves_the_gap_once(
     wait_for(lambda: steps_in(path)[-1:] == [12])
     trace = load(path, strict=True)
     assert list(trace.columns["step"]) == [1, 2, 10, 11, 12]
-    assert trace.gaps == [(2, 10)] and mirror.gaps == 1  # steps 3..9 left the backlog
+    assert trace.gaps == [(2, 10)] and mirror.state.gaps == 1  # steps 3..9 left the backlog
     assert runner_steps(path) == [1, 2, 10, 11, 12]
     hub.publish(with_runner(13))
     wait_for(lambda: steps_in(path)[-1:] == [13])
@@ -197,24 +198,24 @@ def test_a_restart_begins_a_new_file_and_says_so(
 
 
 def test_a_mirror_follows_a_restart_into_a_new_file(
-    tmp_path: Path, serve: Callable[..., StreamServer], mirrors: list[StreamMirror]
+    tmp_path: Path, serve: Callable[..., StreamServer], mirrors: list[TraceSource]
 ) -> None:
     hub_a = StreamHub()
     server_a = serve(hub_a)
     hub_a.publish([header(pid=1, start_time=1000.0), step(1)])
-    mirror = StreamMirror(server_a.url, tmp_path / "live.jsonl", **FAST)
+    mirror = TraceSource.stream(server_a.url, save=tmp_path / "live.jsonl", **FAST).start()
     mirrors.append(mirror)
     wait_for(lambda: steps_in(tmp_path / "live.jsonl") == [1])
-    assert mirror.path == tmp_path / "live.jsonl" and mirror.state.run == 1
+    assert mirror.saver.path == tmp_path / "live.jsonl" and mirror.state.link.run == 1
     port = server_a.address[1]
     server_a.close()
     hub_b = StreamHub(backlog=2)
     hub_b.publish([header(pid=2, start_time=2000.0), *(step(i) for i in range(1, 6))])
     serve(hub_b, port)
-    wait_for(lambda: mirror.path == tmp_path / "live.1.jsonl" and steps_in(mirror.path) == [4, 5])
+    wait_for(lambda: mirror.saver.path == tmp_path / "live.1.jsonl" and steps_in(mirror.saver.path) == [4, 5])
     # Steps 1..3 of the new run left its backlog before the viewer got back: an explicit gap.
-    assert load(mirror.path, strict=True).gaps == [(0, 4)]
-    assert "new run 2 (the server restarted) → live.1.jsonl" in mirror.status_text()
+    assert load(mirror.saver.path, strict=True).gaps == [(0, 4)]
+    assert "new run 2 (the server restarted) → live.1.jsonl" in mirror.state.text()
     assert steps_in(tmp_path / "live.jsonl") == [1]
 
 
@@ -252,17 +253,17 @@ def test_an_idle_server_sends_heartbeats_and_is_never_reconnected(
 
 
 def test_the_mirror_reports_idle_and_saves_no_heartbeat(
-    tmp_path: Path, serve: Callable[..., StreamServer], mirrors: list[StreamMirror]
+    tmp_path: Path, serve: Callable[..., StreamServer], mirrors: list[TraceSource]
 ) -> None:
     hub = StreamHub()
     server = serve(hub)
-    mirror = StreamMirror(server.url, tmp_path / "m.jsonl", **FAST)
+    mirror = TraceSource.stream(server.url, save=tmp_path / "m.jsonl", **FAST).start()
     mirrors.append(mirror)
     wait_for(lambda: mirror.state.phase == "idle")  # nothing published at all yet
-    assert mirror.status_text() == "idle (no step yet)"
+    assert mirror.state.text() == "idle (no step yet)"
     hub.publish([header(), step(1)])
-    wait_for(lambda: mirror.state.phase == "idle" and mirror.state.last_step == 1)
-    assert mirror.status.startswith("idle since ") and mirror.status.endswith("(last step 1)")
+    wait_for(lambda: mirror.state.phase == "idle" and mirror.state.link.last_step == 1)
+    assert mirror.state.text().startswith("idle since ") and mirror.state.text().endswith("(last step 1)")
     time.sleep(6 * BEAT)
     assert mirror.follower.reconnects == 0 and kinds(tmp_path / "m.jsonl") == ["header", "step"]
 
@@ -318,15 +319,15 @@ def test_a_silent_connection_is_stalled_and_reconnected(prelude: bytes) -> None:
         server.close()
 
 
-def test_a_refused_mirror_says_so(tmp_path: Path, mirrors: list[StreamMirror]) -> None:
+def test_a_refused_mirror_says_so(tmp_path: Path, mirrors: list[TraceSource]) -> None:
     hub = StreamHub()
     hub.publish([header(), step(1)])
     server = StreamServer(hub, "127.0.0.1", 0, token="s3cret", heartbeat=BEAT)
     try:
-        mirror = StreamMirror(server.url, tmp_path / "m.jsonl", token="wrong", **FAST)
+        mirror = TraceSource.stream(server.url, save=tmp_path / "m.jsonl", token="wrong", **FAST).start()
         mirrors.append(mirror)
-        wait_for(lambda: mirror.state.phase == "refused")
-        assert mirror.status_text().startswith("refused: HTTP 401")
+        wait_for(lambda: mirror.state.phase == "unauthorised")  # a token problem, not retried
+        assert mirror.state.text().startswith("unauthorised: HTTP 401")
         assert (tmp_path / "m.jsonl").read_bytes() == b""
     finally:
         server.close()

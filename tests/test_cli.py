@@ -47,3 +47,24 @@ def test_gaps_from_a_live_stream_are_shown(tmp_path: Path, capsys: pytest.Captur
     path.write_bytes(lines[0] + lines[1] + gap + b"".join(lines[4:]))
     assert main(["summary", str(path)]) == 0
     assert "gaps     steps 2–3 missing from the live stream" in capsys.readouterr().out
+
+
+def test_viewer_source_reads_follow_attach_save_and_lenient(tmp_path: Path) -> None:
+    import argparse
+
+    from tracer.cli import viewer_source
+    from tracer.trace.source import Mode
+
+    def args(**kw: object) -> argparse.Namespace:
+        base = {"attach": None, "follow": None, "save": None, "token": None, "lenient": False}
+        return argparse.Namespace(**{**base, **kw})
+
+    assert viewer_source(args()) is None
+    followed = viewer_source(args(follow=str(tmp_path / "f.jsonl"), lenient=True))
+    assert followed is not None and followed.mode is Mode.FOLLOW and not followed.strict
+    attached = viewer_source(args(attach="http://127.0.0.1:1/trace", save=str(tmp_path / "s.jsonl")))
+    assert attached is not None and attached.mode is Mode.STREAM and attached.save == tmp_path / "s.jsonl"
+    with pytest.raises(ValueError, match="not both"):
+        viewer_source(args(attach="http://127.0.0.1:1/trace", follow="f.jsonl"))
+    with pytest.raises(ValueError, match="give --attach too"):
+        viewer_source(args(save="s.jsonl"))

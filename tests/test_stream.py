@@ -17,7 +17,7 @@ import pytest
 
 from tracer.live.attach import StreamFollower
 from tracer.live.stream import StreamConfigError, StreamHub, StreamServer, parse_bind
-from tracer.trace.reader import TraceError, load
+from tracer.trace.reader import load
 
 
 def step_line(i: int) -> bytes:
@@ -138,7 +138,7 @@ def test_non_loopback_needs_a_token_and_the_token_is_checked() -> None:
             urllib.request.urlopen(server.url, timeout=5)
         assert err.value.code == 401
         events = list(StreamFollower(server.url, token="wrong").events(max_reconnects=0))
-        assert events[-1].message.startswith("refused: HTTP 401")
+        assert events[-1].message.startswith("unauthorised: HTTP 401")  # a token problem, not retried
         got = collect(StreamFollower(server.url, token="s3cret"), 1)
         assert [r["kind"] for r in got] == ["header", "step"]
     finally:
@@ -238,37 +238,33 @@ def test_stream_bench_quick_completes_without_drops(mode: list[str]) -> None:
     assert "0 drops to both viewers" in done.stdout
 
 
-def test_mirror_makes_a_followable_trace_with_gaps(tmp_path: Path) -> None:
-    """`tui/web --attach` mirror the stream into a file they then follow."""
+def test_attach_saves_a_trace_with_gaps_and_reads_the_same(tmp_path: Path) -> None:
+    """`tui/web --attach URL --save FILE`: the source feeds its builder from the stream and tees
+    it into FILE; the saved file loads to the same trace the viewer was shown."""
     import argparse
 
-    from tracer.cli import attach_as_follow
-    from tracer.live.attach import StreamMirror
+    from tracer.cli import viewer_source
 
     hub = StreamHub(backlog=3)
     server = StreamServer(hub, "127.0.0.1", 0)
+    args = argparse.Namespace(attach=server.url, save=str(tmp_path / "m.jsonl"), token=None, follow=None)
+    source = viewer_source(args)
+    assert source is not None and source.mode.value == "stream"
     try:
         hub.publish([HEADER, *(step_line(i) for i in range(1, 6))])
-        mirror = StreamMirror(server.url, tmp_path / "m.jsonl")
-
-        def steps_so_far() -> int:
-            try:
-                return len(load(tmp_path / "m.jsonl"))
-            except TraceError:  # no header written yet
-                return 0
-
+        source.bind(on_update=lambda trace, version: None).start()
         deadline = time.monotonic() + 10
-        while steps_so_far() < 3 and time.monotonic() < deadline:
+        while (source.trace is None or len(source.trace) < 3) and time.monotonic() < deadline:
             time.sleep(0.02)
         hub.publish([step_line(6)])
-        while steps_so_far() < 4 and time.monotonic() < deadline:
+        while (source.trace is None or len(source.trace) < 4) and time.monotonic() < deadline:
             time.sleep(0.02)
-        trace = load(tmp_path / "m.jsonl")
-        assert list(trace.columns["step"]) == [3, 4, 5, 6] and mirror.gaps == 0
-        args = argparse.Namespace(attach=server.url, save=str(tmp_path / "s.jsonl"), token=None, follow=None)
-        attach_as_follow(args)
-        assert args.follow == str(tmp_path / "s.jsonl")
+        assert source.trace is not None and list(source.trace.columns["step"]) == [3, 4, 5, 6]
+        assert source.state.gaps == 0
+        saved = load(tmp_path / "m.jsonl")
+        assert list(saved.columns["step"]) == [3, 4, 5, 6] and saved.path == source.trace.path
     finally:
+        source.close()
         server.close()
 
 

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 from tracer import __version__
 
 if TYPE_CHECKING:
-    from tracer.live.attach import StreamMirror
     from tracer.trace.reader import Trace
+    from tracer.trace.source import TraceSource
 
 EPILOG = """\
 examples:
@@ -318,19 +318,25 @@ def cmd_attach(args: argparse.Namespace) -> int:
     return 0
 
 
-def attach_as_follow(args: argparse.Namespace) -> StreamMirror | None:
-    """--attach URL: mirror the live stream into a file (--save, or a temp file) and follow it."""
-    if not getattr(args, "attach", None):
-        return None
-    import tempfile
+def viewer_source(args: argparse.Namespace) -> TraceSource | None:
+    """--attach URL (with --save FILE: a copy) or --follow FILE: the live source both viewers show.
 
-    from tracer.live.attach import StreamMirror
+    None when neither was given; ValueError for both at once."""
+    from tracer.trace.source import TraceSource
 
-    path = args.save or os.path.join(tempfile.mkdtemp(prefix="schedscope-attach-"), "live.jsonl")
-    mirror = StreamMirror(args.attach, path, token=args.token or os.environ.get("SCHEDSCOPE_STREAM_TOKEN"))
-    print(f"schedscope: attached to {args.attach}; mirroring into {path}", file=sys.stderr)
-    args.follow = path
-    return mirror
+    strict = not getattr(args, "lenient", False)
+    if getattr(args, "attach", None):
+        if args.follow:
+            raise ValueError("give --attach URL or --follow FILE, not both")
+        token = args.token or os.environ.get("SCHEDSCOPE_STREAM_TOKEN")
+        saving = f"; saving to {args.save}" if args.save else ""
+        print(f"schedscope: attaching to {args.attach}{saving}", file=sys.stderr)
+        return TraceSource.stream(args.attach, token=token, save=args.save, strict=strict)
+    if getattr(args, "save", None):
+        raise ValueError("--save FILE keeps what --attach URL receives: give --attach too")
+    if args.follow:
+        return TraceSource.follow(args.follow, strict=strict)
+    return None
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -347,7 +353,7 @@ def viewer_args(p: argparse.ArgumentParser) -> None:
     """What the TUI and the web app both open: traces, a growing file, or a live stream."""
     p.add_argument("trace", nargs="?", help="trace file (.jsonl, .jsonl.gz)")
     p.add_argument("trace_b", nargs="?", help="a second trace, to compare with the first (B against A)")
-    p.add_argument("--follow", metavar="FILE", help="tail FILE as it grows (a plain .jsonl being written)")
+    p.add_argument("--follow", metavar="FILE", help="tail FILE as it grows (a trace a server is writing)")
     p.add_argument(
         "--attach",
         metavar="URL",

@@ -2,25 +2,23 @@
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
 
+from tracer.trace.reader import TraceError, TraceHeaderError
+from tracer.trace.source import TraceSource
 from tui.screens.base import StepScreen
 from tui.screens.compare import CompareScreen
 from tui.screens.error import ErrorScreen
 from tui.screens.help import HelpScreen
 from tui.screens.main import MainScreen
-
-if TYPE_CHECKING:
-    from tracer.live.attach import StreamMirror
 
 HELP_INTRO = (
     "[b]schedscope[/b] replays a vLLM scheduler trace step by step. The timeline shows, per step, "
@@ -32,15 +30,14 @@ HELP_INTRO = (
 
 
 @dataclass(frozen=True)
-class Source:
-    """What to open: one trace, a followed file, or two traces to compare."""
+class Opening:
+    """What to open: one source (a file, a growing file or a live stream), or two traces to compare."""
 
+    source: TraceSource | None = None
     trace: Path | None = None
     trace_b: Path | None = None
-    follow: Path | None = None
     compare: bool = False
     strict: bool = True
-    attach: StreamMirror | None = None  # --attach: the live stream mirrored into `follow`
 
 
 class SchedscopeApp(App[None]):
@@ -51,9 +48,9 @@ class SchedscopeApp(App[None]):
         Binding("q", "quit", "Quit"),
     ]
 
-    def __init__(self, source: Source) -> None:
+    def __init__(self, opening: Opening) -> None:
         super().__init__()
-        self.source = source
+        self.opening = opening
         self.marks: dict[str, float] = {"start": time.perf_counter()}
         self.error: str | None = None  # set when a trace could not be opened
 
@@ -62,20 +59,19 @@ class SchedscopeApp(App[None]):
         self.marks.setdefault(name, time.perf_counter())
 
     def get_default_screen(self) -> Screen:
-        s = self.source
-        if s.compare:
-            assert s.trace is not None and s.trace_b is not None
-            return CompareScreen(s.trace, s.trace_b, strict=s.strict)
-        path = s.follow if s.follow is not None else s.trace
-        assert path is not None
-        return MainScreen(path, follow=s.follow is not None, strict=s.strict, attach=s.attach)
+        o = self.opening
+        if o.compare:
+            assert o.trace is not None and o.trace_b is not None
+            return CompareScreen(o.trace, o.trace_b, strict=o.strict)
+        assert o.source is not None
+        return MainScreen(o.source)
 
-    def show_error(self, message: str, *, strict: bool = True) -> None:
-        # A malformed line ("file:12: field ...") can be skipped; a missing file or a newer schema cannot.
-        malformed = re.search(r":\d+: ", message) and "schema version" not in message
+    def show_error(self, error: TraceError, *, strict: bool = True) -> None:
+        # A malformed line can be skipped; a missing file, a bad header or a newer schema cannot.
+        malformed = error.line is not None and not isinstance(error, TraceHeaderError)
         hint = "--lenient skips malformed lines." if strict and malformed else ""
-        self.error = message
-        self.push_screen(ErrorScreen(message, hint))
+        self.error = str(error)
+        self.push_screen(ErrorScreen(str(error), hint))
 
     def action_exit_error(self) -> None:
         self.exit(return_code=2)
@@ -96,19 +92,23 @@ class SchedscopeApp(App[None]):
 
 
 def make_app(
-    trace: str | Path | None = None,
+    trace: str | Path | TraceSource | None = None,
     trace_b: str | Path | None = None,
     *,
     follow: str | Path | None = None,
     compare: bool = False,
     strict: bool = True,
-    attach: StreamMirror | None = None,
 ) -> SchedscopeApp:
-    """Build the app for one trace, a followed file, or two traces (compare).
+    """Build the app for one trace source, or two traces (compare).
 
-    `attach`: the mirror of a live stream that writes `follow`; its state joins the status line
-    and a new run's file is followed when the server restarts.
+    `trace`: a `TraceSource` (a file, `--follow FILE` or `--attach URL`, as the web app takes
+    it), or a path, opened as a complete file; `follow`: a path, followed as it grows. The
+    screen starts the source and closes it when the app ends.
     """
+    if isinstance(trace, TraceSource):
+        if trace_b is not None or compare or follow is not None:
+            raise ValueError("a live source opens alone: give no other trace")
+        return SchedscopeApp(Opening(source=trace, strict=trace.strict))
     if follow is not None and (trace is not None or trace_b is not None):
         raise ValueError("--follow FILE opens that file alone: give no other trace")
     if trace_b is not None:
@@ -117,13 +117,10 @@ def make_app(
         raise ValueError("--compare needs two traces: A and B")
     if trace is None and follow is None:
         raise ValueError("give a trace to open, or --follow FILE")
-    return SchedscopeApp(
-        Source(
-            trace=Path(trace) if trace is not None else None,
-            trace_b=Path(trace_b) if trace_b is not None else None,
-            follow=Path(follow) if follow is not None else None,
-            compare=compare,
-            strict=strict,
-            attach=attach,
-        )
-    )
+    if compare:
+        assert trace is not None and trace_b is not None
+        return SchedscopeApp(Opening(trace=Path(trace), trace_b=Path(trace_b), compare=True, strict=strict))
+    if follow is not None:
+        return SchedscopeApp(Opening(source=TraceSource.follow(follow, strict=strict), strict=strict))
+    assert trace is not None
+    return SchedscopeApp(Opening(source=TraceSource.file(trace, strict=strict), strict=strict))

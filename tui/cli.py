@@ -7,14 +7,21 @@ import argparse
 import os
 import sys
 
-from tracer.cli import attach_as_follow, viewer_args
+from tracer.cli import viewer_args, viewer_source
 
 
 def cmd_tui(args: argparse.Namespace) -> int:
     """The Textual terminal UI; imported here so tracer never imports textual at module level."""
-    mirror = attach_as_follow(args)
-    if args.follow is None and args.trace is None:
-        print("schedscope: error: give a trace, two traces to compare, or --follow FILE", file=sys.stderr)
+    try:
+        source = viewer_source(args)
+    except ValueError as exc:
+        print(f"schedscope: error: {exc}", file=sys.stderr)
+        return 2
+    if source is None and args.trace is None:
+        print(
+            "schedscope: error: give a trace, two traces to compare, --follow FILE or --attach URL",
+            file=sys.stderr,
+        )
         return 2
     for path in (args.trace, args.trace_b):  # a clear message before the terminal switches screens
         if path is not None and not os.path.isfile(path):
@@ -30,14 +37,12 @@ def cmd_tui(args: argparse.Namespace) -> int:
         )
         return 2
     try:
-        app = make_app(
-            args.trace,
-            args.trace_b,
-            follow=args.follow,
-            compare=args.compare,
-            strict=not args.lenient,
-            attach=mirror,
-        )
+        if source is not None:
+            if args.trace is not None:
+                raise ValueError("--follow and --attach open a trace alone: give no other trace")
+            app = make_app(source)
+        else:
+            app = make_app(args.trace, args.trace_b, compare=args.compare, strict=not args.lenient)
     except ValueError as exc:
         print(f"schedscope: error: {exc}", file=sys.stderr)
         return 2

@@ -12,6 +12,7 @@ from typing import Literal
 
 import numpy as np
 
+from tracer.analysis.series import step_series
 from tui.data import TraceModel
 
 Kind = Literal["bar", "stack", "marks", "note"]
@@ -46,7 +47,7 @@ def _fmt(v: int) -> str:
 
 def build_lanes(model: TraceModel, *, compact: bool = False) -> list[Lane]:
     trace, analysis = model.trace, model.report.analysis
-    col, run = trace.columns, trace.runner
+    s = step_series(trace, analysis)  # every plotted value by its name, as the web app draws it
     n = len(trace)
 
     def at(arr: np.ndarray, row: int) -> int:
@@ -58,67 +59,70 @@ def build_lanes(model: TraceModel, *, compact: bool = False) -> list[Lane]:
             "bar",
             "target",
             height=3,
-            values=col["target_used"],
-            scale=col["target_cap"],
-            readout=lambda r: f"{_fmt(at(col['target_used'], r))}/{_fmt(at(col['target_cap'], r))}",
+            values=s["target_used"],
+            scale=s["target_cap"],
+            readout=lambda r: f"{_fmt(at(s['target_used'], r))}/{_fmt(at(s['target_cap'], r))}",
         ),
         Lane(
             "input",
             "stack",
             "target",
             height=3,
-            values=col["input_used"] - col["input_reserved"],
-            top=col["input_used"],
-            scale=col["input_cap"],
-            readout=lambda r: f"{_fmt(at(col['input_used'], r))} +{_fmt(at(col['input_reserved'], r))} rsv",
+            values=s["input_target"],
+            top=s["input_used"],
+            scale=s["input_cap"],
+            readout=lambda r: f"{_fmt(at(s['input_used'], r))} +{_fmt(at(s['input_reserved'], r))} rsv",
         ),
         Lane(
             "withheld",
             "marks",
-            marks=[Mark(analysis.withheld, "▼", "lost"), Mark(analysis.excess, "·", "reserved")],
-            numbers=analysis.withheld,
-            readout=lambda r: f"{at(analysis.withheld, r)} tok" if at(analysis.withheld, r) > 0 else "–",
+            marks=[Mark(s["withheld"], "▼", "lost"), Mark(s["reserved_excess"], "·", "reserved")],
+            numbers=s["withheld"],
+            readout=lambda r: f"{at(s['withheld'], r)} tok" if at(s["withheld"], r) > 0 else "–",
         ),
     ]
-    if analysis.model.q or int(col["query_per_req"].max(initial=0)) > 0:
+    if analysis.model.q or int(trace.columns["query_per_req"].max(initial=0)) > 0:
         lanes.append(
             Lane(
                 "query",
                 "bar",
                 "query",
                 height=1 if compact else 2,
-                values=analysis.query_rows,
-                scale=analysis.query_cap,
-                readout=lambda r: f"{_fmt(at(analysis.query_rows, r))}/{_fmt(at(analysis.query_cap, r))}",
+                values=s["query_rows"],
+                scale=s["query_cap"],
+                readout=lambda r: f"{_fmt(at(s['query_rows'], r))}/{_fmt(at(s['query_cap'], r))}",
             )
         )
     if not compact:
-        passes = [("buf tgt", "target_rows", "target_cap"), ("buf drf", "draft_rows", "draft_cap")]
-        shown = [p for p in passes if int(run[p[1]].max(initial=-1)) >= 0]
+        passes = [
+            ("buf tgt", "buffer_target_rows", "buffer_target_cap"),
+            ("buf drf", "buffer_draft_rows", "buffer_draft_cap"),
+        ]
+        shown = [p for p in passes if int(s[p[1]].max(initial=-1)) >= 0]
         for name, rows, cap in shown:
             lanes.append(
                 Lane(
                     name,
                     "bar",
                     "buffer",
-                    values=np.maximum(run[rows], 0),
-                    scale=np.where(run[cap] > 0, run[cap], col["input_cap"]),
-                    readout=lambda r, rows=rows, cap=cap: f"{_fmt(at(run[rows], r))}/{_fmt(at(run[cap], r))}",
+                    values=np.maximum(s[rows], 0),
+                    scale=np.where(s[cap] > 0, s[cap], s["input_cap"]),
+                    readout=lambda r, rows=rows, cap=cap: f"{_fmt(at(s[rows], r))}/{_fmt(at(s[cap], r))}",
                 )
             )
         if not shown:
             lanes.append(
                 Lane("buffers", "note", note="no runner records in this trace (target pass = target)")
             )
-        seqs = max(int(trace.config.get("max_num_seqs") or 0), int(col["num_running"].max(initial=0)))
+        seqs = max(int(trace.config.get("max_num_seqs") or 0), int(s["num_running"].max(initial=0)))
         lanes.append(
             Lane(
                 "running",
                 "bar",
                 "running",
-                values=col["num_running"],
+                values=s["num_running"],
                 scale=float(seqs),
-                readout=lambda r: f"{_fmt(at(col['num_running'], r))} of {seqs}",
+                readout=lambda r: f"{_fmt(at(s['num_running'], r))} of {seqs}",
             )
         )
         lanes.append(
@@ -126,9 +130,9 @@ def build_lanes(model: TraceModel, *, compact: bool = False) -> list[Lane]:
                 "waiting",
                 "bar",
                 "waiting",
-                values=col["num_waiting"],
-                scale=float(max(1, int(col["num_waiting"].max(initial=0)))),
-                readout=lambda r: _fmt(at(col["num_waiting"], r)),
+                values=s["num_waiting"],
+                scale=float(max(1, int(s["num_waiting"].max(initial=0)))),
+                readout=lambda r: _fmt(at(s["num_waiting"], r)),
             )
         )
     sev = model.severity_by_row()
@@ -145,9 +149,9 @@ def build_lanes(model: TraceModel, *, compact: bool = False) -> list[Lane]:
         Lane(
             "preempt",
             "marks",
-            marks=[Mark(col["n_preempted"], "◆", "preempt")],
-            numbers=col["n_preempted"],
-            readout=lambda r: _fmt(at(col["n_preempted"], r)),
+            marks=[Mark(s["n_preempted"], "◆", "preempt")],
+            numbers=s["n_preempted"],
+            readout=lambda r: _fmt(at(s["n_preempted"], r)),
         )
     )
     return lanes

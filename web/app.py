@@ -3,63 +3,66 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dash import Dash
 
 from tracer.trace.reader import Trace
+from tracer.trace.source import TraceSource
 from web import layout as ui
 from web.callbacks import LIVE, Handlers, register
 from web.decimate import MAX_POINTS
-from web.follow import FileFollower
+from web.follow import StoreFeed
 from web.store import DEFAULT_MAX_UPLOAD, TraceStore
-
-if TYPE_CHECKING:
-    from tracer.live.attach import StreamMirror
 
 
 def make_app(
-    trace_a: Trace | None = None,
+    trace_a: Trace | TraceSource | None = None,
     trace_b: Trace | None = None,
     *,
-    follow: str | Path | None = None,
+    follow: str | Path | TraceSource | None = None,
+    strict: bool = True,
     max_upload: int = DEFAULT_MAX_UPLOAD,
     max_points: int = MAX_POINTS,
     follow_interval: float = 0.25,
-    attach: StreamMirror | None = None,
     sweep: dict[str, Any] | None = None,
 ) -> Dash:
-    """A Dash app over loaded traces (A, optionally B) and/or a followed file.
+    """A Dash app over traces (A, optionally B) and/or a live source.
 
-    The follower thread starts here; `app.follower.stop()` ends it. `attach`: the mirror of a
-    live stream that writes `follow`; its state leads the live status, and a new run's file is
-    followed when the server restarts. `sweep`: a `schedscope sweep --json` document, shown
-    on a Sweep page.
+    `trace_a`: a loaded Trace, or a `TraceSource` (the one the TUI takes): a complete file
+    shows as A while it loads; a growing file or a live stream is the live trace, as is
+    `follow` (a path is followed as it grows, `strict` or not). The sources start here;
+    `app.feeds` hold them (`feed.stop()` ends one). `sweep`: a `schedscope sweep --json`
+    document, shown on a Sweep page.
     """
+    if isinstance(trace_a, TraceSource) and trace_a.live:
+        if follow is not None:
+            raise ValueError("one live source at a time")
+        trace_a, follow = None, trace_a
     store = TraceStore(max_upload=max_upload)
-    if trace_a is not None:
+    feeds: list[StoreFeed] = []
+    if isinstance(trace_a, TraceSource):
+        feeds.append(StoreFeed(trace_a, store, "a", "A: "))
+    elif trace_a is not None:
         store.add("a", f"A: {Path(trace_a.path).name}", trace_a)
     if trace_b is not None:
         store.add("b", f"B: {Path(trace_b.path).name}", trace_b)
-    follower = None
+    live = None
     if follow is not None:
+        if not isinstance(follow, TraceSource):
+            follow = TraceSource.follow(follow, strict=strict, interval=follow_interval, poll=follow_interval)
+        live = StoreFeed(follow, store, LIVE, "live: ")
+        feeds.append(live)
 
-        def publish(trace: Trace, version: int) -> None:
-            store.add(LIVE, f"live: {Path(trace.path).name}", trace, version=version)
-
-        current = (lambda: attach.path) if attach is not None else None
-        follower = FileFollower(follow, publish, interval=follow_interval, current_path=current)
-        follower.poll()  # what is already there shows on the first page load
-        follower.start()
-
-    keys = store.trace_keys()
-    options = store.options()
-    if follow is not None and LIVE not in keys:  # the file has no header yet
-        options.append({"label": f"live: {Path(follow).name}", "value": LIVE})
-    default = LIVE if follow is not None else (keys[0] if keys else None)
+    # The dropdown names every slot, in order, whether or not its source has read anything yet.
+    labels = {o["value"]: o["label"] for o in store.options()}
+    labels.update({f.key: f.label for f in feeds if f.key not in labels})
+    options = [{"label": labels[k], "value": k} for k in ("a", "b", LIVE) if k in labels]
+    keys = [o["value"] for o in options]
+    default = LIVE if live is not None else (keys[0] if keys else None)
     if trace_b is not None:
         pair: tuple[str | None, str | None] = ("a", "b")
-    elif follow is not None and trace_a is not None:
+    elif live is not None and "a" in keys:
         pair = ("a", LIVE)
     else:
         pair = (default, None)
@@ -72,14 +75,16 @@ def make_app(
         options,
         default=default,
         compare_pair=pair,
-        live=follow is not None,
+        live=live is not None,
+        ticking=bool(feeds),
         max_upload=max_upload,
         sweep=sweep,
     )
-    handlers = Handlers(store, max_points=max_points, follower=follower, attach=attach)
+    handlers = Handlers(store, max_points=max_points, feeds=feeds)
     register(app, handlers)
+    for feed in feeds:
+        feed.start()
     app.store = store  # type: ignore[attr-defined]
-    app.follower = follower  # type: ignore[attr-defined]
-    app.attach = attach  # type: ignore[attr-defined]
+    app.feeds = feeds  # type: ignore[attr-defined]
     app.handlers = handlers  # type: ignore[attr-defined]
     return app

@@ -9,6 +9,7 @@ live tick extends them, a selection moves the marker line).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from dash import ALL, Dash, Input, Output, Patch, State, dcc, html, no_update
@@ -64,19 +65,13 @@ def _state(view: TraceView, sent: int) -> dict[str, Any]:
 
 
 class Handlers:
-    def __init__(
-        self, store: TraceStore, *, max_points: int = MAX_POINTS, follower: Any = None, attach: Any = None
-    ) -> None:
+    def __init__(self, store: TraceStore, *, max_points: int = MAX_POINTS, feeds: Sequence[Any] = ()) -> None:
         self.store = store
         self.max_points = max_points
-        self.follower = follower
-        self.attach = attach  # tracer.live.attach.StreamMirror: says how the live stream is doing
+        self.feeds = list(feeds)  # web.follow.StoreFeed: their sources' states make the live status
 
     def live_status(self) -> str:
-        parts = [self.attach.status_text()] if self.attach is not None else []
-        if self.follower is not None and self.follower.status:
-            parts.append(self.follower.status)
-        return " · ".join(parts)
+        return " · ".join(status for feed in self.feeds if (status := feed.status))
 
     # -- timeline -----------------------------------------------------------------------
     def timeline(

@@ -4,20 +4,36 @@ tracer package never names the web app. Dash and plotly load only when it runs."
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from typing import TYPE_CHECKING
 
-from tracer.cli import attach_as_follow, progress, viewer_args
+from tracer.cli import progress, viewer_args, viewer_source
+
+if TYPE_CHECKING:
+    from tracer.trace.reader import Trace
+    from tracer.trace.source import TraceSource
 
 
 def cmd_web(args: argparse.Namespace) -> int:
     """Serve the Dash web app over one or two traces and/or a growing file; loopback unless --allow-remote."""
     from tracer.live.stream import is_loopback
     from tracer.trace.reader import load
+    from tracer.trace.source import TraceSource
 
-    mirror = attach_as_follow(args)
-    if not args.trace and not args.follow:
-        print("schedscope: error: web needs a TRACE, or --follow FILE", file=sys.stderr)
+    try:
+        live = viewer_source(args)
+    except ValueError as exc:
+        print(f"schedscope: error: {exc}", file=sys.stderr)
         return 2
+    if not args.trace and live is None:
+        print("schedscope: error: web needs a TRACE, --follow FILE or --attach URL", file=sys.stderr)
+        return 2
+    for path in (args.trace, args.trace_b):  # a clear message before serving anything
+        if path is not None and not os.path.isfile(path):
+            what = "is a directory, not a trace file" if os.path.isdir(path) else "no such file"
+            print(f"schedscope: error: {path}: {what}", file=sys.stderr)
+            return 2
     if not is_loopback(args.host):
         if not args.allow_remote:
             print(
@@ -37,8 +53,13 @@ def cmd_web(args: argparse.Namespace) -> int:
         print(f"schedscope: error: the web app needs: pip install 'schedscope[web]' ({exc})", file=sys.stderr)
         return 2
     strict = not args.lenient
-    trace_a = load(args.trace, strict=strict, progress=progress) if args.trace else None
-    trace_b = load(args.trace_b, strict=strict, progress=progress) if args.trace_b else None
+    trace_a: Trace | TraceSource | None = None
+    trace_b = None
+    if args.trace_b:  # compare: both whole before the comparison is made
+        trace_a = load(args.trace, strict=strict, progress=progress)
+        trace_b = load(args.trace_b, strict=strict, progress=progress)
+    elif args.trace:  # one trace: shown while it loads
+        trace_a = TraceSource.file(args.trace, strict=strict)
     sweep = None
     if args.sweep:
         from tracer.whatif.sweep import SweepFileError, load_sweep
@@ -48,12 +69,14 @@ def cmd_web(args: argparse.Namespace) -> int:
         except SweepFileError as exc:
             print(f"schedscope: error: --sweep {exc}", file=sys.stderr)
             return 2
-    app = make_app(
-        trace_a, trace_b, follow=args.follow, attach=mirror, max_upload=args.max_upload_mb << 20, sweep=sweep
-    )
+    app = make_app(trace_a, trace_b, follow=live, max_upload=args.max_upload_mb << 20, sweep=sweep)
     host = f"[{args.host}]" if ":" in args.host else args.host
     print(f"schedscope web: http://{host}:{args.port}/  (Ctrl-C to stop)", flush=True)
-    app.run(host=args.host, port=args.port, debug=False)
+    try:
+        app.run(host=args.host, port=args.port, debug=False)
+    finally:
+        for feed in app.feeds:  # type: ignore[attr-defined]
+            feed.stop()
     return 0
 
 

@@ -191,7 +191,10 @@ def layout(
     live: bool,
     max_upload: int,
     sweep: dict[str, Any] | None = None,
+    ticking: bool | None = None,
 ) -> html.Div:
+    """`live`: show the live controls; `ticking`: poll for new snapshots (a live trace, or one
+    still loading; default: as `live`)."""
     tabs = [_timeline_tab(options, default, live, max_upload), _compare_tab(options, *compare_pair)]
     if sweep is not None:
         from web.sweep_figure import sweep_tab
@@ -225,6 +228,6 @@ def layout(
             dcc.Store(id=CMP_VIEW),
             dcc.Store(id=SELECTED),
             dcc.Store(id=VERSION),
-            dcc.Interval(id=TICK, interval=TICK_MS, disabled=not live),
+            dcc.Interval(id=TICK, interval=TICK_MS, disabled=not (live if ticking is None else ticking)),
         ]
     )

@@ -319,12 +319,12 @@ def test_run_line_names_live_stream_gaps(tmp_path) -> None:  # type: ignore[no-u
 
 
 def test_attach_shows_the_stream_state_and_follows_a_new_run(tmp_path: Path) -> None:
-    """--attach against the real stream server: the status line says idle, then the server
-    restarts and the screen moves to the new run's file and says so."""
+    """--attach --save against the real stream server: the status line says idle, then the
+    server restarts and the screen moves to the new run (saved to its own file) and says so."""
     import orjson
 
-    from tracer.live.attach import StreamMirror
     from tracer.live.stream import StreamHub, StreamServer
+    from tracer.trace.source import TraceSource
 
     lines = ADDITIVE.read_bytes().splitlines(keepends=True)
     head = orjson.loads(lines[0])
@@ -333,11 +333,11 @@ def test_attach_shows_the_stream_state_and_follows_a_new_run(tmp_path: Path) -> 
     hub_a.publish(lines[:4])  # header and three steps
     server_a = StreamServer(hub_a, "127.0.0.1", 0, heartbeat=0.1)
     port = server_a.address[1]
-    mirror = StreamMirror(server_a.url, tmp_path / "live.jsonl", timeout=0.4, backoff=(0.01, 0.05))
+    source = TraceSource.stream(server_a.url, save=tmp_path / "live.jsonl", timeout=0.4, backoff=(0.01, 0.05))
     servers = [server_a]
 
     async def main() -> None:
-        app = make_app(follow=mirror.path, attach=mirror)
+        app = make_app(source)
         async with app.run_test(size=SIZE) as pilot:
             screen = main_screen(pilot)
             title = lambda: str(screen.query_one(Timeline).border_title)  # noqa: E731
@@ -356,6 +356,31 @@ def test_attach_shows_the_stream_state_and_follows_a_new_run(tmp_path: Path) -> 
     try:
         asyncio.run(main())
     finally:
-        mirror.stop()
+        source.close()
         for server in servers:
             server.close()
+    assert (tmp_path / "live.jsonl").read_bytes() == b"".join(lines[:4])
+
+
+def test_attach_with_a_wrong_token_says_unauthorised(tmp_path: Path) -> None:
+    from tracer.live.stream import StreamHub, StreamServer
+    from tracer.trace.source import TraceSource
+
+    hub = StreamHub()
+    hub.publish(ADDITIVE.read_bytes().splitlines(keepends=True)[:3])
+    server = StreamServer(hub, "127.0.0.1", 0, token="s3cret", heartbeat=0.1)
+    source = TraceSource.stream(server.url, token="wrong", timeout=0.4, backoff=(0.01, 0.05))
+
+    async def main() -> None:
+        async with make_app(source).run_test(size=SIZE) as pilot:
+            screen = main_screen(pilot)
+            waiting = lambda: text(screen.query_one("#waiting"))  # noqa: E731
+            await wait_until(pilot, lambda: "unauthorised: HTTP 401" in waiting())
+            assert "header" not in waiting() and screen.total == 0
+            assert "unauthorised" in str(screen.query_one(Timeline).border_title)
+
+    try:
+        asyncio.run(main())
+    finally:
+        source.close()
+        server.close()

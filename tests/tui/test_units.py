@@ -1,4 +1,4 @@
-"""Pure pieces of the TUI: the zoom window, column binning, flag navigation, the feed's backoff."""
+"""Pure pieces of the TUI: the zoom window, column binning, flag navigation, the source adapter."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ from textual.message import Message
 
 from tests.tui.helpers import ADDITIVE, SAMPLES
 from tracer.trace.reader import load
+from tracer.trace.source import Phase, TraceSource
 from tui.bins import MIN_SPAN, Columns, Window, eighths
 from tui.data import CompareModel, TraceModel
-from tui.feed import MAX_INTERVAL, Progress, Snapshot, TraceFeed
+from tui.feed import Progress, Snapshot, StateChanged, connect
 
 
 def test_window_zoom_pan_follow_stay_in_range() -> None:
@@ -62,19 +63,19 @@ class _Sink:
         return True
 
 
-def test_feed_backs_off_while_the_ui_is_behind_and_coalesces() -> None:
-    feed = TraceFeed(_Sink(), ADDITIVE, follow=True)  # type: ignore[arg-type]
-    assert feed._due(1)  # the first snapshot is always due
-    feed.snapshots, feed.posted_steps = 1, 1
-    feed._acked.clear()  # a snapshot is out and the UI has not applied it
-    before = feed.interval
-    assert not feed._due(5)
-    assert not feed._due(9)
-    assert feed.interval == min(MAX_INTERVAL, before * 4)
-    feed.ack()
-    assert feed._due(9)  # doubled since the last post
-    a, b = Progress(feed, 1, 2), Progress(feed, 2, 2)
-    assert a.can_replace(b) and not a.can_replace(Snapshot(feed, TraceModel.build(load(ADDITIVE)), done=True))
+def test_the_adapter_posts_the_source_as_messages_that_coalesce() -> None:
+    sink = _Sink()
+    source = connect(TraceSource.file(ADDITIVE), sink)  # type: ignore[arg-type]
+    assert source.start().join(10)
+    snaps = [m for m in sink.messages if isinstance(m, Snapshot)]
+    assert [s.version for s in snaps] == [1] and snaps[0].done and len(snaps[0].model) == 7
+    states = [m.state.phase for m in sink.messages if isinstance(m, StateChanged)]
+    assert states[-1] is Phase.COMPLETE
+    progress = [m for m in sink.messages if isinstance(m, Progress)]
+    assert progress[-1].read == progress[-1].total == ADDITIVE.stat().st_size
+    a, b = Progress(source, 1, 2), Progress(source, 2, 2)
+    assert a.can_replace(b) and not a.can_replace(snaps[0])
+    assert not a.can_replace(Progress(TraceSource.file(ADDITIVE), 2, 2))  # another source's
 
 
 def test_compare_totals_show_throughput_and_latency_side_by_side() -> None:

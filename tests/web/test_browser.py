@@ -47,8 +47,8 @@ def apps() -> Iterator[list[Dash]]:
     made: list[Dash] = []
     yield made
     for app in made:
-        if app.follower is not None:  # type: ignore[attr-defined]
-            app.follower.stop()  # type: ignore[attr-defined]
+        for feed in app.feeds:  # type: ignore[attr-defined]
+            feed.stop()
 
 
 def _graph(dash_duo: Any) -> list[dict[str, Any]]:
@@ -179,8 +179,8 @@ def test_attach_shows_idle_then_a_new_run(
     stream is doing, and a restart's new run replaces the timeline."""
     import orjson
 
-    from tracer.live.attach import StreamMirror
     from tracer.live.stream import StreamHub, StreamServer
+    from tracer.trace.source import TraceSource
 
     src = tiled_lines(8)
     head = orjson.loads(src[0])
@@ -189,9 +189,11 @@ def test_attach_shows_idle_then_a_new_run(
     hub_a.publish(src[:4])
     servers = [StreamServer(hub_a, "127.0.0.1", 0, heartbeat=0.1)]
     port = servers[0].address[1]
-    mirror = StreamMirror(servers[0].url, tmp_path / "live.jsonl", timeout=0.4, backoff=(0.01, 0.05))
+    source = TraceSource.stream(
+        servers[0].url, save=tmp_path / "live.jsonl", timeout=0.4, backoff=(0.01, 0.05), interval=0.1
+    )
     try:
-        apps.append(make_app(follow=mirror.path, attach=mirror, follow_interval=0.1))
+        apps.append(make_app(source))
         dash_duo.start_server(apps[0])
         dash_duo.wait_for_contains_text("#summary", "| 3 steps", timeout=10)
         dash_duo.wait_for_contains_text("#live-status", "idle since", timeout=5)
@@ -210,7 +212,7 @@ def test_attach_shows_idle_then_a_new_run(
         dash_duo.driver.save_screenshot(str(artifacts / "attach.png"))
         _no_console_errors(dash_duo)
     finally:
-        mirror.stop()
+        source.close()
         for server in servers:
             server.close()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import gzip
 import io
+import time
 from contextlib import redirect_stdout
 from typing import Any
 
@@ -229,17 +230,26 @@ def test_downloads_rebuild_the_figure_on_the_server(h: Handlers) -> None:
 
 
 def test_follow_before_the_file_exists(tmp_path: Any) -> None:
-    from web.follow import FileFollower
+    from tracer.trace.source import TraceSource
+    from web.follow import StoreFeed
 
     store = TraceStore()
     path = tmp_path / "later.jsonl"
-    follower = FileFollower(path, lambda t, v: store.add("live", "live", t, version=v))
-    h = Handlers(store, follower=follower)
-    fig, state, _, status = h.timeline(None, "live", None, None, None, ["on"])
-    assert state is None and "waiting for" in status and "waiting for" in str(fig)
-    assert h.timeline(ids.TICK, "live", None, None, None, ["on"])[0] is no_update  # nothing resent
-    path.write_bytes(ADDITIVE.read_bytes())
-    follower.poll()
-    fig, state, version, status = h.timeline(ids.TICK, "live", None, None, None, ["on"])
-    assert isinstance(fig, go.Figure) and state["rows"] == 7 and version == "live:1"
-    assert status == "following later.jsonl: 7 steps"
+    feed = StoreFeed(TraceSource.follow(path, poll=0.02, interval=0.02), store, "live", "live: ")
+    h = Handlers(store, feeds=[feed])
+    try:
+        feed.start()
+        deadline = time.monotonic() + 5
+        while "waiting for" not in h.live_status() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        fig, state, _, status = h.timeline(None, "live", None, None, None, ["on"])
+        assert state is None and "waiting for" in status and "waiting for" in str(fig)
+        assert h.timeline(ids.TICK, "live", None, None, None, ["on"])[0] is no_update  # nothing resent
+        path.write_bytes(ADDITIVE.read_bytes())
+        while store.get("live") is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        fig, state, version, status = h.timeline(ids.TICK, "live", None, None, None, ["on"])
+        assert isinstance(fig, go.Figure) and state["rows"] == 7 and version == "live:1"
+        assert status == "following later.jsonl: 7 steps"
+    finally:
+        feed.stop()

@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 class FakeApp:
     runs: ClassVar[list[dict[str, Any]]] = []
+    feeds: ClassVar[list[Any]] = []  # the sources the real app starts (none here)
 
     def run(self, **kwargs: Any) -> None:
         self.runs.append(kwargs)

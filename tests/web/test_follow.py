@@ -1,87 +1,125 @@
+"""The web app over a tracer.trace.source.TraceSource (web/follow.py's StoreFeed): a growing
+file, a bad one, --lenient, a complete file shown while it loads, and a live stream."""
+
 from __future__ import annotations
 
+import gzip
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-import pytest
+from tracer.trace.source import TraceSource
+from web.app import make_app
+from web.callbacks import LIVE
 
-from tracer.trace.reader import Trace
-from web.follow import FileFollower
-
-from .helpers import lines
+from .helpers import ADDITIVE, lines
 
 
-class Sink:
-    def __init__(self) -> None:
-        self.traces: list[tuple[int, int]] = []
+def wait_for(condition: Callable[[], Any], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out")
+        time.sleep(0.01)
 
-    def __call__(self, trace: Trace, version: int) -> None:
-        self.traces.append((len(trace), version))
+
+def live_app(path: Path, **options: Any) -> Any:
+    return make_app(TraceSource.follow(path, poll=0.02, interval=0.02, **options))
+
+
+def rows(app: Any, key: str = LIVE) -> int | None:
+    view = app.store.get(key)
+    return None if view is None else len(view)
 
 
 def test_follows_a_growing_file_step_by_step(tmp_path: Path) -> None:
     src = lines()
     path = tmp_path / "live.jsonl"
-    sink = Sink()
-    f = FileFollower(path, sink)
-    assert not f.poll() and "waiting" in f.status
-    path.write_bytes(src[0])
-    assert f.poll() and sink.traces[-1] == (0, 1)  # header only: an empty trace to show
-    with path.open("ab") as out:
-        out.write(src[1] + src[2][:50])  # a step and a half: the torn half waits
-    assert f.poll() and sink.traces[-1] == (1, 2)
-    with path.open("ab") as out:
-        out.write(src[2][50:])
-    assert f.poll() and sink.traces[-1] == (2, 3)
-    assert not f.poll()  # nothing new, nothing published
-    path.write_bytes(src[0] + src[1])  # rewritten shorter: start over
-    assert f.poll() and sink.traces[-1] == (1, 4)
-
-
-def test_the_thread_publishes_within_a_second(tmp_path: Path) -> None:
-    src = lines()
-    path = tmp_path / "live.jsonl"
-    path.write_bytes(src[0] + src[1])
-    sink = Sink()
-    f = FileFollower(path, sink, interval=0.05).start()
+    app = live_app(path)
     try:
+        wait_for(lambda: "waiting for" in app.handlers.live_status())
+        path.write_bytes(src[0])
+        wait_for(lambda: rows(app) == 0)  # header only: an empty trace to show
         with path.open("ab") as out:
-            out.write(src[2] + src[3])
-        deadline = time.monotonic() + 1.0
-        while time.monotonic() < deadline and (not sink.traces or sink.traces[-1][0] < 3):
-            time.sleep(0.02)
-        assert sink.traces[-1][0] == 3
+            out.write(src[1] + src[2][:50])  # a step and a half: the torn half waits
+        wait_for(lambda: rows(app) == 1)
+        with path.open("ab") as out:
+            out.write(src[2][50:])
+        wait_for(lambda: rows(app) == 2)
+        version = app.store.get(LIVE).version
+        time.sleep(0.2)
+        assert app.store.get(LIVE).version == version  # nothing new, nothing published
+        path.write_bytes(src[0] + src[1])  # rewritten shorter: start over
+        wait_for(lambda: rows(app) == 1 and app.store.get(LIVE).version > version)
+        assert app.handlers.live_status() == "following live.jsonl: 1 steps"
     finally:
-        f.stop()
+        app.feeds[0].stop()
 
 
-def test_a_bad_header_is_reported_not_raised(tmp_path: Path) -> None:
+def test_a_bad_header_is_reported_not_raised_and_a_rewrite_is_followed(tmp_path: Path) -> None:
     path = tmp_path / "bad.jsonl"
     path.write_bytes(b'{"kind":"step","step":1}\n')
-    sink = Sink()
-    f = FileFollower(path, sink)
-    assert not f.poll() and "cannot follow" in f.status
-    assert not f.poll()  # the same bad file is not read again
-    path.write_bytes(b"".join(lines()[:2]))  # rewritten as a trace: it is followed
-    assert f.poll() and sink.traces[-1] == (1, 1)
+    app = live_app(path)
+    try:
+        wait_for(lambda: "cannot read" in app.handlers.live_status())
+        assert "bad.jsonl:1: field 'kind': the first record must be a header" in app.handlers.live_status()
+        path.write_bytes(b"".join(lines()[:2]))  # rewritten as a trace: it is followed
+        wait_for(lambda: rows(app) == 1)
+    finally:
+        app.feeds[0].stop()
 
 
-def test_compressed_files_cannot_be_followed(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match=r"plain \.jsonl"):
-        FileFollower(tmp_path / "x.jsonl.gz", Sink()).start()
+def test_a_growing_gzip_file_is_followed(tmp_path: Path) -> None:
+    """gzip is told by its magic bytes (no .gz suffix here); appended members decompress as they come."""
+    src = lines()
+    path = tmp_path / "live.trace"
+    path.write_bytes(gzip.compress(b"".join(src[:3])))
+    app = live_app(path)
+    try:
+        wait_for(lambda: rows(app) == 2)
+        with path.open("ab") as out:
+            out.write(gzip.compress(b"".join(src[3:])))
+        wait_for(lambda: rows(app) == 7)
+    finally:
+        app.feeds[0].stop()
+
+
+def test_follow_honours_lenient(tmp_path: Path) -> None:
+    src = lines()
+    path = tmp_path / "live.jsonl"
+    path.write_bytes(src[0] + src[1] + b'{"kind":"step","step":2}\n' + src[3])
+    strict, lenient = live_app(path), live_app(path, strict=False)
+    try:
+        wait_for(lambda: rows(lenient) == 2)
+        assert len(lenient.store.get(LIVE).trace.problems) == 1
+        wait_for(lambda: "cannot read" in strict.handlers.live_status())
+        assert "live.jsonl:3: field 't': missing" in strict.handlers.live_status()
+        assert rows(strict) is None
+    finally:
+        strict.feeds[0].stop()
+        lenient.feeds[0].stop()
+
+
+def test_a_complete_file_shows_as_a_while_it_loads() -> None:
+    app = make_app(TraceSource.file(ADDITIVE))
+    try:
+        assert app.layout is not None
+        wait_for(lambda: rows(app, "a") == 7)
+        assert app.store.get("a").label == "A: dflash_k7_additive.jsonl"
+        wait_for(lambda: app.handlers.live_status() == "")  # complete: nothing to say
+    finally:
+        app.feeds[0].stop()
 
 
 def test_attach_status_leads_the_live_status_and_a_new_run_redraws(tmp_path: Path) -> None:
-    """make_app(attach=mirror) over the real stream server: the mirror's state is shown, and a
-    restart's new file replaces the timeline with a whole new figure, not a patch."""
+    """make_app(stream source) over the real stream server: the stream's state is shown, and a
+    restart's new run (saved to its own file) replaces the timeline with a new figure, not a patch."""
     import orjson
     import plotly.graph_objects as go
 
-    from tracer.live.attach import StreamMirror
     from tracer.live.stream import StreamHub, StreamServer
     from web import layout as ids
-    from web.app import make_app
-    from web.callbacks import LIVE
 
     src = lines()
     head = orjson.loads(src[0])
@@ -91,34 +129,51 @@ def test_attach_status_leads_the_live_status_and_a_new_run_redraws(tmp_path: Pat
     server_a = StreamServer(hub_a, "127.0.0.1", 0, heartbeat=0.1)
     port = server_a.address[1]
     servers = [server_a]
-    mirror = StreamMirror(server_a.url, tmp_path / "live.jsonl", timeout=0.4, backoff=(0.01, 0.05))
-    app = make_app(follow=mirror.path, attach=mirror, follow_interval=0.05)
+    source = TraceSource.stream(
+        server_a.url, save=tmp_path / "live.jsonl", timeout=0.4, backoff=(0.01, 0.05), interval=0.05
+    )
+    app = make_app(source)
     h = app.handlers  # type: ignore[attr-defined]
     store = app.store  # type: ignore[attr-defined]
 
-    def wait(label: str, rows: int) -> None:
-        deadline = time.monotonic() + 4
-        while time.monotonic() < deadline:
-            view = store.get(LIVE)
-            if mirror.state.phase == "idle" and view and view.label == label and len(view) == rows:
-                return
-            time.sleep(0.02)
+    def shown(label: str, n: int) -> bool:
+        view = store.get(LIVE)
+        return (
+            source.state.phase.value == "idle" and view is not None and view.label == label and len(view) == n
+        )
 
     try:
-        wait("live: live.jsonl", 3)
+        wait_for(lambda: shown("live: live.jsonl", 3))
         fig, state, _, status = h.timeline(None, LIVE, None, None, None, ["on"])
         assert isinstance(fig, go.Figure) and state["rows"] == 3
-        assert status.startswith("idle since ") and "(last step 3) · following live.jsonl: 3 steps" in status
+        assert status.startswith("idle since ") and status.endswith("(last step 3)")
         server_a.close()
         hub_b = StreamHub()
         hub_b.publish([restarted, *src[1:6]])
         servers.append(StreamServer(hub_b, "127.0.0.1", port, heartbeat=0.1))
-        wait("live: live.1.jsonl", 5)
+        wait_for(lambda: shown("live: live.1.jsonl", 5))
         fig, state2, _, status = h.timeline(ids.TICK, LIVE, None, None, state, ["on"])
         assert isinstance(fig, go.Figure) and state2["rows"] == 5 and state2["run"] != state["run"]
         assert "new run 2 (the server restarted) → live.1.jsonl" in status
     finally:
-        app.follower.stop()  # type: ignore[attr-defined]
-        mirror.stop()
+        source.close()
         for server in servers:
             server.close()
+
+
+def test_a_stream_with_a_wrong_token_shows_unauthorised() -> None:
+    from tracer.live.stream import StreamHub, StreamServer
+
+    hub = StreamHub()
+    hub.publish(lines()[:3])
+    server = StreamServer(hub, "127.0.0.1", 0, token="s3cret", heartbeat=0.1)
+    source = TraceSource.stream(server.url, token="wrong", timeout=0.4, backoff=(0.01, 0.05))
+    app = make_app(source)
+    try:
+        assert source.join(10)
+        fig, state, _, status = app.handlers.timeline(None, LIVE, None, None, None, ["on"])
+        assert status.startswith("unauthorised: HTTP 401") and "unauthorised: HTTP 401" in str(fig)
+        assert "header" not in status and state is None
+    finally:
+        source.close()
+        server.close()

@@ -84,7 +84,7 @@ def test_the_web_app_shows_a_saved_sweep_on_its_own_page() -> None:
         table = _find(tab, "sweep-table").children
         assert "ranked by time to drain (lower is better)" in table and "separate B=8192" in table
     finally:
-        if app.follower is not None:
-            app.follower.stop()
+        for feed in app.feeds:
+            feed.stop()
     plain = make_app(trace)
     assert _find(plain.layout, "sweep-tab") is None

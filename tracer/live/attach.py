@@ -16,7 +16,6 @@ timeout.
 
 from __future__ import annotations
 
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -34,7 +33,7 @@ MAX_LINE = 16 << 20  # a record longer than this is garbage, not a trace record
 # No bytes at all (heartbeats included) for this long: the connection is stalled.
 READ_TIMEOUT = 4 * HEARTBEAT_INTERVAL
 
-Phase = Literal["connecting", "live", "idle", "stalled", "reconnecting", "refused", "gave up"]
+Phase = Literal["connecting", "live", "idle", "stalled", "reconnecting", "refused", "unauthorised", "gave up"]
 EventKind = Literal["record", "run", "heartbeat", "status"]
 
 
@@ -117,6 +116,8 @@ def _phase_text(state: LinkState) -> str:
         return f"reconnecting ({state.detail}) · {step}"
     if phase == "refused":
         return f"refused: {state.detail}"
+    if phase == "unauthorised":
+        return f"unauthorised: {state.detail} (check --token or SCHEDSCOPE_STREAM_TOKEN)"
     return f"gave up after {state.reconnects} reconnects ({state.detail})"
 
 
@@ -195,7 +196,10 @@ class StreamFollower:
                     yield self._status(message, phase="reconnecting", detail=message)
             except urllib.error.HTTPError as exc:
                 detail = f"HTTP {exc.code} {exc.reason}"
-                if exc.code in (401, 403, 404):
+                if exc.code in (401, 403):  # a missing or wrong token: retrying cannot help
+                    yield self._status(f"unauthorised: {detail}", phase="unauthorised", detail=detail)
+                    return
+                if exc.code == 404:
                     yield self._status(f"refused: {detail}", phase="refused", detail=detail)
                     return
                 yield self._status(detail, phase="reconnecting", detail=detail)
@@ -372,7 +376,7 @@ class RunSaver:
     def _write(self, line: bytes) -> None:
         assert self._out is not None
         self._out.write(line)
-        self._out.flush()  # the TUI and the web app tail this file
+        self._out.flush()  # whole records on disk as they come: the copy can be read while it grows
 
     def close(self) -> None:
         if self._out is not None:
@@ -386,65 +390,3 @@ class RunSaver:
         if event.kind == "record":
             self.write(event.line)
         return None
-
-
-class StreamMirror:
-    """Mirror a live stream into local trace files, in a daemon thread.
-
-    The TUI and the web app follow `path` exactly as they follow a file a server
-    writes (`--follow`), switching to the next file when a new run begins, and
-    show `status_text()`. The files are normal traces afterwards (`gap` records
-    included, which the reader keeps in `Trace.gaps`).
-    """
-
-    def __init__(
-        self,
-        url: str,
-        path: str | Path,
-        *,
-        token: str | None = None,
-        timeout: float = READ_TIMEOUT,
-        backoff: tuple[float, float] = (0.2, 5.0),
-    ) -> None:
-        self._stop = threading.Event()
-        self.saver = RunSaver(path)
-        self.follower = StreamFollower(
-            url, token=token, timeout=timeout, backoff=backoff, sleep=self._stop.wait
-        )
-        self.gaps = 0
-        self._thread = threading.Thread(target=self._run, name="schedscope-attach", daemon=True)
-        self._thread.start()
-
-    @property
-    def path(self) -> Path:
-        """The file of the current run."""
-        return self.saver.path
-
-    @property
-    def state(self) -> LinkState:
-        return self.follower.state
-
-    def status_text(self) -> str:
-        return link_status(self.follower.state, self.saver.path)
-
-    @property
-    def status(self) -> str:
-        return self.status_text()
-
-    def stop(self, timeout: float = 5.0) -> None:
-        """Stop following (at the next event, or when the read timeout ends a silent wait)."""
-        self._stop.set()
-        self._thread.join(timeout)
-
-    def _run(self) -> None:
-        events = self.follower.events()
-        try:
-            for event in events:
-                if self._stop.is_set():
-                    return
-                if event.kind == "record" and (event.record or {}).get("kind") == "gap":
-                    self.gaps += 1
-                self.saver.handle(event)
-        finally:
-            events.close()
-            self.saver.close()

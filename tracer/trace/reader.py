@@ -51,7 +51,11 @@ class TraceError(Exception):
         super().__init__(f"{where}: {what}{message}")
 
 
-class TraceVersionError(TraceError):
+class TraceHeaderError(TraceError):
+    """No usable header record: nothing in the file can be read, strict or not."""
+
+
+class TraceVersionError(TraceHeaderError):
     """The trace's schema major version is newer than this reader understands."""
 
 
@@ -383,7 +387,7 @@ class TraceBuilder:
         if self.header is None:
             if kind != schema.HEADER:
                 # Without a header nothing can be interpreted: always fatal.
-                raise TraceError(
+                raise TraceHeaderError(
                     self.path, f"the first record must be a header, got {kind!r}", line=line, field="kind"
                 )
             self.header = self._parse_header(record, line)
@@ -414,7 +418,7 @@ class TraceBuilder:
         try:
             major, minor = schema.parse_version(record.get("schema"))
         except ValueError as exc:
-            raise TraceError(self.path, str(exc), line=line, field="schema") from None
+            raise TraceHeaderError(self.path, str(exc), line=line, field="schema") from None
         if major > schema.SCHEMA_MAJOR:
             raise TraceVersionError(
                 self.path,
@@ -424,7 +428,9 @@ class TraceBuilder:
                 field="schema",
             )
         if not isinstance(record.get("config"), dict):
-            raise TraceError(self.path, "the header has no engine config object", line=line, field="config")
+            raise TraceHeaderError(
+                self.path, "the header has no engine config object", line=line, field="config"
+            )
         header = _with_defaults(record, schema.HEADER_DEFAULTS)
         header["config"] = _with_defaults(dict(record["config"]), schema.CONFIG_DEFAULTS)
         return header
@@ -662,7 +668,7 @@ def load(path: str | Path, *, strict: bool = True, progress: Progress | None = N
     torn = builder.finish()
     if builder.header is None:
         what = "empty file" if total == 0 else (torn.describe() if torn else "no records")
-        raise TraceError(path, f"no complete header record ({what})")
+        raise TraceHeaderError(path, f"no complete header record ({what})")
     if torn is None and note is not None:
         builder.problems.append(TraceError(path, note))
     return builder.build(torn)

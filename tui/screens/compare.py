@@ -138,7 +138,7 @@ class CompareScreen(StepScreen):
                 traces.append(load(path, strict=self.strict, progress=progress))
             model = CompareModel.build(traces[0], traces[1])
         except TraceError as exc:
-            self.app.call_from_thread(self.app.show_error, str(exc), strict=self.strict)  # type: ignore[attr-defined]
+            self.app.call_from_thread(self.app.show_error, exc, strict=self.strict)  # type: ignore[attr-defined]
             return
         self.app.call_from_thread(self._ready, model)
 

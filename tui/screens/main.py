@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from textual import on, work
@@ -17,7 +16,7 @@ from tracer.analysis.compare import RequestLife
 from tracer.analysis.lookup import matching_ids, request_life, rows_of_steps
 from tui.bins import Window
 from tui.data import TraceModel
-from tui.feed import Failed, Progress, Snapshot, TraceFeed, Waiting
+from tui.feed import Failed, Progress, Snapshot, StateChanged, connect
 from tui.screens.base import Command, StepScreen
 from tui.widgets.inspector import Inspector, LifetimePanel, engine_line, run_line
 from tui.widgets.tables import FlagList, StepTable
@@ -25,7 +24,7 @@ from tui.widgets.timeline import Timeline
 from tui.widgets.vlist import VirtualList
 
 if TYPE_CHECKING:
-    from tracer.live.attach import StreamMirror
+    from tracer.trace.source import SourceState, TraceSource
 
 
 class MainScreen(StepScreen):
@@ -54,30 +53,22 @@ class MainScreen(StepScreen):
     MainScreen #flag-filter { height: 1; color: $text-muted; padding: 0 1; }
     """
 
-    def __init__(
-        self,
-        path: str | Path,
-        *,
-        follow: bool = False,
-        strict: bool = True,
-        attach: StreamMirror | None = None,
-    ) -> None:
+    def __init__(self, source: TraceSource) -> None:
         super().__init__()
-        self.path = Path(path)
-        self.follow = follow
-        self.strict = strict
-        self.attach = attach
+        self.source = source
+        self.follow = source.live  # a growing file or a live stream: more steps may come
+        self.strict = source.strict
+        self.state: SourceState = source.state
         self.model: TraceModel | None = None
         self.kind: str | None = None
         self.tail = False
         self.loaded = False
-        self.feed: TraceFeed | None = None
         self._new_since = 0
 
     # -- layout -------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
         with Vertical(id="top"):
-            yield Static(f"[b]{escape(self.path.name)}[/b] · opening…", id="run")
+            yield Static(f"[b]{escape(self.source.name)}[/b] · opening…", id="run")
             yield Static("", id="engine")
             # A followed file has no end to measure progress against.
             yield ProgressBar(id="progress", show_eta=False, classes="done" if self.follow else "")
@@ -103,39 +94,43 @@ class MainScreen(StepScreen):
     def on_mount(self) -> None:
         self.query_one(StepTable).focus()
         self.call_after_refresh(self.app.mark, "first_frame")  # type: ignore[attr-defined]
-        current = (lambda: self.attach.path) if self.attach is not None else None
-        self.feed = TraceFeed(self, self.path, follow=self.follow, strict=self.strict, current_path=current)
-        self.feed.start()
+        connect(self.source, self).start()
         self.update_status()
-        if self.attach is not None:
-            self.set_interval(0.5, self.update_status)  # the connection changes with no new step
 
     def on_unmount(self) -> None:
-        if self.feed is not None:
-            self.feed.stop()
+        self.source.close()
 
     @property
     def total(self) -> int:
         return len(self.model) if self.model is not None else 0
 
-    # -- feed messages --------------------------------------------------------------------
+    # -- source messages ------------------------------------------------------------------
     @on(Progress)
-    def _feed_progress(self, message: Progress) -> None:
+    def _source_progress(self, message: Progress) -> None:
         bar = self.query_one(ProgressBar)
         bar.update(total=max(1, message.total), progress=message.read)
 
-    @on(Waiting)
-    def _feed_waiting(self, message: Waiting) -> None:
-        waiting = self.query_one("#waiting", Static)
-        waiting.update(escape(message.text))
-        waiting.add_class("shown")
+    @on(StateChanged)
+    def _source_state(self, message: StateChanged) -> None:
+        self.state = message.state
+        self._show_waiting()
+        self.update_status()
+
+    def _show_waiting(self) -> None:
+        """Say what the source waits for (no data yet) or what went wrong (a stall, a gap, a 401)."""
+        state, waiting = self.state, self.query_one("#waiting", Static)
+        if state.problem or (self.model is None and self.follow):
+            waiting.update(escape(state.text()))
+            waiting.add_class("shown")
+        else:
+            waiting.remove_class("shown")
 
     @on(Failed)
-    def _feed_failed(self, message: Failed) -> None:
+    def _source_failed(self, message: Failed) -> None:
         self.app.show_error(message.error, strict=self.strict)  # type: ignore[attr-defined]
 
     @on(Snapshot)
-    def _feed_snapshot(self, message: Snapshot) -> None:
+    def _source_snapshot(self, message: Snapshot) -> None:
         old, model = self.model, message.model
         first = old is None
         self.model = model
@@ -151,7 +146,7 @@ class MainScreen(StepScreen):
         self.window = Window.fit(total) if self.fit else self.window.clamp(total)
         if self.tail and not self.fit:
             self.window = self.window.follow(self.cursor, total)
-        self.query_one("#waiting", Static).remove_class("shown")
+        self._show_waiting()
         self.query_one(Timeline).show(model)
         self.query_one(StepTable).show(model)
         self.query_one(FlagList).show(model, self.kind)
@@ -172,7 +167,6 @@ class MainScreen(StepScreen):
             self.call_after_refresh(app.mark, "first_data_frame")  # type: ignore[attr-defined]
         if message.done:
             self.call_after_refresh(app.mark, "loaded")  # type: ignore[attr-defined]
-        self.call_after_refresh(message.feed.ack)
 
     # -- views ------------------------------------------------------------------------------
     def apply_view(self) -> None:
@@ -184,12 +178,10 @@ class MainScreen(StepScreen):
 
     def update_status(self) -> None:
         parts = [self.replay_status()]
-        if self.attach is not None:
-            parts.append(escape(self.attach.status_text()))
         if self.follow:
             tail = "[$success]tail on[/]" if self.tail else "tail off (t)"
             new = f" · +{self._new_since} new" if self._new_since and not self.tail else ""
-            parts.append(f"following{new} · {tail}")
+            parts.append(f"{escape(self.state.text())}{new} · {tail}")
         elif not self.loaded:
             parts.append("loading…")
         self.query_one(Timeline).border_title = "timeline · " + " · ".join(parts)
