@@ -75,7 +75,7 @@ def build_lanes(model: TraceModel, *, compact: bool = False) -> list[Lane]:
         Lane(
             "withheld",
             "marks",
-            marks=[Mark(analysis.withheld, "▼", "lost"), Mark(analysis.excess, "·", "reserved")],
+            marks=[Mark(analysis.withheld, "▼", "withheld"), Mark(analysis.excess, "·", "reserved")],
             numbers=analysis.withheld,
             readout=lambda r: f"{at(analysis.withheld, r)} tok" if at(analysis.withheld, r) > 0 else "–",
         ),

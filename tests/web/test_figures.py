@@ -45,7 +45,7 @@ def test_the_withheld_band_is_on_every_prefill_step_and_each_is_flagged() -> Non
     flags = next(t for t in fig.data if t.type == "scatter" and t.name.startswith("additive"))
     assert list(flags.x) == [1, 2, 3, 4] and set(flags.y) == {ADDITIVE}
     assert flags.marker.color == "#d62728"
-    assert "withheld 7 target tokens" in flags.hovertext[0] and "tokens_lost=7" in flags.hovertext[0]
+    assert "withheld 7 target tokens" in flags.hovertext[0] and "tokens_withheld=7" in flags.hovertext[0]
     assert list(_by_name(fig, "target tokens withheld").y[:5]) == [7, 7, 7, 7, None]
 
 
