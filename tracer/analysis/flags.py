@@ -57,12 +57,6 @@ class FlagReport:
     def counts(self) -> dict[str, int]:
         return dict(Counter(f.kind for f in self.flags))
 
-    def by_step(self) -> dict[int, list[Flag]]:
-        out: dict[int, list[Flag]] = {}
-        for f in self.flags:
-            out.setdefault(f.step, []).append(f)
-        return out
-
 
 def detect(trace: Trace, analysis: BudgetAnalysis | None = None) -> FlagReport:
     analysis = analysis or analyze(trace)
