@@ -131,9 +131,9 @@ def test_totals_carry_their_direction() -> None:
     assert totals["tokens withheld"].verdict == "better" and totals["flags"].verdict == "better"
     assert totals["target_used (sum)"].verdict == "" and totals["target_used (sum)"].direction == ""
     # The verdict reads the direction, never the label.
-    assert Total("anything", 3, 5, better="more").verdict == "better"
-    assert Total("anything", 3, 5, better="fewer").verdict == "worse"
-    assert Total("anything", 3, 3, better="fewer").verdict == ""
+    assert Total("x", "anything", 3, 5, better="more").verdict == "better"
+    assert Total("x", "anything", 3, 5, better="fewer").verdict == "worse"
+    assert Total("x", "anything", 3, 3, better="fewer").verdict == ""
     rows = totals_lines(c)
     assert rows[1:] == [
         f"{t.label:24}{t.cells()[0]:>12}{t.cells()[1]:>12}{t.cells()[2]:>10}" for t in totals.values()

@@ -117,6 +117,7 @@ COLUMN_TOTALS: dict[str, tuple[str, Better | None]] = {
 class Total:
     """One total of a comparison: A, B and the direction that reads as B doing better."""
 
+    key: str  # stable name, for a view that shows only some totals
     label: str
     a: float
     b: float
@@ -147,14 +148,15 @@ def compare_totals(c: Comparison) -> list[Total]:
     """The totals of a comparison, in the order `schedscope diff` prints them."""
     a, b = c.a, c.b
     rows = [
-        Total("steps to drain", a.steps_to_drain, b.steps_to_drain, better="fewer"),
-        Total("target tokens / step", a.tokens_per_step, b.tokens_per_step, 1, better="more"),
+        Total("steps_to_drain", "steps to drain", a.steps_to_drain, b.steps_to_drain, better="fewer"),
+        Total("tokens_per_step", "target tokens / step", a.tokens_per_step, b.tokens_per_step, 1, "more"),
     ]
     for name, (va, vb) in c.values.items():
         label, better = COLUMN_TOTALS.get(name, (f"{name} (sum)", None))
-        rows.append(Total(label, int(va.sum()), int(vb.sum()), better=better))
-    rows.append(Total("flags", len(a.flags.flags), len(b.flags.flags), better="fewer"))
-    rows.append(Total("tokens withheld", a.flags.tokens_withheld, b.flags.tokens_withheld, better="fewer"))
+        rows.append(Total(name, label, int(va.sum()), int(vb.sum()), better=better))
+    rows.append(Total("flags", "flags", len(a.flags.flags), len(b.flags.flags), better="fewer"))
+    withheld = (a.flags.tokens_withheld, b.flags.tokens_withheld)
+    rows.append(Total("tokens_withheld", "tokens withheld", *withheld, better="fewer"))
     return rows
 
 

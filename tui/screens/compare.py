@@ -27,13 +27,17 @@ from tui.widgets.timeline import Timeline
 from tui.widgets.vlist import VirtualList
 
 VERDICT_STYLE = {"better": "$success", "worse": "$error", "": "$text-muted"}
+# The panel shares the top of the screen with the headline: the totals a policy moves, not the
+# per-column sums that stay equal for one workload (`schedscope diff` prints them all).
+SHOWN_TOTALS = ("steps_to_drain", "tokens_per_step", "tokens_withheld", "flags", "preempted", "admitted")
 
 
 def totals_lines(model: CompareModel) -> list[str]:
     """A, B and B−A for tracer.render.text's totals; the delta is green where B is better, red where worse."""
     c = model.comparison
     out = [f"[$text-muted]{'':20}{'A':>9}{'B':>9}{'B−A':>9}[/]"]
-    for total in compare_totals(c):
+    totals = {t.key: t for t in compare_totals(c)}
+    for total in (totals[key] for key in SHOWN_TOTALS):
         va, vb, d = total.cells()
         delta = ("+" if total.delta > 0 else "") + d if total.delta else "0"
         out.append(f"{escape(total.label):<20}{va:>9}{vb:>9}[{VERDICT_STYLE[total.verdict]}]{delta:>9}[/]")
