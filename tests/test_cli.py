@@ -17,7 +17,7 @@ def test_summary_shows_the_budget_arithmetic_and_flags(capsys: pytest.CaptureFix
     assert main(["summary", SAMPLE]) == 0
     out = capsys.readouterr().out
     assert "busiest  step 1: input 8192 = 8185 target + 7 reserved draft slots" in out
-    assert "flags    additive-double-reservation ×4; 28 target tokens lost" in out
+    assert "flags    additive-double-reservation ×4; 28 tokens withheld" in out
     assert "     1  8185/8192   8192(+7)/8192" in out
 
 

@@ -26,17 +26,17 @@ def test_dflash_additive_is_flagged_with_seven_tokens_a_step() -> None:
     assert [f.step for f in report.flags] == [1, 2, 3, 4]
     assert {f.kind for f in report.flags} == {F.ADDITIVE}
     for f in report.flags:
-        assert f.numbers["tokens_lost"] == 7 and f.numbers["exact"]
+        assert f.numbers["tokens_withheld"] == 7 and f.numbers["exact"]
         assert f.numbers["target_used"] == 8185 and f.numbers["input_used"] == 8192
         assert "withheld 7 target tokens (8185 scheduled instead of 8192)" in f.message
         assert f.severity == "warning"
-    assert report.tokens_lost == 28
+    assert report.tokens_withheld == 28
 
 
 def test_dspark_additive_clips_the_second_prefill() -> None:
     report = detect(load(SAMPLES / "dspark_k4_additive.jsonl"))
     first = report.flags[0]
-    assert (first.step, first.kind, first.numbers["tokens_lost"]) == (1, F.ADDITIVE, 6)
+    assert (first.step, first.kind, first.numbers["tokens_withheld"]) == (1, F.ADDITIVE, 6)
     assert first.numbers["target_used"] == 10  # 8 + 2 instead of 8 + 8
 
 
@@ -55,13 +55,13 @@ def test_dspark_additive_clips_the_second_prefill() -> None:
 def test_correct_accounting_is_not_flagged(name: str) -> None:
     report = detect(load(SAMPLES / name))
     assert not [f for f in report.flags if f.kind in FAULT_KINDS]
-    assert report.tokens_lost == 0
+    assert report.tokens_withheld == 0
 
 
 def test_flags_cli_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["flags", str(SAMPLES / "dflash_k7_additive.jsonl"), "--json"]) == 0
     doc = orjson.loads(capsys.readouterr().out)
-    assert doc["counts"] == {F.ADDITIVE: 4} and doc["tokens_lost"] == 28
+    assert doc["counts"] == {F.ADDITIVE: 4} and doc["tokens_withheld"] == 28
     assert set(doc["flags"][0]) == {"step", "kind", "severity", "message", "numbers"}
 
 

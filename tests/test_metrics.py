@@ -50,7 +50,7 @@ def expected_from_trace(path: Path) -> dict[str, float]:
         "schedscope_target_tokens_scheduled_total": int(col["target_used"].sum()),
         "schedscope_draft_slot_rows_reserved_total": int(analysis.reserved.sum()),
         "schedscope_draft_slot_rows_needed_total": int(analysis.needed.sum()),
-        "schedscope_tokens_withheld_total": report.tokens_lost,
+        "schedscope_tokens_withheld_total": report.tokens_withheld,
         "schedscope_query_rows_total": int(analysis.query_rows.sum()),
         "schedscope_preemptions_total": int(col["n_preempted"].sum()),
         "schedscope_records_dropped_total": (trace.footer or {}).get("records_dropped", 0),

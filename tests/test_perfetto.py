@@ -136,7 +136,7 @@ def test_additive_flags_present() -> None:
     doc = to_chrome_trace(_load("dflash_k7_additive.jsonl"))
     kinds = {e["name"] for e in _events(doc, "i") if e["s"] == "p"}
     assert kinds == {"additive-double-reservation"}
-    assert doc["otherData"]["tokens_lost"] > 0
+    assert doc["otherData"]["tokens_withheld"] > 0
     reserved = [e["args"]["reserved"] for e in _events(doc, "C") if e["name"] == "input budget"]
     assert reserved and max(reserved) > 0
 

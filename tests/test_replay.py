@@ -172,6 +172,6 @@ def test_replay_and_diff_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert main(["diff", source, str(out)]) == 0
     text = capsys.readouterr().out
     assert "B (separate) drained the workload in 5 steps instead of 6" in text
-    assert "tokens lost (additive)" in text
+    assert "tokens withheld" in text
     lines = diff_lines(compare(load(source), load(out)))
     assert any(line.startswith("     1      8185      8192") for line in lines)

@@ -66,29 +66,24 @@ def cmd_step(args: argparse.Namespace) -> int:
 def cmd_flags(args: argparse.Namespace) -> int:
     import orjson
 
-    from tracer.analysis.flags import detect
+    from tracer.analysis.session import Session
+    from tracer.render.text import RunLine
 
     trace = _load(args)
-    report = detect(trace)
+    report = Session(trace).report
     flags = [f for f in report.flags if not args.kind or f.kind in args.kind]
     if args.json:
         doc = {
             "trace": str(args.trace),
             "flags": [f.as_dict() for f in flags],
             "counts": report.counts(),
-            "tokens_lost": report.tokens_lost,
+            "tokens_withheld": report.tokens_withheld,
         }
         sys.stdout.buffer.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
         return 0
     for f in flags:
         print(f"step {f.step:>6}  {f.severity:<7}  {f.kind}: {f.message}")
-    counts = ", ".join(f"{kind} ×{n}" for kind, n in report.counts().items()) or "no flags"
-    lost = (
-        f"; {report.tokens_lost} target tokens lost to additive double-reservation"
-        if report.tokens_lost
-        else ""
-    )
-    print(f"{len(trace)} steps: {counts}{lost}")
+    print(RunLine.of(trace, report).text)
     return 0
 
 
@@ -109,10 +104,10 @@ def cmd_timing(args: argparse.Namespace) -> int:
 
 def cmd_diff(args: argparse.Namespace) -> int:
     from tracer.analysis.compare import compare, diff_lines
-    from tracer.trace.reader import load
+    from tracer.analysis.session import Session
 
     strict = not args.lenient
-    comparison = compare(load(args.trace_a, strict=strict), load(args.trace_b, strict=strict))
+    comparison = compare(Session.load(args.trace_a, strict=strict), Session.load(args.trace_b, strict=strict))
     for line in diff_lines(comparison, rows=args.rows):
         print(line)
     return 0

@@ -76,7 +76,7 @@ def build_lanes(model: TraceModel, *, compact: bool = False) -> list[Lane]:
         Lane(
             "withheld",
             "marks",
-            marks=[Mark(s["withheld"], "▼", "lost"), Mark(s["reserved_excess"], "·", "reserved")],
+            marks=[Mark(s["withheld"], "▼", "withheld"), Mark(s["reserved_excess"], "·", "reserved")],
             numbers=s["withheld"],
             readout=lambda r: f"{at(s['withheld'], r)} tok" if at(s["withheld"], r) > 0 else "–",
         ),

@@ -9,7 +9,7 @@ import numpy as np
 from dash import html
 
 from tracer.analysis.compare import Comparison, Side, headline_sentences
-from tracer.analysis.totals import compare_totals
+from tracer.render.text import compare_totals
 from tracer.whatif.clock import performance_note, performance_rows
 from web.chart import Chart, Line, Markers, Panel
 from web.timeline import flag_hover
@@ -75,12 +75,9 @@ def totals_table(c: Comparison) -> html.Table:
     rows = []
     for total in compare_totals(c):
         a, b, d = total.cells()
-        cls = (
-            "better"
-            if _better(total.label, total.delta)
-            else ("worse" if _better(total.label, -total.delta) else "")
-        )
-        rows.append(html.Tr([html.Td(total.label), html.Td(a), html.Td(b), html.Td(d, className=cls)]))
+        # The colour comes from the total's direction (tracer.render.text), never from its label.
+        label = html.Td(total.label, title=total.direction or None)
+        rows.append(html.Tr([label, html.Td(a), html.Td(b), html.Td(d, className=total.verdict)]))
     return html.Table([html.Thead(head), html.Tbody(rows)], id="compare-totals-table", className="totals")
 
 
@@ -97,12 +94,3 @@ def performance_block(c: Comparison) -> list[Any]:
 
 def totals_children(c: Comparison) -> list[Any]:
     return [totals_table(c), *performance_block(c)]
-
-
-def _better(label: str, delta: float) -> bool:
-    """Colour hint only: which direction of a total reads as B doing better."""
-    if label == "target tokens / step":
-        return delta > 0
-    if label in ("steps to drain", "flags", "tokens lost (additive)"):
-        return delta < 0
-    return False

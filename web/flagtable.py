@@ -40,7 +40,7 @@ def page(flags: list[Flag], current: int | None, page_size: int = PAGE_SIZE) -> 
 def table(flags: list[Flag], total: int) -> Any:
     if not flags:
         return html.P("no flags" if not total else "no flag matches the filter", className="muted")
-    head = html.Tr([html.Th(h) for h in ("step", "severity", "kind", "tokens lost", "what to do")])
+    head = html.Tr([html.Th(h) for h in ("step", "severity", "kind", "tokens withheld", "what to do")])
     rows = [
         html.Tr(
             [
@@ -49,7 +49,7 @@ def table(flags: list[Flag], total: int) -> Any:
                 ),
                 html.Td(f.severity, className=f"sev-{f.severity}"),
                 html.Td(f.kind),
-                html.Td(f.numbers.get("tokens_lost", "")),
+                html.Td(f.numbers.get("tokens_withheld", "")),
                 html.Td(f.message, className="message"),
             ]
         )

@@ -1,7 +1,7 @@
 """The step inspector: one step's requests and tokens, its budget arithmetic, its flags.
 
-The arithmetic lines are tracer.analysis.budget.arithmetic's, verbatim; the requests come
-from the step's own record (Trace.step).
+The arithmetic lines are tracer.analysis.budget.arithmetic's, verbatim; the requests are the
+step record's, typed by tracer.analysis.session.step_requests.
 """
 
 from __future__ import annotations
@@ -11,41 +11,36 @@ from typing import Any
 from dash import html
 
 from tracer.analysis.budget import arithmetic
+from tracer.analysis.session import StepRequests, step_requests
 from web.model import TraceView
 
 SEVERITY_CLASS = {"error": "sev-error", "warning": "sev-warning", "info": "sev-info"}
 
 
-def _requests_table(rec: dict[str, Any]) -> html.Table:
-    sampled = rec.get("sampled") or {}
+def _requests_table(reqs: StepRequests) -> html.Table:
     head = html.Tr([html.Th(h) for h in ("", "request", "tokens", "spec", "demand", "sampled")])
-    rows = []
-    for kind in ("new", "resumed", "running"):
-        for entry in rec[kind]:
-            rid, tokens = entry[0], entry[1]
-            spec = entry[2] if len(entry) > 2 else ""
-            demand = entry[3] if len(entry) > 3 and entry[3] >= 0 else "?"
-            rows.append(
-                html.Tr(
-                    [
-                        html.Td(kind),
-                        html.Td(str(rid)),
-                        html.Td(tokens),
-                        html.Td(spec),
-                        html.Td(demand),
-                        html.Td(sampled.get(rid, "")),
-                    ]
-                )
-            )
-    for rid, demand in rec.get("unscheduled", []):
+    rows = [
+        html.Tr(
+            [
+                html.Td(e.kind),
+                html.Td(str(e.id)),
+                html.Td(e.tokens),
+                html.Td(e.spec),
+                html.Td(e.demand if e.demand >= 0 else "?"),
+                html.Td(reqs.sampled.get(e.id, "")),
+            ]
+        )
+        for e in reqs.scheduled
+    ]
+    for d in reqs.unscheduled:
         rows.append(
             html.Tr(
                 [
                     html.Td("not scheduled"),
-                    html.Td(str(rid)),
+                    html.Td(str(d.id)),
                     html.Td(0),
                     html.Td(""),
-                    html.Td(demand),
+                    html.Td(d.demand),
                     html.Td(""),
                 ]
             )
@@ -70,9 +65,10 @@ def inspector(view: TraceView | None, step: int | None) -> list[Any]:
     if row is None:
         return [html.P(f"This trace has no step {step}.")]
     rec = view.trace.step(row)
-    flags = view.flags_at(step)
-    lines = arithmetic(view.trace, row, view.report.analysis)
-    waiting = [f"{rid} ({demand})" for rid, demand in rec.get("waiting_demand", [])]
+    reqs = step_requests(rec)
+    flags = view.session.flags_at(row)
+    lines = arithmetic(view.trace, row, view.session.analysis)
+    waiting = [f"{d.id} ({d.demand})" for d in reqs.waiting]
     parts: list[Any] = [
         html.H4(f"Step {step}", id="inspector-title"),
         html.Div(
@@ -100,14 +96,14 @@ def inspector(view: TraceView | None, step: int | None) -> list[Any]:
             id="inspector-flags",
         ),
         html.H5("Requests and tokens"),
-        _requests_table(rec),
+        _requests_table(reqs),
     ]
     parts += [
         p
         for p in (
-            _id_list("preempted", rec["preempted"]),
-            _id_list("finished", rec["finished"]),
-            _id_list("waiting, not admitted (demand)", waiting, rec.get("waiting_demand_truncated", 0)),
+            _id_list("preempted", reqs.preempted),
+            _id_list("finished", reqs.finished),
+            _id_list("waiting, not admitted (demand)", waiting, reqs.waiting_truncated),
         )
         if p is not None
     ]

@@ -1,7 +1,7 @@
-"""A loaded trace as the web app sees it: the Trace plus the model layer's results.
+"""A loaded trace as the web app sees it: a tracer.analysis.session.Session under a key.
 
-Everything here is computed by tracer (budget analysis, flags, named series);
-the view only keeps them together under a key the browser can name.
+Everything here is computed by tracer (budget analysis, flags, named series, the summary line);
+the view only keeps a snapshot's session together with the key the browser names it by.
 """
 
 from __future__ import annotations
@@ -11,10 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from tracer.analysis.budget import analyze
-from tracer.analysis.flags import Flag, FlagReport, detect
-from tracer.analysis.series import step_series
-from tracer.render.summary import describe_engine, describe_gaps
+from tracer.analysis.flags import Flag, FlagReport
+from tracer.analysis.session import Session
+from tracer.render.text import RunLine, engine_line
 from tracer.trace.reader import Trace
 
 
@@ -22,43 +21,44 @@ from tracer.trace.reader import Trace
 class TraceView:
     key: str  # server-chosen id; the browser names traces only by it
     label: str
-    trace: Trace
-    report: FlagReport
-    series: dict[str, np.ndarray]
+    session: Session
     version: int = 0  # bumps each time a followed file grows
     cache: dict[str, Any] = field(default_factory=dict)  # derived view objects (charts)
 
     @classmethod
     def build(cls, key: str, label: str, trace: Trace, *, version: int = 0) -> TraceView:
-        analysis = analyze(trace)
-        report = detect(trace, analysis)
-        return cls(key, label, trace, report, step_series(trace, analysis), version)
+        session = Session(trace)
+        # Computed now, on the loading or following thread, not in the first callback that asks.
+        _ = session.report, session.series
+        return cls(key, label, session, version)
+
+    @property
+    def trace(self) -> Trace:
+        return self.session.trace
+
+    @property
+    def report(self) -> FlagReport:
+        return self.session.report
+
+    @property
+    def series(self) -> dict[str, np.ndarray]:
+        return self.session.series
 
     @property
     def steps(self) -> np.ndarray:
         return self.series["step"]
 
     def __len__(self) -> int:
-        return len(self.trace)
+        return len(self.session)
 
     def row_of(self, step: int) -> int | None:
         """Row index of a recorded step number, or None."""
-        steps = self.steps
-        i = int(np.searchsorted(steps, step))
-        return i if i < len(steps) and int(steps[i]) == step else None
+        return self.session.row_of(step)
 
     def flags_at(self, step: int) -> list[Flag]:
-        by_step = self.cache.get("by_step")
-        if by_step is None:
-            by_step = self.cache["by_step"] = self.report.by_step()
-        return by_step.get(step, [])
+        row = self.session.row_of(step)
+        return self.session.flags_at(row) if row is not None else []
 
     def summary(self) -> str:
-        """One line: engine, steps, flags and tokens lost."""
-        t = self.trace
-        counts = ", ".join(f"{kind} ×{n}" for kind, n in self.report.counts().items()) or "no flags"
-        lost = self.report.tokens_lost
-        tail = f"; {lost} target tokens lost to additive double-reservation" if lost else ""
-        torn = f"; {t.torn.describe()}" if t.torn else ""
-        gaps = f"; {describe_gaps(t)}" if t.gaps else ""
-        return f"{describe_engine(t)} | {len(t)} steps: {counts}{tail}{torn}{gaps}"
+        """One line: tracer.render.text's engine line, then its run line."""
+        return f"{engine_line(self.trace.config)} | {RunLine.of(self.trace, self.report).text}"

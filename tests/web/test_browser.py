@@ -80,7 +80,7 @@ def test_timeline_flags_and_inspector(dash_duo: Any, artifacts: Path, apps: list
     # Hover: the sentence and the numbers.
     ActionChains(dash_duo.driver).move_to_element(markers[1]).perform()
     dash_duo.wait_for_contains_text("#timeline .hoverlayer", "withheld 7 target tokens", timeout=5)
-    assert "tokens_lost=7" in dash_duo.find_element("#timeline .hoverlayer").text
+    assert "tokens_withheld=7" in dash_duo.find_element("#timeline .hoverlayer").text
     dash_duo.driver.save_screenshot(str(artifacts / "timeline-hover.png"))
 
     # Click: the inspector shows the step's arithmetic, requests and flags.
@@ -122,7 +122,7 @@ def test_compare_page(dash_duo: Any, artifacts: Path, apps: list[Dash]) -> None:
     shown = [p.text for p in dash_duo.find_elements("#compare-headline p")]
     assert shown == expected
     totals = dash_duo.find_element("#compare-totals-table").text
-    assert "steps to drain 6 5 -1" in totals and "tokens lost (additive) 28 0 -28" in totals
+    assert "steps to drain 6 5 -1" in totals and "tokens withheld 28 0 -28" in totals
     deltas = dash_duo.driver.execute_script(
         "return Array.from(document.querySelector('#compare-graph .js-plotly-plot').data[2].y);"
     )

@@ -6,8 +6,9 @@ import numpy as np
 
 from tracer.analysis.compare import compare, headline_sentences
 from tracer.analysis.flags import ADDITIVE
+from tracer.render.text import compare_totals
 from web.chart import build_figure, extend_patch, range_patch, trace_data
-from web.compare_view import compare_chart, headline
+from web.compare_view import compare_chart, headline, totals_table
 from web.model import TraceView
 from web.timeline import timeline_chart
 
@@ -45,7 +46,7 @@ def test_the_withheld_band_is_on_every_prefill_step_and_each_is_flagged() -> Non
     flags = next(t for t in fig.data if t.type == "scatter" and t.name.startswith("additive"))
     assert list(flags.x) == [1, 2, 3, 4] and set(flags.y) == {ADDITIVE}
     assert flags.marker.color == "#d62728"
-    assert "withheld 7 target tokens" in flags.hovertext[0] and "tokens_lost=7" in flags.hovertext[0]
+    assert "withheld 7 target tokens" in flags.hovertext[0] and "tokens_withheld=7" in flags.hovertext[0]
     assert list(_by_name(fig, "target tokens withheld").y[:5]) == [7, 7, 7, 7, None]
 
 
@@ -87,3 +88,14 @@ def test_compare_chart_aligns_like_the_model_and_shows_the_gain() -> None:
     assert a_target[:4] == [8185] * 4 and b_target[:4] == [8192] * 4 and delta[:4] == [7] * 4
     assert headline(c) == headline_sentences(c)
     assert np.array_equal(data[0]["x"], c.steps)
+
+
+def test_totals_are_coloured_by_their_direction_not_their_label() -> None:
+    c = compare(sample("dflash_k7_additive.jsonl"), sample("dflash_k7_separate.jsonl"))
+    table = totals_table(c)
+    body = table.children[1].children
+    shown = {row.children[0].children: row.children[3].className for row in body}
+    assert shown == {t.label: t.verdict for t in compare_totals(c)}
+    assert shown["steps to drain"] == "better" and shown["target_used (sum)"] == ""
+    titles = {row.children[0].children: row.children[0].title for row in body}
+    assert titles["tokens withheld"] == "fewer is better" and titles["query_rows (sum)"] is None

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_model_helpers_import_no_ui() -> None:
     code = (
-        "import tracer.analysis.series, tracer.trace.ingest, tracer.analysis.totals, tracer.cli, json, sys\n"
+        "import tracer.analysis.series, tracer.trace.ingest, tracer.render.text, tracer.cli, json, sys\n"
         "tracer.cli.build_parser()\n"
         "print(json.dumps(sorted(sys.modules)))"
     )

@@ -10,7 +10,7 @@ import pytest
 from tracer.analysis.budget import analyze
 from tracer.analysis.compare import compare, diff_lines
 from tracer.analysis.series import step_series
-from tracer.analysis.totals import compare_totals
+from tracer.render.text import compare_totals
 from tracer.trace.ingest import load_bytes
 from tracer.trace.reader import TraceError
 

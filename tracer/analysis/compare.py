@@ -5,10 +5,12 @@ totals and a one-paragraph headline. Used by `schedscope diff` and both views.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tracer.analysis.flags import FlagReport, detect
+from tracer.analysis.flags import FlagReport
+from tracer.render.text import totals_lines
 from tracer.trace.reader import Trace
 from tracer.whatif.clock import (
     NoClock,
@@ -24,6 +26,9 @@ from tracer.whatif.clock import (
 )
 from tracer.whatif.fidelity import identity_line
 from tracer.whatif.offline import OFFLINE_MODEL_NAME
+
+if TYPE_CHECKING:
+    from tracer.analysis.session import Session
 
 DELTA_COLUMNS = ("target_used", "query_rows", "admitted", "preempted")
 
@@ -130,10 +135,16 @@ def _aligned(trace: Trace, n: int) -> dict[str, np.ndarray]:
     return out
 
 
-def compare(a: Trace, b: Trace) -> Comparison:
-    """Align by step index (step k of A against step k of B) and by request id."""
-    side_a = Side(a, detect(a), lifetimes(a))
-    side_b = Side(b, detect(b), lifetimes(b))
+def compare(session_a: Session | Trace, session_b: Session | Trace) -> Comparison:
+    """Align by step index (step k of A against step k of B) and by request id. Sessions bring
+    their flag reports (computed at most once each); a bare Trace gets a Session of its own."""
+    # Imported here: tracer.analysis.session builds on lookup, which builds on this module.
+    from tracer.analysis.session import Session
+
+    sa, sb = Session.of(session_a), Session.of(session_b)
+    a, b = sa.trace, sb.trace
+    side_a = Side(a, sa.report, lifetimes(a))
+    side_b = Side(b, sb.report, lifetimes(b))
     n = max(len(a), len(b))
     va, vb = _aligned(a, n), _aligned(b, n)
     values = {name: (va[name], vb[name]) for name in DELTA_COLUMNS}
@@ -177,18 +188,18 @@ def headline_sentences(c: Comparison) -> list[str]:
         _, rid, pa, pb = best
         out.append(f"Request {rid!r} finished its prefill in {pb} steps instead of {pa}.")
     for side, label in ((a, "A"), (b, "B")):
-        lost = side.flags.tokens_lost
-        if not lost:
+        withheld = side.flags.tokens_withheld
+        if not withheld:
             continue
-        per_step = [f.numbers["tokens_lost"] for f in side.flags.flags if "tokens_lost" in f.numbers]
+        per_step = [f.numbers["tokens_withheld"] for f in side.flags.flags if "tokens_withheld" in f.numbers]
         if len(set(per_step)) == 1:
             spread = f"{per_step[0]} target tokens in each of {len(per_step)} steps"
         else:
-            spread = f"{lost} target tokens over {len(per_step)} steps"
-        out.append(f"In {label} the additive draft-slot reservation withheld {spread} ({lost} in all).")
+            spread = f"{withheld} target tokens over {len(per_step)} steps"
+        out.append(f"In {label} the additive draft-slot reservation withheld {spread} ({withheld} in all).")
         if label == "A" and c.perf is not None:
             offline = a.trace.config.get("model") == OFFLINE_MODEL_NAME
-            cost = withheld_cost_sentence(*c.perf, lost, offline)
+            cost = withheld_cost_sentence(*c.perf, withheld, offline)
             if cost is not None:
                 out.append(cost)
     fa, fb = len(a.flags.flags), len(b.flags.flags)
@@ -213,18 +224,7 @@ def diff_lines(c: Comparison, *, rows: int = 20) -> list[str]:
         if line is not None:
             lines.append(f"{line}.")
             break
-    lines += ["", f"{'':24}{'A':>12}{'B':>12}{'B-A':>10}"]
-
-    def total(label: str, va: float, vb: float, fmt: str = "{:.0f}") -> None:
-        lines.append(f"{label:24}{fmt.format(va):>12}{fmt.format(vb):>12}{fmt.format(vb - va):>10}")
-
-    total("steps to drain", a.steps_to_drain, b.steps_to_drain)
-    total("target tokens / step", a.tokens_per_step, b.tokens_per_step, "{:.1f}")
-    for name in DELTA_COLUMNS:
-        va, vb = c.values[name]
-        total(f"{name} (sum)", int(va.sum()), int(vb.sum()))
-    total("flags", len(a.flags.flags), len(b.flags.flags))
-    total("tokens lost (additive)", a.flags.tokens_lost, b.flags.tokens_lost)
+    lines += ["", *totals_lines(c)]
     if c.perf is not None:
         lines += ["", performance_note(*c.perf)]
         for label, va, vb in performance_rows(*c.perf):

@@ -50,17 +50,12 @@ class FlagReport:
     analysis: BudgetAnalysis
 
     @property
-    def tokens_lost(self) -> int:
-        return sum(f.numbers.get("tokens_lost", 0) for f in self.flags if f.kind == ADDITIVE)
+    def tokens_withheld(self) -> int:
+        """Target tokens the additive reservation withheld, over all its flags."""
+        return sum(f.numbers.get("tokens_withheld", 0) for f in self.flags if f.kind == ADDITIVE)
 
     def counts(self) -> dict[str, int]:
         return dict(Counter(f.kind for f in self.flags))
-
-    def by_step(self) -> dict[int, list[Flag]]:
-        out: dict[int, list[Flag]] = {}
-        for f in self.flags:
-            out.setdefault(f.step, []).append(f)
-        return out
 
 
 def detect(trace: Trace, analysis: BudgetAnalysis | None = None) -> FlagReport:
@@ -73,7 +68,7 @@ def detect(trace: Trace, analysis: BudgetAnalysis | None = None) -> FlagReport:
     return FlagReport(flags, analysis)
 
 
-def _steps(trace: Trace, mask: np.ndarray) -> list[int]:
+def _steps(mask: np.ndarray) -> list[int]:
     return [int(i) for i in np.flatnonzero(mask)]
 
 
@@ -83,8 +78,8 @@ def _additive(trace: Trace, a: BudgetAnalysis) -> list[Flag]:
         return []
     col = trace.columns
     out = []
-    for i in _steps(trace, a.withheld > 0):
-        lost = int(a.withheld[i])
+    for i in _steps(a.withheld > 0):
+        withheld = int(a.withheld[i])
         excess = int(a.excess[i])
         used = int(col["target_used"][i])
         bound = "" if a.exact[i] else "at most "
@@ -96,11 +91,12 @@ def _additive(trace: Trace, a: BudgetAnalysis) -> list[Flag]:
                 message=(
                     f"{m.method} K={m.k} was charged {excess} draft slots against the target input budget, "
                     f"but its {m.q} query rows per request run in a separate pass with their own buffer: "
-                    f"this withheld {bound}{lost} target tokens ({used} scheduled instead of {used + lost}). "
+                    f"this withheld {bound}{withheld} target tokens "
+                    f"({used} scheduled instead of {used + withheld}). "
                     "Keep a separate query budget (policy 'separate') instead of the additive reservation."
                 ),
                 numbers={
-                    "tokens_lost": lost,
+                    "tokens_withheld": withheld,
                     "exact": bool(a.exact[i]),
                     "reserved": int(a.reserved[i]),
                     "needed": int(a.needed[i]),
@@ -128,7 +124,7 @@ def _query_overflow(trace: Trace, a: BudgetAnalysis) -> list[Flag]:
             f"admission so that requests × {a.model.q} ≤ {int(a.query_cap[i])}.",
             {"query_rows": int(a.query_rows[i]), "query_cap": int(a.query_cap[i]), "per_req": a.model.q},
         )
-        for i in _steps(trace, over)
+        for i in _steps(over)
     ]
 
 
@@ -150,7 +146,7 @@ def _shared_overflow(trace: Trace, a: BudgetAnalysis) -> list[Flag]:
             f"{m.buffer_capacity}: the reservation must stay additive for this method.",
             {"rows": int(rows[i]), "buffer_capacity": m.buffer_capacity},
         )
-        for i in _steps(trace, over)
+        for i in _steps(over)
     ]
 
 
@@ -158,7 +154,7 @@ def _negative(trace: Trace, a: BudgetAnalysis) -> list[Flag]:
     col = trace.columns
     out = []
     for name in ("target", "input"):
-        for i in _steps(trace, col[f"{name}_left"] < 0):
+        for i in _steps(col[f"{name}_left"] < 0):
             left, cap = int(col[f"{name}_left"][i]), int(col[f"{name}_cap"][i])
             out.append(
                 Flag(
@@ -183,7 +179,7 @@ def _preemption_leak(trace: Trace, a: BudgetAnalysis) -> list[Flag]:
     )
     # The reader counted preempted requests still holding tokens: only those steps are parsed.
     suspects = (col["n_preempted_held"] > 0) | mismatch
-    for i in _steps(trace, suspects):
+    for i in _steps(suspects):
         rec = trace.step(i)
         entries = rec["new"] + rec["resumed"] + rec["running"]
         held = {e[0]: e[1] for e in entries}
@@ -236,5 +232,5 @@ def _cap_binding(trace: Trace, a: BudgetAnalysis) -> list[Flag]:
                 "input_left": int(col["input_left"][i]),
             },
         )
-        for i in _steps(trace, binding)
+        for i in _steps(binding)
     ]

@@ -15,7 +15,7 @@ Layout (pids and tids are small fixed integers, not the recorded EngineCore pid)
 Times are integer µs since header `t0` (or the first step): integers, so that
 Perfetto's µs→ns conversion cannot make touching slices overlap.
 
-The exporter reads columns, step records and flags only; budget reasoning stays
+The exporter reads columns, step records and a Session's flags only; budget reasoning stays
 in tracer.analysis.budget / tracer.analysis.flags.
 """
 
@@ -29,6 +29,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
+
+from tracer.analysis.session import Session, request_entries
+from tracer.render.text import spec_label
 
 if TYPE_CHECKING:
     from tracer.analysis.flags import FlagReport
@@ -163,22 +166,20 @@ def _requests(
     events: list[tuple[str, int, dict[str, Any]]] = []  # (request id, row, event without pid/tid)
     for i, rec in enumerate(records):
         sampled = rec.get("sampled") or {}
-        for group in ("running", "resumed", "new"):
-            for entry in rec[group]:
-                rid, tokens = str(entry[0]), entry[1]
-                spec = entry[2] if len(entry) > 2 else 0
-                args: dict[str, Any] = {
-                    "req": rid,
-                    "step": rec["step"],
-                    "tokens": tokens,
-                    "spec_tokens": spec,
-                }
-                if len(entry) > 3 and entry[3] >= 0:
-                    args["demand"] = entry[3]
-                if entry[0] in sampled:
-                    args["sampled"] = sampled[entry[0]]
-                name = _slice_name(group, tokens, spec)
-                events.append((rid, i, {"name": name, "ph": "X", "ts": ts[i], "dur": spans[i], "args": args}))
+        for entry in request_entries(rec, ("running", "resumed", "new")):
+            rid = str(entry.id)
+            args: dict[str, Any] = {
+                "req": rid,
+                "step": rec["step"],
+                "tokens": entry.tokens,
+                "spec_tokens": entry.spec,
+            }
+            if entry.demand >= 0:
+                args["demand"] = entry.demand
+            if entry.id in sampled:
+                args["sampled"] = sampled[entry.id]
+            name = _slice_name(entry.kind, entry.tokens, entry.spec)
+            events.append((rid, i, {"name": name, "ph": "X", "ts": ts[i], "dur": spans[i], "args": args}))
         for kind in ("preempted", "finished"):
             for rid in rec[kind]:
                 args = {"req": str(rid), "step": rec["step"]}
@@ -219,14 +220,10 @@ def _flags(report: FlagReport, ts_by_step: dict[int, int]) -> list[dict[str, Any
     ]
 
 
-def to_chrome_trace(
-    trace: Trace, report: FlagReport | None = None, *, max_lanes: int = MAX_LANES
-) -> dict[str, Any]:
-    """The trace as a Chrome Trace Event Format object. `report` defaults to detect(trace)."""
-    if report is None:
-        from tracer.analysis.flags import detect
-
-        report = detect(trace)
+def to_chrome_trace(source: Session | Trace, *, max_lanes: int = MAX_LANES) -> dict[str, Any]:
+    """The trace as a Chrome Trace Event Format object, with its session's flags."""
+    session = Session.of(source)
+    trace, report = session.trace, session.report
     cfg = trace.config
     ts_arr = _timestamps(trace)
     sched_dur = np.maximum(np.rint(trace.columns["sched_us"]).astype(np.int64), 1)
@@ -235,9 +232,7 @@ def to_chrome_trace(
     step_dur = [min(d, s) for d, s in zip(sched_dur.tolist(), spans, strict=True)]
     records = trace.steps()
 
-    method = cfg.get("spec_method") or "no spec decode"
-    k = cfg.get("num_speculative_tokens") or 0
-    label = f"vLLM scheduler ({method}{f' K={k}' if k else ''}, {trace.header.get('policy')})"
+    label = f"vLLM scheduler ({spec_label(cfg)}, {trace.header.get('policy')})"
     events = [
         _meta("process_name", SCHED_PID, 0, {"name": label}),
         _meta("process_sort_index", SCHED_PID, 0, {"sort_index": SCHED_PID}),
@@ -269,7 +264,7 @@ def to_chrome_trace(
         "regime": trace.header.get("regime"),
         "steps": len(trace),
         "flags": len(report.flags),
-        "tokens_lost": report.tokens_lost,
+        "tokens_withheld": report.tokens_withheld,
     }
     for key in ("spec_method", "num_speculative_tokens", "draft_slots", "query_rows_per_req"):
         other[key] = cfg.get(key)
@@ -277,10 +272,10 @@ def to_chrome_trace(
     return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": other}
 
 
-def export(trace: Trace, out_path: str | Path, report: FlagReport | None = None) -> Path:
-    """Write to_chrome_trace(trace) as JSON; gzip when the name ends in .gz."""
+def export(source: Session | Trace, out_path: str | Path) -> Path:
+    """Write to_chrome_trace(source) as JSON; gzip when the name ends in .gz."""
     out = Path(out_path)
-    data = orjson.dumps(to_chrome_trace(trace, report))
+    data = orjson.dumps(to_chrome_trace(source))
     if out.name.endswith(".gz"):
         data = gzip.compress(data, mtime=0)  # mtime 0: same trace, same bytes
     out.write_bytes(data)

@@ -1,7 +1,5 @@
-"""Plain-text summary of a trace: engine config, totals and a per-step table.
-
-The minimal view the README's first command shows; the TUI and web app come
-later over the same Trace object.
+"""Plain-text summary of a trace (`schedscope summary`): how it was recorded, the engine, the
+totals, the flags and a per-step table. The shared lines (engine, flags) are tracer.render.text's.
 """
 
 from __future__ import annotations
@@ -10,30 +8,9 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from tracer.analysis.flags import detect
+from tracer.analysis.session import Session
+from tracer.render.text import describe_gaps, engine_line, flags_line
 from tracer.trace.reader import Trace
-
-
-def describe_engine(trace: Trace) -> str:
-    c = trace.config
-    method = c.get("spec_method") or "no spec decode"
-    spec = f"{method} K={c.get('num_speculative_tokens')}" if c.get("spec_method") else method
-    return (
-        f"{spec}, draft_slots={c.get('draft_slots')}, query rows/req={c.get('query_rows_per_req')} | "
-        f"max_num_batched_tokens={c.get('max_num_batched_tokens')}, "
-        f"max_num_scheduled_tokens={c.get('max_num_scheduled_tokens')}, "
-        f"max_num_seqs={c.get('max_num_seqs')}, active cap={c.get('max_num_active_seqs')} | "
-        f"{c.get('scheduling_policy')}, async={'on' if c.get('async_scheduling') else 'off'}"
-    )
-
-
-def describe_gaps(trace: Trace, limit: int = 3) -> str:
-    """Steps a live stream lost (its `gap` records), e.g. "steps 4–15, 40 missing"; "" if none."""
-    if not trace.gaps:
-        return ""
-    spans = [f"{a + 1}–{b - 1}" if b - a > 2 else f"{a + 1}" for a, b in trace.gaps[:limit]]
-    more = f" and {len(trace.gaps) - limit} more gaps" if len(trace.gaps) > limit else ""
-    return f"steps {', '.join(spans)}{more} missing from the live stream"
 
 
 def _budget_line(trace: Trace, i: int) -> str:
@@ -42,7 +19,9 @@ def _budget_line(trace: Trace, i: int) -> str:
     return f"input {used} = {used - reserved} target + {reserved} reserved draft slots"
 
 
-def summary_lines(trace: Trace, *, first: int = 0, limit: int | None = 40) -> Iterator[str]:
+def summary_lines(source: Session | Trace, *, first: int = 0, limit: int | None = 40) -> Iterator[str]:
+    session = Session.of(source)
+    trace = session.trace
     h, col = trace.header, trace.columns
     n = len(trace)
     yield f"trace    {trace.path}"
@@ -51,7 +30,7 @@ def summary_lines(trace: Trace, *, first: int = 0, limit: int | None = 40) -> It
         f"{h.get('schedscope_version')}, scheduler {h.get('scheduler_cls')} "
         f"(policy {h.get('policy')}, regime {h.get('regime')})"
     )
-    yield f"engine   {describe_engine(trace)}"
+    yield f"engine   {engine_line(trace.config)}"
     foot = trace.footer
     state = (
         f"footer: {foot['steps_written']} steps written, {foot['records_dropped']} records dropped"
@@ -85,10 +64,8 @@ def summary_lines(trace: Trace, *, first: int = 0, limit: int | None = 40) -> It
     )
     busiest = int(np.argmax(target))
     yield f"busiest  step {int(col['step'][busiest])}: {_budget_line(trace, busiest)}"
-    report = detect(trace)
-    counts = ", ".join(f"{kind} ×{n}" for kind, n in report.counts().items()) or "none"
-    lost = f"; {report.tokens_lost} target tokens lost" if report.tokens_lost else ""
-    yield f"flags    {counts}{lost}" + (" (schedscope flags TRACE lists them)" if report.flags else "")
+    report = session.report
+    yield f"flags    {flags_line(report)}" + (" (schedscope flags TRACE lists them)" if report.flags else "")
     for flag in report.flags[:1]:
         yield f"         step {flag.step}: {flag.message}"
     yield ""

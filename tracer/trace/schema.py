@@ -20,8 +20,8 @@ FOOTER: Final = "footer"
 HOOKS: Final = "hooks"
 # Written by `schedscope attach --save` where the live stream lost steps: after..before, exclusive.
 GAP: Final = "gap"
-# The live stream's keep-alive while the engine is idle. Stream only (never saved), so not in
-# KINDS; a reader that finds one in a file skips it.
+# The live stream's keep-alive while the engine is idle. Stream only (never saved); a reader
+# that finds one in a file skips it.
 HEARTBEAT: Final = "heartbeat"
 
 # Engine config keys in the header, with the default a reader assumes when an

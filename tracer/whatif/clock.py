@@ -247,14 +247,14 @@ def _err(p: Performance) -> str:
     return "unknown" if p.error_pct is None else f"±{p.error_pct:.1f}%"
 
 
-def withheld_cost_sentence(a: Performance, b: Performance, tokens_lost: int, offline: bool) -> str | None:
+def withheld_cost_sentence(a: Performance, b: Performance, withheld: int, offline: bool) -> str | None:
     """What A's withheld target tokens cost in time, when B (without them) drained sooner.
 
     Priced as A's measured median prefill step per extra step: the steps the
     withheld tokens added are prefill steps, and that price needs no model (a
     7-step trace cannot fit one)."""
     extra = a.steps - b.steps
-    if tokens_lost <= 0 or extra <= 0 or a.median_prefill_ms is None:
+    if withheld <= 0 or extra <= 0 or a.median_prefill_ms is None:
         return None
     ms = extra * a.median_prefill_ms
     share = 100.0 * ms / (a.prefill_s * 1e3) if a.prefill_s > 0 else None
@@ -262,6 +262,6 @@ def withheld_cost_sentence(a: Performance, b: Performance, tokens_lost: int, off
     of = f", {share:.0f}% of A's prefill time ({a.prefill_s * 1e3:,.2f} ms)" if share is not None else ""
     where = " (recorded offline: the scheduler's own time, no model ran)" if offline else ""
     return (
-        f"The {tokens_lost} withheld tokens cost {steps}, ≈ {ms:,.2f} ms{of}, priced at A's measured "
+        f"The {withheld} withheld tokens cost {steps}, ≈ {ms:,.2f} ms{of}, priced at A's measured "
         f"median prefill step ({a.median_prefill_ms:,.3f} ms){where}."
     )

@@ -103,7 +103,7 @@ def run_setting(
         "steps": perf.steps,
         "target_tokens": target,
         "target_tokens_per_step": target / perf.steps if perf.steps else 0.0,
-        "tokens_withheld": flags.tokens_lost,
+        "tokens_withheld": flags.tokens_withheld,
         "prompt_tok_s": perf.prompt_tok_s,
         "output_tok_s": perf.output_tok_s,
         "ttft_p50_ms": None if perf.ttft_ms is None else perf.ttft_ms["p50"],

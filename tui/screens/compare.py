@@ -14,6 +14,7 @@ from textual.widgets import Footer, ProgressBar, Static
 
 from tracer.analysis.budget import arithmetic
 from tracer.analysis.compare import headline_sentences
+from tracer.render.text import compare_totals
 from tracer.trace.reader import TraceError, load
 from tracer.whatif.clock import performance_note, performance_rows
 from tui.bins import Window
@@ -25,34 +26,24 @@ from tui.widgets.textview import TextView
 from tui.widgets.timeline import Timeline
 from tui.widgets.vlist import VirtualList
 
+VERDICT_STYLE = {"better": "$success", "worse": "$error", "": "$text-muted"}
+# The panel shares the top of the screen with the headline: the totals a policy moves, not the
+# per-column sums that stay equal for one workload (`schedscope diff` prints them all).
+SHOWN_TOTALS = ("steps_to_drain", "tokens_per_step", "tokens_withheld", "flags", "preempted", "admitted")
+
 
 def totals_lines(model: CompareModel) -> list[str]:
-    """A, B and B−A for the run totals; the delta is green where B is better, red where worse."""
+    """A, B and B−A for tracer.render.text's totals; the delta is green where B is better, red where worse."""
     c = model.comparison
-    a, b = c.a, c.b
-    rows = [
-        ("steps to drain", a.steps_to_drain, b.steps_to_drain, -1, "{:.0f}"),
-        ("target tokens/step", a.tokens_per_step, b.tokens_per_step, 1, "{:.1f}"),
-        ("tokens withheld", a.flags.tokens_lost, b.flags.tokens_lost, -1, "{:.0f}"),
-        ("flags", len(a.flags.flags), len(b.flags.flags), -1, "{:.0f}"),
-        (
-            "preemptions",
-            int(c.values["preempted"][0].sum()),
-            int(c.values["preempted"][1].sum()),
-            -1,
-            "{:.0f}",
-        ),
-        ("admitted", int(c.values["admitted"][0].sum()), int(c.values["admitted"][1].sum()), 0, "{:.0f}"),
-    ]
     out = [f"[$text-muted]{'':20}{'A':>9}{'B':>9}{'B−A':>9}[/]"]
-    for label, va, vb, better, fmt in rows:
-        d = vb - va
-        style = "$text-muted" if not d or not better else ("$success" if d * better > 0 else "$error")
-        delta = ("+" if d > 0 else "") + fmt.format(d) if d else "0"
-        out.append(f"{label:<20}{fmt.format(va):>9}{fmt.format(vb):>9}[{style}]{delta:>9}[/]")
+    totals = {t.key: t for t in compare_totals(c)}
+    for total in (totals[key] for key in SHOWN_TOTALS):
+        va, vb, d = total.cells()
+        delta = ("+" if total.delta > 0 else "") + d if total.delta else "0"
+        out.append(f"{escape(total.label):<20}{va:>9}{vb:>9}[{VERDICT_STYLE[total.verdict]}]{delta:>9}[/]")
     if c.perf is not None:  # throughput and latency: measured, or a replay's prediction
-        for label, va, vb in performance_rows(*c.perf):
-            out.append(f"{escape(label):<20}{escape(va):>10}{escape(vb):>11}")
+        for label, pa, pb in performance_rows(*c.perf):
+            out.append(f"{escape(label):<20}{escape(pa):>10}{escape(pb):>11}")
         out.append(f"[$text-muted]{escape(performance_note(*c.perf))}[/]")
     return out
 

@@ -13,7 +13,6 @@ from textual.markup import escape
 from textual.widgets import Footer, ProgressBar, Static, TabbedContent, TabPane
 
 from tracer.analysis.compare import RequestLife
-from tracer.analysis.lookup import matching_ids, request_life, rows_of_steps
 from tui.bins import Window
 from tui.data import TraceModel
 from tui.feed import Failed, Progress, Snapshot, StateChanged, connect
@@ -280,10 +279,10 @@ class MainScreen(StepScreen):
         model = self.model
         if model is None:
             return
-        life = request_life(model.trace, text)
-        suggestions = [] if life is not None else matching_ids(model.trace, text, limit=12)
+        life = model.request_life(text)
+        suggestions = [] if life is not None else model.matching_ids(text, limit=12)
         if life is None and len(suggestions) == 1:
-            life = request_life(model.trace, suggestions[0])
+            life = model.request_life(suggestions[0])
         self.app.call_from_thread(self._show_life, text, life, suggestions)
 
     def _show_life(self, text: str, life: RequestLife | None, suggestions: list[str]) -> None:
@@ -292,16 +291,16 @@ class MainScreen(StepScreen):
         if life is not None and self.model is not None:
             step = life.admitted if life.admitted is not None else (life.scheduled or [None])[0]
             if step is not None:
-                row = int(rows_of_steps(self.model.trace, [step])[0])
-                if row >= 0:
+                row = self.model.row_of(step)
+                if row is not None:
                     self.set_cursor(row)
 
     def goto_step(self, text: str) -> None:
         if self.model is None or not text.lstrip("-").isdigit():
             super().goto_step(text)
             return
-        row = int(rows_of_steps(self.model.trace, [int(text)])[0])
-        if row < 0:
+        row = self.model.row_of(int(text))
+        if row is None:
             self.notify(f"this trace has no step {text}", severity="warning")
         else:
             self.set_cursor(row)

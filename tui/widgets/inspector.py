@@ -1,7 +1,8 @@
 """Text panels: the step inspector, a request's lifetime, and the engine config line.
 
-They format what tracer returns (a step record, tracer.analysis.budget.arithmetic, the
-flags, a RequestLife); the sentences about budgets are tracer's own.
+They format what tracer returns (a step record and its typed requests,
+tracer.analysis.budget.arithmetic, the flags, a RequestLife, tracer.render.text's lines); the
+sentences about budgets are tracer's own.
 """
 
 from __future__ import annotations
@@ -13,13 +14,17 @@ from textual.widgets import Static
 
 from tracer.analysis.budget import arithmetic
 from tracer.analysis.compare import RequestLife
-from tracer.render.summary import describe_gaps
+from tracer.analysis.session import StepRequests, step_requests
+from tracer.render.text import RunLine, engine_parts
 from tui.data import TraceModel
 from tui.widgets.textview import TextView
 
 GLYPH = {"error": "✖", "warning": "▲", "info": "●"}
 SEVERITY_STYLE = {"error": "$error", "warning": "$warning", "info": "$text-muted"}
 MAX_REQUEST_LINES = 200
+# How the inspector names each record group of scheduled requests, and colours it.
+ROLE = {"new": "admitted"}
+ROLE_STYLE = {"new": "$success", "resumed": "$accent"}
 
 
 def ranges(steps: list[int]) -> str:
@@ -39,37 +44,27 @@ def ranges(steps: list[int]) -> str:
 
 
 def engine_line(model: TraceModel) -> str:
-    """The header's config, short enough for one line."""
-    c = model.trace.config
-    method = c.get("spec_method")
-    spec = f"[b]{escape(str(method))}[/b] K={c.get('num_speculative_tokens')}" if method else "no spec decode"
-    q = c.get("query_rows_per_req") or 0
-    cap, seqs = c.get("max_num_active_seqs"), c.get("max_num_seqs")
-    parts = [
-        spec,
-        f"draft slots {c.get('draft_slots')}",
-        f"query rows/req {q}" if q else "",
-        f"B {c.get('max_num_batched_tokens')}",
-        f"target cap {c.get('max_num_scheduled_tokens')}",
-        f"max seqs {seqs}" + (f" (active cap {cap})" if cap and cap != seqs else ""),
-        str(c.get("scheduling_policy")),
-        "async" if c.get("async_scheduling") else "sync",
-    ]
-    return " · ".join(p for p in parts if p)
+    """tracer.render.text's engine line, the spec-decode method in bold."""
+    spec, *rest = (escape(p) for p in engine_parts(model.trace.config))
+    return " · ".join([f"[b]{spec}[/b]", *rest])
 
 
 def run_line(model: TraceModel) -> str:
+    """The file, how it was recorded, and tracer.render.text's run line in parts."""
     h = model.trace.header
-    report = model.report
-    lost = f" · [$error]{report.tokens_lost} tokens withheld[/]" if report.tokens_lost else ""
-    flags = f"{len(report.flags)} flags" if report.flags else "no flags"
-    gaps = describe_gaps(model.trace)
-    gaps = f" · [$warning]{escape(gaps)}[/]" if gaps else ""
-    return (
-        f"[b]{escape(model.name)}[/b] · policy [b]{escape(str(h.get('policy')))}[/b] · "
-        f"regime {escape(str(h.get('regime')))} · vLLM {escape(str(h.get('vllm_version')))} · "
-        f"{len(model)} steps · {flags}{lost}{gaps}"
-    )
+    run = RunLine.of(model.trace, model.report)
+    parts = [
+        f"[b]{escape(model.name)}[/b]",
+        f"policy [b]{escape(str(h.get('policy')))}[/b]",
+        f"regime {escape(str(h.get('regime')))}",
+        f"vLLM {escape(str(h.get('vllm_version')))}",
+        run.steps,
+        escape(run.flag_total),
+    ]
+    if run.withheld:
+        parts.append(f"[$error]{escape(run.withheld)}[/]")
+    parts += [f"[$warning]{escape(p)}[/]" for p in (run.torn, run.gaps) if p]
+    return " · ".join(parts)
 
 
 class Inspector(TextView):
@@ -117,26 +112,22 @@ class Inspector(TextView):
             style = SEVERITY_STYLE.get(f.severity, "$text")
             out.append(f"  [{style}]{GLYPH.get(f.severity, '?')} {f.kind}[/] [$text-muted]({f.severity})[/]")
             out.append(f"    {escape(f.message)}")
-        out += Inspector._requests(rec, int(col["query_per_req"][row]))
+        out += Inspector._requests(step_requests(rec), int(col["query_per_req"][row]))
         return out
 
     @staticmethod
-    def _requests(rec: dict[str, Any], q: int) -> list[str]:
-        entries = [("admitted", e) for e in rec["new"]]
-        entries += [("resumed", e) for e in rec["resumed"]]
-        entries += [("running", e) for e in rec["running"]]
+    def _requests(reqs: StepRequests, q: int) -> list[str]:
+        entries = reqs.scheduled
         out = [
             f"[b $primary]Requests[/] ({len(entries)} scheduled)",
             f"[$text-muted]  {'':9}{'tokens':>7}{'spec':>6}{'query':>7}{'demand':>8}  id[/]",
         ]
-        for role, e in entries[:MAX_REQUEST_LINES]:
-            rid, tokens = e[0], e[1]
-            spec = e[2] if len(e) > 2 else 0
-            demand = e[3] if len(e) > 3 else -1
-            style = "$success" if role == "admitted" else ("$accent" if role == "resumed" else "$text")
+        for e in entries[:MAX_REQUEST_LINES]:
+            role = ROLE.get(e.kind, e.kind)
+            style = ROLE_STYLE.get(e.kind, "$text")
             out.append(
-                f"  [{style}]{role:<9}[/]{tokens:>7}{spec:>6}{(q or '–')!s:>7}"
-                f"{(demand if demand >= 0 else '?')!s:>8}  {escape(str(rid))}"
+                f"  [{style}]{role:<9}[/]{e.tokens:>7}{e.spec:>6}{(q or '–')!s:>7}"
+                f"{(e.demand if e.demand >= 0 else '?')!s:>8}  {escape(str(e.id))}"
             )
         if len(entries) > MAX_REQUEST_LINES:
             out.append(f"  … {len(entries) - MAX_REQUEST_LINES} more")
@@ -145,16 +136,16 @@ class Inspector(TextView):
             shown = ", ".join(escape(str(v)) for v in values[:20])
             return shown + (f" … (+{len(values) - 20})" if len(values) > 20 else "")
 
-        if rec["preempted"]:
-            out.append(f"  [$warning]preempted[/] {ids(rec['preempted'])}")
-        if rec["finished"]:
-            out.append(f"  [$text-muted]finished[/]  {ids(rec['finished'])}")
-        if rec.get("unscheduled"):
-            items = [f"{e[0]} ({e[1]})" for e in rec["unscheduled"]]
+        if reqs.preempted:
+            out.append(f"  [$warning]preempted[/] {ids(reqs.preempted)}")
+        if reqs.finished:
+            out.append(f"  [$text-muted]finished[/]  {ids(reqs.finished)}")
+        if reqs.unscheduled:
+            items = [f"{d.id} ({d.demand})" for d in reqs.unscheduled]
             out.append(f"  [$text-muted]running, not scheduled (demand)[/] {ids(items)}")
-        if rec.get("waiting_demand"):
-            items = [f"{e[0]} ({e[1]})" for e in rec["waiting_demand"]]
-            more = rec.get("waiting_demand_truncated") or 0
+        if reqs.waiting:
+            items = [f"{d.id} ({d.demand})" for d in reqs.waiting]
+            more = reqs.waiting_truncated
             out.append(
                 f"  [$text-muted]waiting, not admitted (demand)[/] {ids(items)}"
                 + (f" +{more}" if more else "")

@@ -25,7 +25,7 @@ class StepTable(VirtualList):
         ("input", 7),
         ("+rsv", 5),
         ("query", 6),
-        ("lost", 5),
+        ("whld", 5),  # withheld, abbreviated like its neighbours: the table fits half the screen
         ("sched", 6),
         ("adm", 4),
         ("pre", 4),
@@ -50,8 +50,8 @@ class StepTable(VirtualList):
         col = self.model.trace.columns
         analysis = self.model.report.analysis
         sched = int(col["n_new"][row] + col["n_resumed"][row] + col["n_running"][row])
-        lost = int(analysis.withheld[row])
-        lost_text = "" if not lost else (f"{lost}" if analysis.exact[row] else f"≤{lost}")
+        withheld = int(analysis.withheld[row])
+        withheld_text = "" if not withheld else (f"{withheld}" if analysis.exact[row] else f"≤{withheld}")
         query = f"{int(analysis.query_rows[row])}" if col["query_per_req"][row] else "–"
         rsv = int(col["input_reserved"][row])
         cells: list[Cell] = [
@@ -60,7 +60,7 @@ class StepTable(VirtualList):
             (_col(int(col["input_used"][row]), 7), "row"),
             (_col(f"+{rsv}" if rsv else "", 5), "warning"),
             (_col(query, 6), "row"),
-            (_col(lost_text, 5), "lost"),
+            (_col(withheld_text, 5), "withheld"),
             (_col(sched, 6), "row"),
             (_col(int(col["n_new"][row] + col["n_resumed"][row]), 4), "row"),
             (_col(int(col["n_preempted"][row]) or "", 4), "warning"),
@@ -87,7 +87,7 @@ class FlagList(VirtualList):
     def show(self, model: TraceModel | None, kind: str | None) -> None:
         # Index arrays, not a copied list: a trace can carry hundreds of thousands of flags.
         self.model = model
-        self.index = model.flag_index(kind) if model is not None else np.zeros(0, dtype=np.int64)
+        self.index = model.flag_positions(kind) if model is not None else np.zeros(0, dtype=np.int64)
         self.rows = model.flag_rows[self.index] if model is not None else np.zeros(0, dtype=np.int64)
         self.empty_text = "no flags" if kind is None else f"no {kind} flags"
         self.set_count(len(self.index))
@@ -98,17 +98,17 @@ class FlagList(VirtualList):
             self.set_cursor(max(0, int(np.searchsorted(self.rows, row, side="right")) - 1))
 
     def header(self) -> list[Cell]:
-        return [(f"{'step':>7}   {'kind':<29}{'lost':>5}  what to do" + " " * 60, "header")]
+        return [(f"{'step':>7}   {'kind':<29}{'withheld':>8}  what to do" + " " * 60, "header")]
 
     def row_cells(self, row: int) -> list[Cell]:
         assert self.model is not None
         f = self.model.report.flags[int(self.index[row])]
-        lost = f.numbers.get("tokens_lost")
+        withheld = f.numbers.get("tokens_withheld")
         return [
             (f"{f.step:>7} ", "muted"),
             (f"{GLYPH.get(f.severity, '?')} ", f.severity),
             (f"{f.kind:<29}", f.severity),
-            (f"{lost if lost is not None else '':>5}  ", "lost"),
+            (f"{withheld if withheld is not None else '':>8}  ", "withheld"),
             (f.message, "row"),
         ]
 
@@ -124,8 +124,8 @@ class DeltaTable(VirtualList):
         ("query Δ", 9),
         ("admit Δ", 9),
         ("preempt Δ", 11),
-        ("lost A", 8),
-        ("lost B", 8),
+        ("withheld A", 12),
+        ("withheld B", 12),
         ("flags A", 9),
         ("flags B", 9),
     )
@@ -163,8 +163,8 @@ class DeltaTable(VirtualList):
             )
             cells.append((_col(f"{d:+d}" if d else "0", width), style))
         for side in (self.model.a, self.model.b):
-            lost = int(side.report.analysis.withheld[row]) if row < len(side) else 0
-            cells.append((_col(lost or "", 8), "lost"))
+            withheld = int(side.report.analysis.withheld[row]) if row < len(side) else 0
+            cells.append((_col(withheld or "", 12), "withheld"))
         for side in (self.model.a, self.model.b):
             flags = side.flags_at(row) if row < len(side) else []
             text = "".join(GLYPH.get(f.severity, "?") for f in flags[:4])

@@ -37,7 +37,7 @@ class Timeline(Widget):
         "timeline--cursor",
         "timeline--target",
         "timeline--reserved",
-        "timeline--lost",
+        "timeline--withheld",
         "timeline--query",
         "timeline--buffer",
         "timeline--running",
@@ -57,7 +57,7 @@ class Timeline(Widget):
     Timeline > .timeline--cursor { background: $foreground 18%; }
     Timeline > .timeline--target { color: $primary; }
     Timeline > .timeline--reserved { color: $warning; }
-    Timeline > .timeline--lost { color: $error; text-style: bold; }
+    Timeline > .timeline--withheld { color: $error; text-style: bold; }
     Timeline > .timeline--query { color: $accent; }
     Timeline > .timeline--buffer { color: $secondary; }
     Timeline > .timeline--running { color: $success; }

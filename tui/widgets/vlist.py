@@ -39,7 +39,7 @@ class VirtualList(ScrollView, can_focus=True):
         "vlist--error",
         "vlist--warning",
         "vlist--info",
-        "vlist--lost",
+        "vlist--withheld",
         "vlist--more",
         "vlist--less",
         "vlist--empty",
@@ -54,7 +54,7 @@ class VirtualList(ScrollView, can_focus=True):
     VirtualList > .vlist--error { color: $error; }
     VirtualList > .vlist--warning { color: $warning; }
     VirtualList > .vlist--info { color: $text-muted; }
-    VirtualList > .vlist--lost { color: $error; text-style: bold; }
+    VirtualList > .vlist--withheld { color: $error; text-style: bold; }
     VirtualList > .vlist--more { color: $success; }
     VirtualList > .vlist--less { color: $error; }
     VirtualList > .vlist--empty { color: $text-muted; text-style: italic; }

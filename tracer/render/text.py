@@ -1,0 +1,172 @@
+"""The sentences several outputs share, written once: the engine line, the run line, the flags
+line and the totals of a comparison.
+
+`schedscope summary`, `flags` and `diff`, the Perfetto export, the TUI and the web app all take
+their words from here; a view may lay the parts out and style them, never reword them.
+"Withheld" is the one word for the target tokens an excess draft-slot reservation kept out of a
+step (tracer.analysis.budget's figure).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+
+if TYPE_CHECKING:
+    from tracer.analysis.compare import Comparison
+    from tracer.analysis.flags import FlagReport
+    from tracer.trace.reader import Trace
+
+
+# -- the engine line ----------------------------------------------------------------------------
+def spec_label(config: dict[str, Any]) -> str:
+    """The spec-decode method and K ("dflash K=7"), or "no spec decode"."""
+    method = config.get("spec_method")
+    return f"{method} K={config.get('num_speculative_tokens')}" if method else "no spec decode"
+
+
+def engine_parts(config: dict[str, Any]) -> list[str]:
+    """The header's engine config in short parts, the spec label first; joined by engine_line."""
+    q = config.get("query_rows_per_req") or 0
+    cap, seqs = config.get("max_num_active_seqs"), config.get("max_num_seqs")
+    parts = [
+        spec_label(config),
+        f"draft slots {config.get('draft_slots')}",
+        f"query rows/req {q}" if q else "",
+        f"B {config.get('max_num_batched_tokens')}",
+        f"target cap {config.get('max_num_scheduled_tokens')}",
+        f"max seqs {seqs}" + (f" (active cap {cap})" if cap and cap != seqs else ""),
+        str(config.get("scheduling_policy")),
+        "async" if config.get("async_scheduling") else "sync",
+    ]
+    return [p for p in parts if p]
+
+
+def engine_line(config: dict[str, Any]) -> str:
+    return " · ".join(engine_parts(config))
+
+
+# -- the run and flags lines ----------------------------------------------------------------------
+def withheld_phrase(tokens: int) -> str:
+    return f"{tokens} tokens withheld"
+
+
+def flag_counts(report: FlagReport) -> str:
+    """Flags by kind ("additive-double-reservation ×4, query-overflow ×2"), or "no flags"."""
+    return ", ".join(f"{kind} ×{n}" for kind, n in report.counts().items()) or "no flags"
+
+
+def flags_line(report: FlagReport) -> str:
+    """The flags by kind and the target tokens they withheld."""
+    withheld = report.tokens_withheld
+    return flag_counts(report) + (f"; {withheld_phrase(withheld)}" if withheld else "")
+
+
+def describe_gaps(trace: Trace, limit: int = 3) -> str:
+    """Steps a live stream lost (its `gap` records), e.g. "steps 4–15, 40 missing"; "" if none."""
+    if not trace.gaps:
+        return ""
+    spans = [f"{a + 1}–{b - 1}" if b - a > 2 else f"{a + 1}" for a, b in trace.gaps[:limit]]
+    more = f" and {len(trace.gaps) - limit} more gaps" if len(trace.gaps) > limit else ""
+    return f"steps {', '.join(spans)}{more} missing from the live stream"
+
+
+class RunLine(NamedTuple):
+    """What a run holds, in parts a view may style; `text` is the line as one string. Empty
+    parts are absent."""
+
+    steps: str  # "7 steps"
+    flags: str  # flags by kind, or "no flags"
+    flag_total: str  # "4 flags" or "no flags", where a line has no room for the kinds
+    withheld: str  # "28 tokens withheld"
+    torn: str  # where the file tore
+    gaps: str  # steps the live stream lost
+
+    @classmethod
+    def of(cls, trace: Trace, report: FlagReport) -> RunLine:
+        n = len(report.flags)
+        return cls(
+            steps=f"{len(trace)} steps",
+            flags=flag_counts(report),
+            flag_total=f"{n} flags" if n else "no flags",
+            withheld=withheld_phrase(report.tokens_withheld) if report.tokens_withheld else "",
+            torn=trace.torn.describe() if trace.torn is not None else "",
+            gaps=describe_gaps(trace),
+        )
+
+    @property
+    def text(self) -> str:
+        """The parts as one line: "7 steps: <flags by kind>; <withheld>; <torn>; <gaps>"."""
+        parts = (self.flags, self.withheld, self.torn, self.gaps)
+        return f"{self.steps}: " + "; ".join(p for p in parts if p)
+
+
+# -- the totals of a comparison ----------------------------------------------------------------
+Better = Literal["fewer", "more"]
+
+# Per aligned column of tracer.analysis.compare: its totals label and which way reads as better.
+COLUMN_TOTALS: dict[str, tuple[str, Better | None]] = {
+    "target_used": ("target_used (sum)", None),  # same workload: a change is neither
+    "query_rows": ("query_rows (sum)", None),
+    "admitted": ("admitted (sum)", None),
+    "preempted": ("preempted (sum)", "fewer"),
+}
+
+
+@dataclass(frozen=True)
+class Total:
+    """One total of a comparison: A, B and the direction that reads as B doing better."""
+
+    key: str  # stable name, for a view that shows only some totals
+    label: str
+    a: float
+    b: float
+    digits: int = 0  # decimals to show
+    better: Better | None = None  # "fewer": a smaller B is better; "more": a larger; None: neither
+
+    @property
+    def delta(self) -> float:
+        return self.b - self.a
+
+    @property
+    def direction(self) -> str:
+        return f"{self.better} is better" if self.better else ""
+
+    @property
+    def verdict(self) -> Literal["better", "worse", ""]:
+        """How B compares with A on this total, from its direction."""
+        if not self.better or not self.delta:
+            return ""
+        return "better" if (self.delta < 0) == (self.better == "fewer") else "worse"
+
+    def cells(self) -> tuple[str, str, str]:
+        fmt = f"{{:.{self.digits}f}}"
+        return fmt.format(self.a), fmt.format(self.b), fmt.format(self.delta)
+
+
+def compare_totals(c: Comparison) -> list[Total]:
+    """The totals of a comparison, in the order `schedscope diff` prints them."""
+    a, b = c.a, c.b
+    rows = [
+        Total("steps_to_drain", "steps to drain", a.steps_to_drain, b.steps_to_drain, better="fewer"),
+        Total("tokens_per_step", "target tokens / step", a.tokens_per_step, b.tokens_per_step, 1, "more"),
+    ]
+    for name, (va, vb) in c.values.items():
+        label, better = COLUMN_TOTALS.get(name, (f"{name} (sum)", None))
+        rows.append(Total(name, label, int(va.sum()), int(vb.sum()), better=better))
+    rows.append(Total("flags", "flags", len(a.flags.flags), len(b.flags.flags), better="fewer"))
+    withheld = (a.flags.tokens_withheld, b.flags.tokens_withheld)
+    rows.append(Total("tokens_withheld", "tokens withheld", *withheld, better="fewer"))
+    return rows
+
+
+TOTALS_HEAD = f"{'':24}{'A':>12}{'B':>12}{'B-A':>10}"
+
+
+def totals_lines(c: Comparison) -> list[str]:
+    """The totals block of `schedscope diff`: a heading, then one row per total."""
+    lines = [TOTALS_HEAD]
+    for t in compare_totals(c):
+        va, vb, d = t.cells()
+        lines.append(f"{t.label:24}{va:>12}{vb:>12}{d:>10}")
+    return lines
