@@ -8,7 +8,16 @@
 - A newer major schema version is refused; older minors and unknown keys are fine.
 
 TraceBuilder takes bytes incrementally, so a follower of a growing file or a
-live stream reuses the same parsing and validation.
+live stream reuses the same parsing and validation. open_builder() gives a
+follower of a plain file one that keeps only columns (steps are read back from
+the file).
+
+Memory: a Trace holds its columns; where each step's record lives is its store
+(tracer.trace.store). load() never holds a plain file (4 MiB windows, then a
+FileStore) nor a multi-member gzip file (member by member, then a
+GzipMemberStore); a single-member .gz and .zst are held decompressed, as before.
+A big trace's columns are saved in a sidecar (tracer.trace.sidecar) after the
+first load and mapped on the next.
 
 Speed (bench/p2_ingest.py): each line is parsed once with orjson and reduced
 on the spot to one packed row (struct) per step, so no per-record Python object
