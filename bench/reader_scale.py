@@ -69,11 +69,13 @@ def worker(kind: str, path: Path) -> dict[str, Any]:
         trace.step(i)
         lat.append(time.perf_counter() - s)
     lat.sort()
+    usage = resource.getrusage(resource.RUSAGE_SELF)
     return {
         "load_s": load_s,
         "cpu_s": cpu_s,
         "steps": len(trace),
-        "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "rss": usage.ru_maxrss * 1024,
+        "read_mb": usage.ru_inblock * 512 / 1e6,  # from the disk, not the page cache
         "step_us": lat[len(lat) // 2] * 1e6,
         "step_p90_us": lat[int(len(lat) * 0.9)] * 1e6,
         "store": type(trace.store).__name__,
@@ -164,7 +166,8 @@ def main() -> None:
                     f"  rep {rep + 1} {kind:>8}: {r['load_s']:7.2f} s (CPU {r['cpu_s']:6.2f} s)  "
                     f"{size / 1e6 / r['cpu_s']:7.1f} MB/s  "
                     f"peak RSS {r['rss'] / 1e6:8.1f} MB ({r['rss'] / size:.3f}x file)  "
-                    f"step {r['step_us']:7.1f} us (p90 {r['step_p90_us']:.1f})  {r['store']}",
+                    f"step {r['step_us']:7.1f} us (p90 {r['step_p90_us']:.1f})  {r['store']}  "
+                    f"disk {r['read_mb']:.0f} MB",
                     flush=True,
                 )
         made = sidecars(link, cache)

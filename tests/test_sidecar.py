@@ -204,13 +204,13 @@ def test_a_plain_file_that_grew_parses_only_the_new_tail(
     with open(path, "ab") as f:
         f.write(src[cut:])
     fed: list[int] = []
-    original = reader.TraceBuilder.feed
+    original = reader.TraceBuilder._feed_window
 
     def counting(self, chunk):  # type: ignore[no-untyped-def]
         fed.append(len(chunk))
         return original(self, chunk)
 
-    monkeypatch.setattr(reader.TraceBuilder, "feed", counting)
+    monkeypatch.setattr(reader.TraceBuilder, "_feed_window", counting)
     grown = load(path)
     assert sum(fed) == len(src) - early.torn.offset, "parsed more than the new tail"
     monkeypatch.undo()

@@ -292,6 +292,14 @@ class TraceBuilder:
             self._buf = self._buf[cut:]
             self._base = self._pos
 
+    def _feed_window(self, chunk: bytes) -> None:
+        """With a store: `chunk` is the input from the first unparsed byte on (it repeats
+        the held tail), so it replaces the tail instead of being copied onto it."""
+        assert self.store is not None
+        self._buf, self._base = chunk, self._pos
+        self._parse()
+        self._drop_parsed()
+
     def _adopt(self, data: bytes | bytearray) -> None:
         """Take a whole decompressed trace in place (no copy) before anything was fed."""
         assert not self._buf and self.store is None
@@ -737,16 +745,25 @@ def _parse_plain(
     builder: TraceBuilder, fd: int, size: int, progress: Progress | None
 ) -> tuple[TraceBuilder, Torn | None, None]:
     """Parse a plain file window by window from where `builder` stands, up to `size`
-    (the size when it was opened: a file that grows meanwhile loads as it was)."""
-    pos = builder._pos
+    (the size when it was opened: a file that grows meanwhile loads as it was). Each
+    window is read from the first unparsed byte: the partial line at a window's end is
+    read again with the next rather than copied onto it."""
+    if hasattr(os, "posix_fadvise"):
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)  # a longer readahead
+    pos, window, done = builder._pos, _WINDOW, 0
     while pos < size:
-        chunk = os.pread(fd, min(_WINDOW, size - pos), pos)
+        chunk = os.pread(fd, min(window, size - pos), pos)
         if not chunk:
             break  # truncated while loading: what was there loads
-        builder.feed(chunk)
-        pos += len(chunk)
-        if progress is not None:
-            progress(pos, size)
+        builder._feed_window(chunk)
+        if progress is not None and pos + len(chunk) > done:
+            done = pos + len(chunk)
+            progress(done, size)
+        if pos + len(chunk) >= size:
+            break
+        # No line ended in the window: a record longer than it; read a longer one.
+        window = window * 2 if builder._pos == pos else _WINDOW
+        pos = builder._pos
     return builder, builder.finish(), None
 
 
@@ -875,7 +892,7 @@ def _built(
         progress(total, total)
     if builder.header is None:
         what = "empty file" if total == 0 else (torn.describe() if torn else "no records")
-        raise TraceError(path, f"no complete header record ({what})")
+        raise TraceError(path, f"no complete header record ({note or what})")
     if torn is None and note is not None:
         builder.problems.append(TraceError(path, note))
     return builder.build(torn)
