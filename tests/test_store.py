@@ -100,7 +100,7 @@ def test_raw_many_sorted_once_each_and_bounds_checked() -> None:
 def test_file_store_is_safe_from_several_threads(tmp_path: Path) -> None:
     trace = load(SAMPLES[0], sidecar=False)
     want = [trace.raw(i) for i in range(len(trace))]
-    fresh = load(SAMPLES[0], sidecar=False)  # its fd not opened yet: threads race to open it
+    fresh = pickle.loads(pickle.dumps(trace))  # no fd yet: the threads race to open it
     errors: list[BaseException] = []
 
     def read() -> None:
@@ -120,7 +120,6 @@ def test_file_store_is_safe_from_several_threads(tmp_path: Path) -> None:
 
 def test_a_trace_on_a_file_store_pickles_without_its_fd(tmp_path: Path) -> None:
     trace = load(SAMPLES[0], sidecar=False)
-    trace.step(0)  # opens the fd
     copy = pickle.loads(pickle.dumps(trace))
     assert copy.step(len(copy) - 1) == trace.step(len(trace) - 1)
 
@@ -135,13 +134,21 @@ def test_a_truncated_or_replaced_file_is_reported_not_misread(tmp_path: Path) ->
     with pytest.raises(TraceError, match=r"t\.jsonl: ends before byte \d+.*truncated or rewritten"):
         trace.step(last)
 
+    # A loaded trace keeps the fd it was parsed from: a replaced or deleted file still
+    # reads as it was (as when a trace's bytes were held in memory).
     shutil.copy(SAMPLES[0], path)
     trace = load(path, sidecar=False)
+    copy = pickle.loads(pickle.dumps(trace))  # no fd: opens the path when first read
     replacement = tmp_path / "new.jsonl"
     shutil.copy(SAMPLES[1], replacement)
     os.replace(replacement, path)
+    assert trace.steps() == in_memory(SAMPLES[0]).steps()
     with pytest.raises(TraceError, match=r"t\.jsonl: was replaced since it was loaded"):
-        trace.step(0)
+        copy.step(0)
+    path.unlink()
+    assert trace.step(len(trace) - 1) == in_memory(SAMPLES[0]).step(len(trace) - 1)
+    with pytest.raises(TraceError, match=r"t\.jsonl: cannot read step detail: No such file"):
+        pickle.loads(pickle.dumps(trace)).step(0)
 
 
 def test_a_file_rewritten_in_place_fails_naming_the_row(tmp_path: Path) -> None:

@@ -812,7 +812,7 @@ def _parse_gzip(
         if ended:
             break
         if builder is None and fpos < size:  # a second member: index them, hold none
-            store = GzipMemberStore(path, np.zeros(0, MEMBER_DTYPE), file_identity(st))
+            store = GzipMemberStore(path, np.zeros(0, MEMBER_DTYPE), file_identity(st), fd=os.dup(fd))
             builder = TraceBuilder(path, strict=strict, store=store)
             for at in range(0, len(first), _WINDOW):  # type: ignore[arg-type]
                 builder.feed(bytes(first[at : at + _WINDOW]))  # type: ignore[index]
@@ -872,8 +872,11 @@ def _load_open(path: Path, f: IO[bytes], strict: bool, progress: Progress | None
     if kind == "gzip":
         builder, torn, note = _parse_gzip(path, fd, st, strict, progress)
     else:
-        fresh = TraceBuilder(path, strict=strict, store=FileStore(path, file_identity(st)))
-        builder, torn, note = _parse_plain(resumed or fresh, fd, st.st_size, progress)
+        if resumed is None:  # the store keeps its own fd: the Trace reads this file even if it is replaced
+            resumed = TraceBuilder(
+                path, strict=strict, store=FileStore(path, file_identity(st), fd=os.dup(fd))
+            )
+        builder, torn, note = _parse_plain(resumed, fd, st.st_size, progress)
     trace = _built(path, builder, torn, note, st.st_size, progress)
     if use_sidecar and builder.store is not None:
         _save_sidecar(path, builder, torn, fingerprint, kind or "plain")
@@ -949,7 +952,7 @@ def _from_sidecar(
         end = int(meta["parsed_end"])
         if kind == "gzip":
             members = arrays["members"]
-            store: Store = GzipMemberStore(path, members, file_identity(st))
+            store: Store = GzipMemberStore(path, members, file_identity(st), fd=os.dup(fd))
             coff, clen, ustart, ulen = (members[k] for k in ("coff", "clen", "ustart", "ulen"))
             # In file order without overlaps (an empty member between two is not indexed).
             ordered = bool((coff[1:] >= coff[:-1] + clen[:-1]).all())
@@ -958,7 +961,7 @@ def _from_sidecar(
                 raise ValueError("its gzip member index does not fit the file")
             end = min(end, int(ustart[-1] + ulen[-1]))
         else:
-            store = FileStore(path, file_identity(st))
+            store = FileStore(path, file_identity(st), fd=os.dup(fd))
             if end > st.st_size:
                 raise ValueError("it was parsed past the file's end")
         if len(rows) and (int(rows["_end"].max()) > end or int(rows["_start"].min()) < 0):

@@ -88,13 +88,15 @@ def file_identity(st: os.stat_result) -> tuple[int, int]:
 
 
 class _LazyFile:
-    """A read-only fd opened on first use (so a Trace costs no fd until it is inspected,
-    and pickles without one), checked to be the file the trace was read from."""
+    """A read-only fd: the loader's own (so a loaded Trace keeps reading the file it parsed
+    even if that is deleted or replaced, as when its bytes were in memory), or opened on
+    first use (a follower's builder, an unpickled copy) and then checked to be the file
+    the trace was read from. Pickles without the fd."""
 
-    def __init__(self, path: str, identity: tuple[int, int] | None) -> None:
+    def __init__(self, path: str, identity: tuple[int, int] | None, fd: int | None = None) -> None:
         self.path = path
         self.identity = identity
-        self._fd: int | None = None
+        self._fd = fd
         self._lock = threading.Lock()
 
     def fd(self) -> int:
@@ -141,17 +143,20 @@ class _LazyFile:
 
 
 class FileStore(Store):
-    """A plain trace file read in place; `identity` (st_dev, st_ino) pins it to the
-    file that was parsed, so a replaced file is reported rather than misread."""
+    """A plain trace file read in place. `fd`, if given, is an open fd of it that the
+    store takes over; else one is opened on first read and `identity` (st_dev, st_ino)
+    pins it to the file that was parsed, so a replaced file is reported, not misread."""
 
-    def __init__(self, path: str | Path, identity: tuple[int, int] | None = None) -> None:
+    def __init__(
+        self, path: str | Path, identity: tuple[int, int] | None = None, *, fd: int | None = None
+    ) -> None:
         self.path = str(path)
         if identity is None:
             try:
-                identity = file_identity(os.stat(self.path))
+                identity = file_identity(os.fstat(fd) if fd is not None else os.stat(self.path))
             except OSError:
                 identity = None  # not there yet (a follower waiting for it): pinned at first read
-        self._file = _LazyFile(self.path, identity)
+        self._file = _LazyFile(self.path, identity, fd)
 
     @property
     def identity(self) -> tuple[int, int] | None:
@@ -181,11 +186,12 @@ class GzipMemberStore(Store):
         members: np.ndarray,
         identity: tuple[int, int] | None = None,
         *,
+        fd: int | None = None,
         cache: int = 4,
     ) -> None:
         self.path = str(path)
         self.set_index(members)
-        self._file = _LazyFile(self.path, identity)
+        self._file = _LazyFile(self.path, identity, fd)
         self._cache: OrderedDict[int, bytes] = OrderedDict()
         self._cache_size = cache
         self._lock = threading.Lock()
