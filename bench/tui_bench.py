@@ -98,7 +98,7 @@ def model_only(path: Path) -> dict[str, float]:
         "r = detect(t); t2 = time.perf_counter()\n"
         "rss = int(open('/proc/self/statm').read().split()[1]) * 4096\n"
         "cols = sum(a.nbytes for a in t.columns.values()) + sum(a.nbytes for a in t.runner.values())\n"
-        "out = {'load': t1 - t0, 'detect': t2 - t1, 'rss': rss, 'columns': cols, 'raw': len(t._data)}\n"
+        "out = {'load': t1 - t0, 'detect': t2 - t1, 'rss': rss, 'columns': cols, 'raw': t.store.held}\n"
         "print(json.dumps(out))"
     )
     root = Path(__file__).resolve().parent.parent

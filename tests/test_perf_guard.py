@@ -99,7 +99,7 @@ def _general_path(path: Path) -> Any:
     """The trace as the reader's general (validating, record by record) path builds it."""
     data = path.read_bytes()
     builder = TraceBuilder(path)
-    builder._data = data
+    builder._adopt(data)
     pos = 0
     for i, line in enumerate(data.split(b"\n")):
         builder._line = i + 1

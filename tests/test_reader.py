@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -208,3 +209,75 @@ def test_a_stream_heartbeat_in_a_file_is_ignored_even_strictly(tmp_path: Path) -
     builder = TraceBuilder(path)
     builder.feed(path.read_bytes())
     assert builder.steps_parsed == 2 and builder.header is not None
+
+
+def _in_memory(path: Path) -> Any:
+    builder = TraceBuilder(path)
+    builder.feed(path.read_bytes())
+    return builder.build(builder.finish())
+
+
+@pytest.mark.parametrize("window", [64, 333, 1 << 22])
+def test_windowed_load_equals_the_whole_file_parse(tmp_path: Path, monkeypatch, window: int) -> None:  # type: ignore[no-untyped-def]
+    """A plain file is parsed in windows: records cut at a window's end (and records longer
+    than a window) load as they do from the whole file, and steps read back from the file."""
+    import tracer.trace.reader as reader
+
+    records = [header(), *(step(i, used=i % 16) for i in range(1, 60)), step(60, new=[["x" * 900, 3]])]
+    path = write(tmp_path / "t.jsonl", [*records, {"kind": "footer"}], tail=b'{"kind":"st')
+    monkeypatch.setattr(reader, "_WINDOW", window)
+    seen: list[tuple[int, int]] = []
+    trace = load(path, progress=lambda done, total: seen.append((done, total)))
+    reference = _in_memory(path)
+    assert len(trace) == len(reference) == 60 and trace.torn == reference.torn is not None
+    for name, column in reference.columns.items():
+        assert list(trace.columns[name]) == list(column), name
+    assert trace.steps() == reference.steps() and trace.footer == reference.footer
+    size = path.stat().st_size
+    assert seen[-1] == (size, size) and [d for d, _ in seen] == sorted(d for d, _ in seen)
+
+
+def test_truncated_multi_member_gzip_at_every_offset_loads_or_fails_cleanly(tmp_path: Path) -> None:
+    from tracer.record.writer import GzipMemberSink
+
+    plain = write(tmp_path / "p.jsonl", [header(), *(step(i) for i in range(1, 40))])
+    gz = tmp_path / "m.jsonl.gz"
+    with open(gz, "wb", buffering=0) as raw:
+        sink = GzipMemberSink(raw, member_bytes=600)
+        for line in plain.read_bytes().splitlines(keepends=True):
+            sink.write(line)
+        sink.close()
+    data = gz.read_bytes()
+    ends, rest = [], data
+    while rest:
+        d = zlib.decompressobj(wbits=31)
+        d.decompress(rest)
+        rest = d.unused_data
+        ends.append(len(data) - len(rest))
+    assert len(ends) > 3
+    reference = _in_memory(plain)
+    cut = tmp_path / "cut.jsonl.gz"
+    for n in sorted({*range(0, len(data) + 1, 7), *ends}):
+        cut.write_bytes(data[:n])
+        try:
+            trace = load(cut)
+        except TraceError as exc:
+            assert exc.path == str(cut) and "no complete header record" in exc.message, exc
+            continue
+        assert [trace.step(i) for i in range(len(trace))] == reference.steps()[: len(trace)], n
+        # Cut exactly after a member, the file is a whole gzip file of fewer records.
+        assert len(trace) == 39 or trace.torn is not None or trace.problems or n in ends, n
+
+
+def test_a_pipe_loads_into_memory(tmp_path: Path) -> None:
+    import os
+    import threading
+
+    data = write(tmp_path / "t.jsonl", [header(), step(1), step(2)]).read_bytes()
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    feeder = threading.Thread(target=lambda: fifo.write_bytes(data))
+    feeder.start()
+    trace = load(fifo)
+    feeder.join()
+    assert list(trace.columns["step"]) == [1, 2] and trace.step(1)["step"] == 2

@@ -104,6 +104,29 @@ def test_a_complete_file_loads_progressively_and_ends_equal_to_load(
     assert source.state.text() == "big.jsonl: 12000 steps"
 
 
+def test_a_complete_file_leaves_a_sidecar_the_next_open_maps_instead_of_parsing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tracer.trace import reader, sidecar
+
+    monkeypatch.setattr(sidecar, "MIN_SOURCE_BYTES", 0)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    path = tmp_path / "run.jsonl"
+    path.write_bytes(tiled(3_000))
+    source = TraceSource.file(path, interval=0.0)
+    first = Recorder(source)
+    assert source.start().join(30) and first.errors == []
+    assert (tmp_path / "run.jsonl.ssidx").exists()  # written after the last snapshot
+    # The second open parses nothing: one snapshot, straight from the sidecar, equal to a parse.
+    monkeypatch.setattr(reader.TraceBuilder, "_consume", lambda *a: pytest.fail("parsed the file again"))
+    again = TraceSource.file(path, interval=0.0)
+    second = Recorder(again)
+    assert again.start().join(30) and second.errors == []
+    assert [n for n, _ in second.updates] == [3_000] and second.phases()[-1] is Phase.COMPLETE
+    assert second.last is not None and first.last is not None and same(second.last, first.last)
+    assert second.last.step(2999) == first.last.step(2999)
+
+
 def test_a_small_file_is_one_snapshot_and_gzip_is_told_by_its_magic(tmp_path: Path) -> None:
     plain = TraceSource.file(ADDITIVE)
     seen = Recorder(plain)

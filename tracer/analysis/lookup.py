@@ -1,14 +1,12 @@
 """Lookups over a loaded trace that touch only the steps they need.
 
 `tracer.analysis.compare.lifetimes` parses every step, which is right for a comparison
-but too slow to answer one search in a million-step trace. Here a request id
-is found in the trace's raw bytes first, and only the steps that mention it are
-parsed; the lifetime itself is still built by `lifetimes`, so both agree.
+but too slow to answer one search in a million-step trace. Here a request id is found
+in the steps' raw records first (`Trace.raw_many`, read in blocks), and only the steps
+that mention it are parsed; the lifetime itself is still built by `lifetimes`, so both agree.
 """
 
 from __future__ import annotations
-
-from dataclasses import replace
 
 import numpy as np
 import orjson
@@ -37,29 +35,8 @@ def flag_rows(trace: Trace, report: FlagReport) -> tuple[np.ndarray, np.ndarray]
 
 
 def _rows_mentioning(trace: Trace, needle: bytes) -> np.ndarray:
-    data, spans = trace._data, trace._spans
-    if not len(spans):
-        return np.zeros(0, dtype=np.int64)
-    starts = spans[:, 0]
-    hits: list[int] = []
-    pos = data.find(needle, int(starts[0]))
-    while pos >= 0:
-        row = int(np.searchsorted(starts, pos, side="right")) - 1
-        if row >= 0 and pos < spans[row, 1]:
-            hits.append(row)
-            pos = data.find(needle, int(spans[row, 1]))  # one hit per step is enough
-        else:
-            pos = data.find(needle, pos + 1)
+    hits = [row for row, raw in trace.raw_many(range(len(trace))) if needle in raw]
     return np.asarray(hits, dtype=np.int64)
-
-
-def _subset(trace: Trace, rows: np.ndarray) -> Trace:
-    return replace(
-        trace,
-        columns={k: v[rows] for k, v in trace.columns.items()},
-        runner={k: v[rows] for k, v in trace.runner.items()},
-        _spans=trace._spans[rows],
-    )
 
 
 def request_life(trace: Trace, request_id: str) -> RequestLife | None:
@@ -67,39 +44,36 @@ def request_life(trace: Trace, request_id: str) -> RequestLife | None:
     rows = _rows_mentioning(trace, orjson.dumps(request_id))
     if not len(rows):
         return None
-    return lifetimes(_subset(trace, rows)).get(request_id)
+    return lifetimes(trace.subset(rows)).get(request_id)
 
 
 def matching_ids(trace: Trace, prefix: str, *, limit: int = 20) -> list[str]:
     """Request ids that start with `prefix`, in order of first appearance (at most `limit`)."""
-    data, spans = trace._data, trace._spans
-    if not len(spans):
-        return []
     needle = b'"' + orjson.dumps(prefix)[1:-1]
     found: dict[str, None] = {}
-    starts = spans[:, 0]
-    pos = data.find(needle, int(spans[0, 0]))
-    while pos >= 0 and len(found) < limit:
-        end = data.find(b'"', pos + len(needle))
-        if end < 0:
-            break
+    if limit <= 0:
+        return []
+    for _, raw in trace.raw_many(range(len(trace))):
         # Request entries come before a step's "sampled"; after it, "inputs" and "ends"
         # hold format words (event kinds, finish reasons) in the same list shapes.
-        row = int(np.searchsorted(starts, pos, side="right")) - 1
-        if row >= 0 and pos < spans[row, 1]:
-            line_end = int(spans[row, 1])
-            cut = data.find(b',"sampled":', int(starts[row]), line_end)
-            if 0 <= cut < pos:
-                pos = data.find(needle, line_end)
-                continue
-        # Ids are list entries ([id, ...] or ["a", "b"]); keys are followed by ':' and
-        # string values ("kind":"step") preceded by ':', so neither is taken for an id.
-        if data[pos - 1 : pos] in (b"[", b",") and data[end + 1 : end + 2] in (b",", b"]"):
-            try:
-                rid = orjson.loads(data[pos : end + 1])
-            except orjson.JSONDecodeError:
-                rid = None
-            if isinstance(rid, str):
-                found.setdefault(rid, None)
-        pos = data.find(needle, end + 1)
+        stop = raw.find(b',"sampled":')
+        if stop < 0:
+            stop = len(raw)
+        pos = raw.find(needle, 0, stop)
+        while pos >= 0:
+            end = raw.find(b'"', pos + len(needle))
+            if end < 0:
+                break
+            # Ids are list entries ([id, ...] or ["a", "b"]); keys are followed by ':' and
+            # string values ("kind":"step") preceded by ':', so neither is taken for an id.
+            if raw[pos - 1 : pos] in (b"[", b",") and raw[end + 1 : end + 2] in (b",", b"]"):
+                try:
+                    rid = orjson.loads(raw[pos : end + 1])
+                except orjson.JSONDecodeError:
+                    rid = None
+                if isinstance(rid, str):
+                    found.setdefault(rid, None)
+                    if len(found) >= limit:
+                        return list(found)
+            pos = raw.find(needle, end + 1, stop)
     return list(found)

@@ -11,10 +11,10 @@ garbage in the middle.
 from __future__ import annotations
 
 import errno
-import gzip
 import logging
 import threading
 import time
+import zlib
 from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -27,12 +27,64 @@ Tap = Callable[[list[bytes]], None]
 
 
 def open_sink(path: str | Path) -> IO[bytes]:
-    """Open a trace file for appending; `.gz` is compressed transparently."""
+    """Open a trace file for appending; `.gz` is compressed transparently, in members."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.suffix == ".gz":
-        return gzip.open(path, "ab", compresslevel=3)
+        return GzipMemberSink(open(path, "ab", buffering=0))  # type: ignore[return-value]
     return open(path, "ab", buffering=0)
+
+
+class GzipMemberSink:
+    """gzip written as independent members of about `member_bytes` uncompressed each,
+    each ending where a record ends. Concatenated members are one valid gzip stream
+    (`zcat`, `gzip.open` read it whole), and a reader can index them and decompress only
+    the member holding a step (tracer.trace.store.GzipMemberStore). flush() syncs the
+    deflate stream, as gzip.GzipFile does: a killed server leaves every flushed record
+    readable from a truncated last member."""
+
+    def __init__(self, raw: IO[bytes], *, member_bytes: int = 4 << 20, level: int = 3) -> None:
+        self._raw = raw
+        self._member_bytes = member_bytes
+        self._level = level
+        self._z: Any = None  # the open member's compressor
+        self._in = 0  # uncompressed bytes in the open member
+        self.members = 0  # members finished
+
+    def write(self, data: bytes | memoryview) -> int:
+        if self._z is None:
+            self._z = zlib.compressobj(self._level, zlib.DEFLATED, 31)
+            self._in = 0
+        self._put(self._z.compress(data))
+        self._in += len(data)
+        if self._in >= self._member_bytes and data[-1:] == b"\n":
+            self._end_member()
+        return len(data)
+
+    def _put(self, out: bytes) -> None:
+        view = memoryview(out)
+        while view:
+            n = self._raw.write(view)
+            if not n:
+                raise OSError(errno.ENOSPC, "the trace file accepted no more bytes")
+            view = view[n:]
+
+    def _end_member(self) -> None:
+        z, self._z = self._z, None
+        self._put(z.flush(zlib.Z_FINISH))
+        self.members += 1
+
+    def flush(self) -> None:
+        if self._z is not None:
+            self._put(self._z.flush(zlib.Z_SYNC_FLUSH))
+        self._raw.flush()
+
+    def close(self) -> None:
+        try:
+            if self._z is not None:
+                self._end_member()
+        finally:
+            self._raw.close()
 
 
 class TraceWriter:

@@ -8,7 +8,16 @@
 - A newer major schema version is refused; older minors and unknown keys are fine.
 
 TraceBuilder takes bytes incrementally, so a follower of a growing file or a
-live stream reuses the same parsing and validation.
+live stream reuses the same parsing and validation. open_builder() gives a
+follower of a plain file one that keeps only columns (steps are read back from
+the file).
+
+Memory: a Trace holds its columns; where each step's record lives is its store
+(tracer.trace.store). load() never holds a plain file (4 MiB windows, then a
+FileStore) nor a multi-member gzip file (member by member, then a
+GzipMemberStore); a single-member .gz and .zst are held decompressed, as before.
+A big trace's columns are saved in a sidecar (tracer.trace.sidecar) after the
+first load and mapped on the next.
 
 Speed (bench/p2_ingest.py): each line is parsed once with orjson and reduced
 on the spot to one packed row (struct) per step, so no per-record Python object
@@ -20,43 +29,46 @@ for the error contract.
 
 from __future__ import annotations
 
-import gzip
+import dataclasses
 import io
+import logging
+import os
+import stat
 import struct
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from operator import itemgetter
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import orjson
 
-from tracer.trace import schema
+from tracer.trace import schema, sidecar
+from tracer.trace.errors import TraceError, TraceHeaderError, TraceVersionError
+from tracer.trace.store import (
+    MEMBER_DTYPE,
+    PIECE,
+    FileStore,
+    GzipMemberStore,
+    MemoryStore,
+    Store,
+    file_identity,
+)
 
 Progress = Callable[[int, int], None]
-
-
-class TraceError(Exception):
-    """A trace that cannot be read as it stands; says where and which field."""
-
-    def __init__(self, path: str | Path, message: str, *, line: int | None = None, field: str | None = None):
-        self.path = str(path)
-        self.line = line
-        self.field = field
-        self.message = message
-        where = self.path if line is None else f"{self.path}:{line}"
-        what = f"field '{field}': " if field else ""
-        super().__init__(f"{where}: {what}{message}")
-
-
-class TraceHeaderError(TraceError):
-    """No usable header record: nothing in the file can be read, strict or not."""
-
-
-class TraceVersionError(TraceHeaderError):
-    """The trace's schema major version is newer than this reader understands."""
+logger = logging.getLogger("schedscope.reader")
+__all__ = [
+    "Torn",
+    "Trace",
+    "TraceBuilder",
+    "TraceError",
+    "TraceHeaderError",
+    "TraceVersionError",
+    "load",
+    "open_builder",
+]
 
 
 @dataclass(frozen=True)
@@ -140,7 +152,9 @@ class Trace:
     gaps: list[tuple[int, int]] = field(default_factory=list)
     # `hooks` records: which runner/speculator hooks the model-runner process had active.
     hooks: list[dict[str, Any]] = field(default_factory=list)
-    _data: bytes | bytearray = b""
+    # Where each step's record is (tracer.trace.store): in memory, in the file read in
+    # place, or in a gzip member; `_spans` are the records' [start, end) in it.
+    store: Store = field(default_factory=lambda: MemoryStore(b""))
     _spans: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), dtype=np.int64))
 
     @property
@@ -150,13 +164,51 @@ class Trace:
     def __len__(self) -> int:
         return len(self.columns["step"])
 
+    def raw(self, i: int) -> bytes:
+        """The i-th step's record as it is in the file (one JSON object, no newline)."""
+        start, end = self._spans[i].tolist()
+        return self.store.read(start, end)
+
+    def raw_many(self, rows: Iterable[int] | np.ndarray) -> Iterator[tuple[int, bytes]]:
+        """(row, raw record) for each of `rows`, once each, in increasing row order: the
+        store reads neighbouring steps in one go, so this is the way to scan many."""
+        rows = np.unique(np.asarray(rows, dtype=np.int64))
+        if len(rows) and (rows[0] < 0 or rows[-1] >= len(self._spans)):
+            raise IndexError(f"rows {rows[0]}..{rows[-1]} are not all in a trace of {len(self._spans)} steps")
+        return zip(rows.tolist(), self.store.read_many(self._spans[rows]), strict=True)
+
     def step(self, i: int) -> dict[str, Any]:
         """The full record of the i-th step (0-based row), defaults filled in."""
-        start, end = self._spans[i]
-        return _with_defaults(orjson.loads(self._data[start:end]), schema.STEP_DEFAULTS)
+        return self._parse_step(i, self.raw(i))
+
+    def iter_steps(self) -> Iterator[dict[str, Any]]:
+        """Every step's full record in order, one at a time (read in blocks)."""
+        for i, raw in self.raw_many(range(len(self))):
+            yield self._parse_step(i, raw)
 
     def steps(self) -> list[dict[str, Any]]:
-        return [self.step(i) for i in range(len(self))]
+        return list(self.iter_steps())
+
+    def subset(self, rows: np.ndarray) -> Trace:
+        """A Trace of just these rows (columns, runner columns and step detail), same store."""
+        return dataclasses.replace(
+            self,
+            columns={k: v[rows] for k, v in self.columns.items()},
+            runner={k: v[rows] for k, v in self.runner.items()},
+            _spans=self._spans[rows],
+        )
+
+    def _parse_step(self, i: int, raw: bytes) -> dict[str, Any]:
+        try:
+            record = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            start, end = self._spans[i].tolist()
+            raise TraceError(
+                self.path,
+                f"step row {i} (bytes {start}..{end}) is no longer a JSON record: "
+                "the file changed since it was loaded; load it again",
+            ) from None
+        return _with_defaults(record, schema.STEP_DEFAULTS)
 
 
 def _held(preempted: Any, *entries: list[Any]) -> int:
@@ -195,9 +247,12 @@ def _req_list(record: dict[str, Any], key: str, path: str, line: int) -> list[An
 class TraceBuilder:
     """Incremental parser: feed() bytes as they arrive, build() a Trace at any time."""
 
-    def __init__(self, path: str | Path, *, strict: bool = True) -> None:
+    def __init__(self, path: str | Path, *, strict: bool = True, store: Store | None = None) -> None:
         self.path = str(path)
         self.strict = strict
+        # None: everything fed is kept, for step detail (streams, uploads). A store
+        # (its bytes are a file's, fed from the file's start): only the unparsed tail.
+        self.store = store
         self.header: dict[str, Any] | None = None
         self.footer: dict[str, Any] | None = None
         self.problems: list[TraceError] = []
@@ -205,11 +260,12 @@ class TraceBuilder:
         self.hooks: list[dict[str, Any]] = []
         self._rows = bytearray()  # _ROW per step
         self._runner_rows = bytearray()  # _RUNNER_ROW per runner record
-        # Everything fed so far: bytes when a whole file came in one piece (not
-        # copied), a growing bytearray otherwise.
-        self._data: bytes | bytearray = b""
+        # Without a store, everything fed so far: bytes when a whole file came in one
+        # piece (not copied), a growing bytearray otherwise. With one, the unparsed tail.
+        self._buf: bytes | bytearray = b""
+        self._base = 0  # offset of _buf[0] in everything fed
         self._line = 0  # lines consumed so far
-        self._pos = 0  # bytes of _data consumed as complete lines
+        self._pos = 0  # bytes fed and consumed as complete lines (an offset like _base)
 
     @property
     def steps_parsed(self) -> int:
@@ -218,20 +274,52 @@ class TraceBuilder:
     def feed(self, chunk: bytes) -> int:
         """Parse every complete line in `chunk` (plus any held remainder); return steps added."""
         before = self.steps_parsed
-        if not self._data and type(chunk) is bytes:
-            self._data = chunk  # a whole file at once: parsed in place, not copied
+        if self.store is not None:
+            tail = self._buf
+            if not chunk:
+                return 0
+            if tail and b"\n" not in chunk:  # still inside one long line: no re-copying
+                self._buf = (tail if type(tail) is bytearray else bytearray(tail)) + chunk
+                return 0
+            self._buf = bytes(tail) + chunk if tail else bytes(chunk)
+            self._parse()
+            self._drop_parsed()
+        elif not self._buf and type(chunk) is bytes:
+            self._buf = chunk  # a whole file at once: parsed in place, not copied
+            self._parse()
         else:
-            if type(self._data) is not bytearray:
-                self._data = bytearray(self._data)
-            self._data += chunk
-        self._parse()
+            if type(self._buf) is not bytearray:
+                self._buf = bytearray(self._buf)
+            self._buf += chunk
+            self._parse()
         return self.steps_parsed - before
 
+    def _drop_parsed(self) -> None:
+        """With a store: forget the bytes parsed so far (the store has them)."""
+        cut = self._pos - self._base
+        if cut:
+            self._buf = self._buf[cut:]
+            self._base = self._pos
+
+    def _feed_window(self, chunk: bytes) -> None:
+        """With a store: `chunk` is the input from the first unparsed byte on (it repeats
+        the held tail), so it replaces the tail instead of being copied onto it."""
+        assert self.store is not None
+        self._buf, self._base = chunk, self._pos
+        self._parse()
+        self._drop_parsed()
+
+    def _adopt(self, data: bytes | bytearray) -> None:
+        """Take a whole decompressed trace in place (no copy) before anything was fed."""
+        assert not self._buf and self.store is None
+        self._buf = data
+
     def _parse(self, progress: Progress | None = None) -> None:
-        """Parse every complete line of _data not parsed yet, in windows of about 4 MiB
+        """Parse every complete line of _buf not parsed yet, in windows of about 4 MiB
         (`progress` hears after each). bytes are read in place; a bytearray (it may
         grow) one window at a time through a copy."""
-        data, pos, window = self._data, self._pos, 1 << 22
+        data, base, window = self._buf, self._base, 1 << 22
+        pos = self._pos - base
         total = len(data)
         shared = None
         if type(data) is bytes:
@@ -247,18 +335,19 @@ class TraceBuilder:
             else:
                 source = shared
             self._consume(source, pos, stop)
-            self._pos = pos = stop
+            pos = stop
+            self._pos = base + stop
             if progress is not None:
-                progress(pos, total)
+                progress(base + pos, base + total)
 
     def _consume(self, source: io.BytesIO, pos: int, stop: int) -> None:
-        """Parse lines from `source` (positioned at byte `pos` of _data) up to `stop`,
+        """Parse lines from `source` (positioned at byte `pos` of _buf) up to `stop`,
         a line boundary. The hot loop of trace loading: per line one orjson parse and
         one packed row; line numbers are counted (in C) only when a record needs one."""
         loads, decode_error = orjson.loads, orjson.JSONDecodeError
         rows, runner_rows = self._rows, self._runner_rows
         pack, pack_runner = _ROW.pack, _RUNNER_ROW.pack
-        data = self._data
+        data, base = self._buf, self._base
         counted, line_no = pos, self._line  # line_no: lines before byte `counted`
         have_header = self.header is not None
         for line in source:
@@ -311,7 +400,8 @@ class TraceBuilder:
                             step, tc, tu, tl, ic, iu, ir, il, qp, qr, qc or -1,
                             len(new), len(res), len(run), len(pre), len(fin), nt, rt, ut, spec,
                             -1 if smp is None else sum(smp.values()) if type(smp) is dict else None,
-                            nw, nr, _held(pre, new, res, run) if pre else 0, pos, pos + n - 1, t, su, kv,
+                            nw, nr, _held(pre, new, res, run) if pre else 0, base + pos, base + pos + n - 1,
+                            t, su, kv,
                         )  # fmt: skip
                         fast = True
                 except (KeyError, TypeError, IndexError, AttributeError, struct.error):
@@ -341,7 +431,7 @@ class TraceBuilder:
                 line_no += data.count(b"\n", counted, pos)
                 counted = pos
                 self._line = line_no + 1
-                self._record(pos, pos + n - 1)
+                self._record(base + pos, base + pos + n - 1)
                 have_header = self.header is not None
             pos += n
             if pos >= stop:
@@ -350,18 +440,20 @@ class TraceBuilder:
 
     def finish(self) -> Torn | None:
         """End of input: a last line without newline is parsed if whole, else reported torn."""
-        data = self._data
-        if self._pos >= len(data):
+        data, base = self._buf, self._base
+        if self._pos - base >= len(data):
             return None
-        start, end = self._pos, len(data)
+        start, end = self._pos, base + len(data)
         line = self._line + 1
         try:
-            orjson.loads(data[start:end])
+            orjson.loads(data[start - base :])
         except orjson.JSONDecodeError:
             return Torn(line=line, offset=start, length=end - start)
         self._line = line
         self._record(start, end)
         self._pos = end
+        if self.store is not None:
+            self._drop_parsed()
         return None
 
     def _problem(self, error: TraceError) -> None:
@@ -370,9 +462,10 @@ class TraceBuilder:
         self.problems.append(error)
 
     def _record(self, start: int, end: int) -> None:
+        """The general path for the record at [start, end) of everything fed."""
         line = self._line
         try:
-            record = orjson.loads(self._data[start:end])
+            record = orjson.loads(self._buf[start - self._base : end - self._base])
         except orjson.JSONDecodeError as exc:
             self._problem(TraceError(self.path, f"not a JSON record ({exc})", line=line))
             return
@@ -548,7 +641,7 @@ class TraceBuilder:
             problems=list(self.problems),
             gaps=list(self.gaps),
             hooks=list(self.hooks),
-            _data=self._data,
+            store=self.store if self.store is not None else MemoryStore(self._buf, self.path),
             _spans=spans,
         )
 
@@ -612,63 +705,332 @@ def _join_runner_exact(steps: np.ndarray, records: np.ndarray, runner: dict[str,
     return runner
 
 
-def _read_bytes(path: Path) -> tuple[bytes | bytearray, str | None]:
-    """The file's decompressed bytes, and a note if a compressed stream was cut short."""
-    raw = path.read_bytes()
-    if path.suffix == ".gz" or raw[:2] == b"\x1f\x8b":
-        # Into one growing bytearray, 16 MiB of output at a time: no list of chunks
-        # plus their join (twice the trace in memory at once).
-        out = bytearray()
-        note = None
-        while raw:
-            d = zlib.decompressobj(wbits=31)
-            tail = raw
-            try:
-                while not d.eof:
-                    chunk = d.decompress(tail, 1 << 24)
-                    out += chunk
-                    tail = d.unconsumed_tail
-                    if not tail and not chunk:
-                        break
-            except zlib.error as exc:
-                note = f"gzip data corrupt ({exc}); kept what decompressed"
-                break
-            if not d.eof:
-                out += d.flush()
-                note = "gzip stream cut short; kept what decompressed"
-                break
-            raw = d.unused_data  # appended writes make several gzip members
-        return out, note
+GZIP_MAGIC = b"\x1f\x8b"
+# A plain file is parsed this many bytes at a time: the reader never holds more of it.
+_WINDOW = 4 << 20
+
+
+def _compressed(path: Path, magic: bytes | None = None) -> str | None:
+    if path.suffix == ".gz" or (magic or b"")[:2] == GZIP_MAGIC:
+        return "gzip"
     if path.suffix == ".zst":
+        return "zstd"
+    return None
+
+
+def open_builder(path: str | Path, *, strict: bool = True) -> TraceBuilder:
+    """A TraceBuilder for bytes read from `path` from its start, storing them where they
+    are: a plain file's steps are read back from the file, so a follower of a growing
+    file holds only columns; compressed bytes (fed decompressed) are kept in memory."""
+    path = Path(path)
+    if _compressed(path):
+        return TraceBuilder(path, strict=strict)
+    return TraceBuilder(path, strict=strict, store=FileStore(path))
+
+
+def _inflate_bytes(raw: bytes) -> tuple[bytearray, str | None]:
+    """All gzip members of `raw` (a pipe: no offsets to index), and a note if cut short."""
+    out = bytearray()
+    while raw:
+        d = zlib.decompressobj(wbits=31)
         try:
-            import zstandard  # optional: only if installed
-        except ImportError:
-            raise TraceError(path, "reading .zst needs the 'zstandard' package") from None
-        return zstandard.ZstdDecompressor().decompressobj().decompress(raw), None
-    return raw, None
+            out += d.decompress(raw)
+        except zlib.error as exc:
+            return out, f"gzip data corrupt ({exc}); kept what decompressed"
+        if not d.eof:
+            out += d.flush()
+            return out, "gzip stream cut short; kept what decompressed"
+        raw = d.unused_data  # appended writes make several gzip members
+    return out, None
 
 
-def load(path: str | Path, *, strict: bool = True, progress: Progress | None = None) -> Trace:
-    """Load a whole trace file. See the module docstring for the error contract."""
+def _unzstd(path: Path, raw: bytes) -> bytes:
+    try:
+        import zstandard  # optional: only if installed
+    except ImportError:
+        raise TraceError(path, "reading .zst needs the 'zstandard' package") from None
+    return zstandard.ZstdDecompressor().decompressobj().decompress(raw)
+
+
+def _parse_plain(
+    builder: TraceBuilder, fd: int, size: int, progress: Progress | None
+) -> tuple[TraceBuilder, Torn | None, None]:
+    """Parse a plain file window by window from where `builder` stands, up to `size`
+    (the size when it was opened: a file that grows meanwhile loads as it was). Each
+    window is read from the first unparsed byte: the partial line at a window's end is
+    read again with the next rather than copied onto it."""
+    if hasattr(os, "posix_fadvise"):
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)  # a longer readahead
+    pos, window, done = builder._pos, _WINDOW, 0
+    while pos < size:
+        chunk = os.pread(fd, min(window, size - pos), pos)
+        if not chunk:
+            break  # truncated while loading: what was there loads
+        builder._feed_window(chunk)
+        if progress is not None and pos + len(chunk) > done:
+            done = pos + len(chunk)
+            progress(done, size)
+        if pos + len(chunk) >= size:
+            break
+        # No line ended in the window: a record longer than it; read a longer one.
+        window = window * 2 if builder._pos == pos else _WINDOW
+        pos = builder._pos
+    return builder, builder.finish(), None
+
+
+def _parse_gzip(
+    path: Path, fd: int, st: os.stat_result, strict: bool, progress: Progress | None
+) -> tuple[TraceBuilder, Torn | None, str | None]:
+    """Decompress member by member, noting where each is. One member (an old `.gz`):
+    its bytes stay in memory, as they always did. Several (the recorder writes one
+    per ~4 MiB): each is parsed and dropped, and a GzipMemberStore reads steps back."""
+    size = st.st_size
+    members: list[tuple[int, int, int, int]] = []  # (compressed offset, length, uncompressed start, length)
+    first: bytearray | None = bytearray()  # the first member's output, until a second one shows up
+    builder: TraceBuilder | None = None
+    store: GzipMemberStore | None = None
+    note: str | None = None
+    fpos = ustart = 0
+    while fpos < size:
+        coff, ulen, d, ended = fpos, 0, zlib.decompressobj(wbits=31), False
+        while True:  # one member, in the pieces inflate_member() uses
+            piece = os.pread(fd, min(PIECE, size - fpos), fpos)
+            if piece:
+                try:
+                    out = d.decompress(piece)
+                except zlib.error as exc:
+                    note = f"gzip data corrupt ({exc}); kept what decompressed"
+                    out, ended, fpos = b"", True, fpos + len(piece)
+            else:
+                out, note, ended = d.flush(), "gzip stream cut short; kept what decompressed", True
+            if out:
+                ulen += len(out)
+                if builder is None:
+                    first += out  # type: ignore[operator]
+                else:
+                    builder.feed(out)
+            if ended:
+                break
+            if d.eof:
+                fpos += len(piece) - len(d.unused_data)
+                break
+            fpos += len(piece)
+        if ulen:
+            members.append((coff, fpos - coff, ustart, ulen))
+            ustart += ulen
+        if progress is not None and builder is not None:
+            progress(fpos, size)
+        if ended:
+            break
+        if builder is None and fpos < size:  # a second member: index them, hold none
+            store = GzipMemberStore(path, np.zeros(0, MEMBER_DTYPE), file_identity(st), fd=os.dup(fd))
+            builder = TraceBuilder(path, strict=strict, store=store)
+            for at in range(0, len(first), _WINDOW):  # type: ignore[arg-type]
+                builder.feed(bytes(first[at : at + _WINDOW]))  # type: ignore[index]
+            first = None
+    if builder is None:
+        builder = TraceBuilder(path, strict=strict)
+        builder._adopt(first)  # type: ignore[arg-type]
+        builder._parse(progress)
+    else:
+        store.set_index(np.array(members, dtype=MEMBER_DTYPE))  # type: ignore[union-attr]
+    return builder, builder.finish(), note
+
+
+def load(
+    path: str | Path, *, strict: bool = True, progress: Progress | None = None, sidecar: bool = True
+) -> Trace:
+    """Load a whole trace file. See the module docstring for the error contract.
+
+    With `sidecar` (tracer.trace.sidecar), a big trace's columns are saved after the
+    first load and mapped back on the next, instead of parsing the file again."""
     path = Path(path)
     try:
-        data, note = _read_bytes(path)
+        with open(path, "rb", buffering=0) as f:
+            return _load_open(path, f, strict, progress, sidecar)
     except FileNotFoundError:
         raise TraceError(path, "no such file") from None
     except IsADirectoryError:
         raise TraceError(path, "is a directory, not a trace file") from None
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+    except (OSError, EOFError) as exc:
         raise TraceError(path, f"cannot read: {exc}") from None
-    builder = TraceBuilder(path, strict=strict)
-    total = len(data)
-    builder._data = data  # parsed in place: the Trace keeps these bytes for step detail
-    builder._parse(progress)
+
+
+def _load_open(path: Path, f: IO[bytes], strict: bool, progress: Progress | None, use_sidecar: bool) -> Trace:
+    fd = f.fileno()
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):  # a pipe: no offsets to read back, so into memory
+        raw = f.read()
+        kind = _compressed(path, raw[:2])
+        data, note = _inflate_bytes(raw) if kind == "gzip" else (_unzstd(path, raw) if kind else raw, None)
+        builder = TraceBuilder(path, strict=strict)
+        builder._adopt(data)
+        builder._parse(progress)
+        return _built(path, builder, builder.finish(), note, len(data), progress)
+    kind = _compressed(path, os.pread(fd, 2, 0))
+    if kind == "zstd":
+        builder = TraceBuilder(path, strict=strict)
+        builder._adopt(_unzstd(path, f.read()))
+        builder._parse(progress)
+        return _built(path, builder, builder.finish(), None, len(builder._buf), progress)
+    use_sidecar = use_sidecar and st.st_size >= sidecar.MIN_SOURCE_BYTES
+    resumed = None
+    if use_sidecar:
+        fingerprint = sidecar.fingerprint(fd, st)
+        trace, resumed = _from_sidecar(path, fd, st, strict, kind or "plain", progress)
+        if trace is not None:
+            return trace
+    if kind == "gzip":
+        builder, torn, note = _parse_gzip(path, fd, st, strict, progress)
+    else:
+        if resumed is None:  # the store keeps its own fd: the Trace reads this file even if it is replaced
+            resumed = TraceBuilder(
+                path, strict=strict, store=FileStore(path, file_identity(st), fd=os.dup(fd))
+            )
+        builder, torn, note = _parse_plain(resumed, fd, st.st_size, progress)
+    trace = _built(path, builder, torn, note, st.st_size, progress)
+    if use_sidecar and builder.store is not None:
+        _save_sidecar(path, builder, torn, fingerprint, kind or "plain")
+    return trace
+
+
+def reopen(path: str | Path, *, strict: bool = True) -> Trace | None:
+    """The trace from a sidecar that matches the file, without parsing it; None when there
+    is none to trust (the caller then parses, as `load` does)."""
+    path = Path(path)
+    try:
+        with open(path, "rb", buffering=0) as f:
+            fd = f.fileno()
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_size < sidecar.MIN_SOURCE_BYTES:
+                return None
+            kind = _compressed(path, os.pread(fd, 2, 0)) or "plain"
+            if kind == "zstd":
+                return None
+            return _from_sidecar(path, fd, st, strict, kind, None)[0]
+    except OSError:
+        return None
+
+
+def save_sidecar(path: str | Path, builder: TraceBuilder, torn: Torn | None) -> None:
+    """Save the sidecar of a plain file that `builder` (made by `open_builder`) parsed to
+    its end; a file that changed meanwhile, or any failure, leaves no sidecar."""
+    path = Path(path)
+    if not isinstance(builder.store, FileStore):
+        return
+    try:
+        with open(path, "rb", buffering=0) as f:
+            fd = f.fileno()
+            st = os.fstat(fd)
+            parsed = torn.offset + torn.length if torn is not None else builder._pos
+            if st.st_size < sidecar.MIN_SOURCE_BYTES or parsed != st.st_size:
+                return
+            _save_sidecar(path, builder, torn, sidecar.fingerprint(fd, st), "plain")
+    except OSError as exc:
+        logger.debug("schedscope: no sidecar for %s (%s)", path, exc)
+
+
+def _built(
+    path: Path,
+    builder: TraceBuilder,
+    torn: Torn | None,
+    note: str | None,
+    total: int,
+    progress: Progress | None,
+) -> Trace:
     if progress is not None:
         progress(total, total)
-    torn = builder.finish()
     if builder.header is None:
         what = "empty file" if total == 0 else (torn.describe() if torn else "no records")
-        raise TraceHeaderError(path, f"no complete header record ({what})")
+        raise TraceHeaderError(path, f"no complete header record ({note or what})")
     if torn is None and note is not None:
         builder.problems.append(TraceError(path, note))
     return builder.build(torn)
+
+
+_SIDECAR_ARRAYS = {"rows": _ROW_DTYPE, "runner": _RUNNER_DTYPE, "members": MEMBER_DTYPE}
+
+
+def _save_sidecar(path: Path, builder: TraceBuilder, torn: Torn | None, fingerprint: dict, kind: str) -> None:
+    """Save what this load computed; a sidecar that cannot be written is only logged."""
+    meta = {
+        "source": fingerprint,
+        "store": kind,
+        # A lenient load's problems are records a strict load refuses: strictness is
+        # part of what the sidecar means.
+        "strict": builder.strict,
+        "header": builder.header,
+        "footer": builder.footer,
+        "gaps": builder.gaps,
+        "hooks": builder.hooks,
+        "problems": [{"message": p.message, "line": p.line, "field": p.field} for p in builder.problems],
+        "torn": dataclasses.asdict(torn) if torn else None,
+        "parsed_end": builder._pos,
+        "lines": builder._line,
+    }
+    arrays = {
+        "rows": np.frombuffer(builder._rows, _ROW_DTYPE),
+        "runner": np.frombuffer(builder._runner_rows, _RUNNER_DTYPE),
+    }
+    if isinstance(builder.store, GzipMemberStore):
+        arrays["members"] = builder.store.members
+    try:
+        sidecar.write(path, meta, arrays)
+    except (TypeError, ValueError, orjson.JSONEncodeError) as exc:  # a record JSON cannot hold again
+        logger.debug("schedscope: no sidecar for %s (%s)", path, exc)
+
+
+def _from_sidecar(
+    path: Path, fd: int, st: os.stat_result, strict: bool, kind: str, progress: Progress | None
+) -> tuple[Trace | None, TraceBuilder | None]:
+    """(the Trace, None) from a sidecar that matches the file; (None, a builder holding
+    everything up to where the sidecar stopped) for a plain file that grew since; or
+    (None, None): parse from the start."""
+    found = sidecar.read(path, fd, st, _SIDECAR_ARRAYS)
+    if found is None:
+        return None, None
+    meta, arrays, status = found
+    try:
+        if meta["store"] != kind or (status == "grown" and kind != "plain"):
+            return None, None
+        if strict and not meta["strict"] and meta["problems"]:
+            return None, None  # a lenient load's findings; a strict load must raise on them
+        rows, runner = arrays["rows"], arrays["runner"]
+        end = int(meta["parsed_end"])
+        if kind == "gzip":
+            members = arrays["members"]
+            store: Store = GzipMemberStore(path, members, file_identity(st), fd=os.dup(fd))
+            coff, clen, ustart, ulen = (members[k] for k in ("coff", "clen", "ustart", "ulen"))
+            # In file order without overlaps (an empty member between two is not indexed).
+            ordered = bool((coff[1:] >= coff[:-1] + clen[:-1]).all())
+            chained = ordered and bool((ustart[1:] == ustart[:-1] + ulen[:-1]).all())
+            if not len(members) or not chained or coff[0] < 0 or coff[-1] + clen[-1] > st.st_size:
+                raise ValueError("its gzip member index does not fit the file")
+            end = min(end, int(ustart[-1] + ulen[-1]))
+        else:
+            store = FileStore(path, file_identity(st), fd=os.dup(fd))
+            if end > st.st_size:
+                raise ValueError("it was parsed past the file's end")
+        if len(rows) and (int(rows["_end"].max()) > end or int(rows["_start"].min()) < 0):
+            raise ValueError("its step spans lie outside what it parsed")
+        header = meta["header"]
+        if not isinstance(header, dict) or not isinstance(header.get("config"), dict):
+            raise ValueError("it has no header")
+        builder = TraceBuilder(path, strict=strict, store=store)
+        builder.header, builder.footer, builder.hooks = header, meta["footer"], list(meta["hooks"])
+        builder.gaps = [(int(a), int(b)) for a, b in meta["gaps"]]
+        builder.problems = [
+            TraceError(path, p["message"], line=p["line"], field=p["field"]) for p in meta["problems"]
+        ]
+        builder._rows, builder._runner_rows = bytearray(rows), bytearray(runner)
+        builder._pos = builder._base = end
+        builder._line = int(meta["lines"])
+        torn = Torn(**meta["torn"]) if meta["torn"] else None
+    except (KeyError, TypeError, ValueError) as exc:
+        logger.debug("schedscope: sidecar for %s not used (%s)", path, exc)
+        return None, None
+    if status == "grown":
+        return None, builder
+    if progress is not None:
+        progress(st.st_size, st.st_size)
+    return builder.build(torn), None

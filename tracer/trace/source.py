@@ -37,7 +37,16 @@ from pathlib import Path
 from typing import IO, Any
 
 from tracer.live.attach import READ_TIMEOUT, LinkState, RunSaver, StreamFollower, link_status
-from tracer.trace.reader import Torn, Trace, TraceBuilder, TraceError, TraceHeaderError
+from tracer.trace.reader import (
+    Torn,
+    Trace,
+    TraceBuilder,
+    TraceError,
+    TraceHeaderError,
+    open_builder,
+    reopen,
+    save_sidecar,
+)
 
 FIRST_CHUNK = 1 << 20  # small, so the first snapshot of a big file comes quickly
 CHUNK = 8 << 20
@@ -47,9 +56,10 @@ GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
-def _builder(path: str | Path, strict: bool) -> TraceBuilder:
-    """The one place a source makes its builder."""
-    return TraceBuilder(path, strict=strict)
+def _builder(path: str | Path, strict: bool, *, plain: bool = False) -> TraceBuilder:
+    """The one place a source makes its builder: a plain file's steps are read back from
+    the file (the builder holds only columns); decompressed or streamed bytes are kept."""
+    return open_builder(path, strict=strict) if plain else TraceBuilder(path, strict=strict)
 
 
 class Mode(str, Enum):
@@ -382,6 +392,10 @@ class TraceSource:
                 return
             trace = builder.build(torn)
             self._dirty = False
+        self._post(trace, started)
+
+    def _post(self, trace: Trace, started: float | None = None) -> None:
+        started = time.monotonic() if started is None else started
         self.version += 1
         self.trace = trace
         self._published_steps = len(trace)
@@ -420,9 +434,14 @@ class TraceSource:
         path = Path(self.target)
         with self._open(path) as f:
             total = os.fstat(f.fileno()).st_size
+            known = reopen(path, strict=self.strict)  # a valid sidecar: no parsing at all
+            if known is not None:
+                self._set(phase=Phase.COMPLETE, total=total, done=total)
+                self._post(known)
+                return
             head = f.read(FIRST_CHUNK)
             decoder = _Decoder(path, head)
-            self._builder = builder = _builder(path, self.strict)
+            self._builder = builder = _builder(path, self.strict, plain=decoder.kind == "plain")
             self._set(total=total)
             read, chunk = 0, head
             while chunk and not self._stop.is_set():
@@ -446,6 +465,7 @@ class TraceSource:
             builder.problems.append(TraceError(path, note))
         self._set(phase=Phase.COMPLETE, done=total)
         self._publish(torn)  # says COMPLETE first, so on_update knows this is the last one
+        save_sidecar(path, builder, torn)  # the next open maps it instead of parsing
 
     def _follow(self) -> None:
         path = Path(self.target)
@@ -497,7 +517,7 @@ class TraceSource:
                 head += f.read(4 - len(head))
             decoder = _Decoder(path, head)
             with self._lock:
-                self._builder = builder = _builder(path, self.strict)
+                self._builder = builder = _builder(path, self.strict, plain=decoder.kind == "plain")
                 self._dirty = True  # a new file: its first snapshot comes even with no step in it
             self._published_steps, pos, chunk = 0, 0, head
             while not self._stop.is_set():

@@ -1,0 +1,26 @@
+"""The reader's error types, shared by the reader, the step stores and the sidecar."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class TraceError(Exception):
+    """A trace that cannot be read as it stands; says where and which field."""
+
+    def __init__(self, path: str | Path, message: str, *, line: int | None = None, field: str | None = None):
+        self.path = str(path)
+        self.line = line
+        self.field = field
+        self.message = message
+        where = self.path if line is None else f"{self.path}:{line}"
+        what = f"field '{field}': " if field else ""
+        super().__init__(f"{where}: {what}{message}")
+
+
+class TraceHeaderError(TraceError):
+    """No usable header record: nothing in the file can be read, strict or not."""
+
+
+class TraceVersionError(TraceHeaderError):
+    """The trace's schema major version is newer than this reader understands."""

@@ -1,0 +1,172 @@
+"""A columnar sidecar (`<trace>.ssidx`): what a full load computed, so re-opening a big
+trace maps arrays instead of parsing gigabytes of JSON.
+
+One file: MAGIC, a little-endian u64 length, a JSON meta object, then raw NumPy
+arrays, each starting at a 64-byte boundary. The meta says where each array is
+(`arrays`: name -> dtype, count, offset), the file's own length (`total`), and what
+it was built from (`source`: size, mtime_ns and BLAKE2 hashes of the first and last
+64 KiB). The reader adds its own keys (header, footer, problems, ...): this module
+only knows the container and whether it still describes the source.
+
+The sidecar lives next to the trace; where that directory is not writable, in the
+cache directory ($XDG_CACHE_HOME/schedscope, else ~/.cache/schedscope), named after
+the trace's absolute path. Writing one never fails a load (logged at debug level).
+A sidecar that is torn, of another version, for another or a changed file, or whose
+arrays are not what the reader expects is never trusted: the caller parses again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import struct
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+logger = logging.getLogger("schedscope.sidecar")
+
+MAGIC = b"SSIDX\x00\r\n"  # the \r\n catches a text-mode copy
+VERSION = 1
+SUFFIX = ".ssidx"
+# Below this a trace parses in well under a second: no sidecar is written or read for
+# it, so small traces (tests, sample traces, replays) leave no files behind.
+MIN_SOURCE_BYTES = 16 << 20
+_LEN = struct.Struct("<Q")
+_ALIGN = 64
+_HASHED = 64 << 10
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "schedscope"
+
+
+def locations(source: Path) -> list[Path]:
+    """Where a sidecar for `source` may be: next to it, then in the cache directory."""
+    source = Path(os.path.abspath(source))
+    key = hashlib.blake2b(os.fsencode(source), digest_size=12).hexdigest()
+    return [source.with_name(source.name + SUFFIX), cache_dir() / f"{source.name}.{key}{SUFFIX}"]
+
+
+def _hash(fd: int, start: int, end: int) -> str:
+    return hashlib.blake2b(os.pread(fd, end - start, start), digest_size=16).hexdigest()
+
+
+def fingerprint(fd: int, st: os.stat_result) -> dict[str, Any]:
+    """What a sidecar must match to stand for the file open on `fd` (as `st` saw it)."""
+    size = st.st_size
+    return {
+        "size": size,
+        "mtime_ns": st.st_mtime_ns,
+        "head": _hash(fd, 0, min(size, _HASHED)),
+        "tail": _hash(fd, max(0, size - _HASHED), size),
+    }
+
+
+def _matches(fp: dict[str, Any], fd: int, st: os.stat_result) -> str | None:
+    """'same' when the file is the one fingerprinted, 'grown' when it is that file with
+    more appended, else None."""
+    try:
+        size, mtime, head, tail = int(fp["size"]), int(fp["mtime_ns"]), fp["head"], fp["tail"]
+    except (KeyError, TypeError, ValueError):
+        return None
+    if st.st_size < size or _hash(fd, 0, min(size, _HASHED)) != head:
+        return None
+    if _hash(fd, max(0, size - _HASHED), size) != tail:
+        return None
+    if st.st_size == size:
+        return "same" if st.st_mtime_ns == mtime else None
+    return "grown"
+
+
+def write(source: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> Path | None:
+    """Write the sidecar next to `source`, else in the cache directory; None if neither
+    could be written (never raises for that)."""
+    layout: dict[str, Any] = {}
+    offset = 0
+    blobs = []
+    for name, array in arrays.items():
+        array = np.ascontiguousarray(array)
+        layout[name] = {"dtype": str(array.dtype.descr), "count": len(array), "offset": offset}
+        blobs.append((offset, array))
+        offset += -(-array.nbytes // _ALIGN) * _ALIGN
+    body = {**meta, "version": VERSION, "arrays": layout}
+    # The data offset depends on the meta's length and the meta holds the total length:
+    # pad the meta to a fixed boundary so both are known at once.
+    raw = orjson.dumps({**body, "total": 0, "data": 0})
+    head = -(-(len(MAGIC) + _LEN.size + len(raw) + 32) // _ALIGN) * _ALIGN
+    meta_bytes = orjson.dumps({**body, "total": head + offset, "data": head})
+    meta_bytes += b" " * (head - len(MAGIC) - _LEN.size - len(meta_bytes))
+    for target in locations(source):
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+            try:
+                with open(tmp, "wb") as f:
+                    f.write(MAGIC + _LEN.pack(len(meta_bytes)) + meta_bytes)
+                    for at, array in blobs:
+                        f.seek(head + at)
+                        f.write(array.tobytes())
+                    f.truncate(head + offset)
+                os.replace(tmp, target)
+            finally:
+                if tmp.exists():
+                    tmp.unlink()
+        except OSError as exc:
+            logger.debug("schedscope: no sidecar at %s (%s)", target, exc)
+            continue
+        return target
+    return None
+
+
+def read(
+    source: Path, fd: int, st: os.stat_result, dtypes: dict[str, np.dtype]
+) -> tuple[dict[str, Any], dict[str, np.ndarray], str] | None:
+    """(meta, arrays, 'same' or 'grown') from the first sidecar for `source` that is whole
+    and describes it (the file open on `fd`, as `st` saw it), else None."""
+    for where in locations(source):
+        try:
+            found = _read_one(where, dtypes)
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError, KeyError, TypeError, struct.error) as exc:
+            logger.debug("schedscope: sidecar %s not used (%s)", where, exc)
+            continue
+        if found is None:
+            continue
+        meta, arrays = found
+        status = _matches(meta.get("source"), fd, st)
+        if status is None:
+            logger.debug("schedscope: sidecar %s is for another version of %s", where, source)
+            continue
+        return meta, arrays, status
+    return None
+
+
+def _read_one(where: Path, dtypes: dict[str, np.dtype]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    data = where.read_bytes()
+    if data[: len(MAGIC)] != MAGIC:
+        raise ValueError("not a schedscope sidecar (magic)")
+    (n,) = _LEN.unpack_from(data, len(MAGIC))
+    meta = orjson.loads(data[len(MAGIC) + _LEN.size : len(MAGIC) + _LEN.size + n])
+    if not isinstance(meta, dict) or meta.get("version") != VERSION:
+        raise ValueError(f"version {meta.get('version') if isinstance(meta, dict) else '?'}, not {VERSION}")
+    if meta.get("total") != len(data):
+        raise ValueError(f"{len(data)} bytes, its meta says {meta.get('total')} (torn?)")
+    start = int(meta["data"])
+    arrays = {}
+    for name, dtype in dtypes.items():
+        spec = meta["arrays"].get(name)
+        if spec is None:
+            continue  # optional (the gzip member index): the caller checks what it needs
+        if spec["dtype"] != str(dtype.descr):
+            raise ValueError(f"array {name!r} is {spec['dtype']}, this reader expects {dtype.descr}")
+        at, count = start + int(spec["offset"]), int(spec["count"])
+        if count < 0 or at % _ALIGN or at + count * dtype.itemsize > len(data):
+            raise ValueError(f"array {name!r} lies outside the file")
+        arrays[name] = np.frombuffer(data, dtype=dtype, count=count, offset=at)
+    return meta, arrays
