@@ -68,6 +68,14 @@ def _first_other(values: list[Any], types: frozenset[type]) -> Any:
     return next(v for v in values if type(v) not in types)
 
 
+def size(group: Any) -> int:
+    """Requests in a step's `new`, `resumed` or `running` group, in either layout."""
+    if type(group) is dict:
+        ids = group.get("id")
+        return len(ids) if type(ids) is list else 0
+    return len(group) if type(group) is list else 0
+
+
 def refs_ok(refs: list[Any], n: int) -> bool:
     """Whether a 1.2 drafts input's refs are ids or positions in [0, n), in C-level calls
     (the reader's fast path checks every step's)."""

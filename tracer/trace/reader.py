@@ -322,7 +322,7 @@ class TraceBuilder:
                         is_compact = type(smp) is list
                         n_new, n_res, n_run = len(new), len(res), len(run)
                     else:  # 1.2 parallel arrays: compact.columns' checks, in C
-                        is_compact = True
+                        is_compact = ok = True
                         (n_new, nt, s1), (n_res, rt, s2), (n_run, ut, s3) = map(_group_sums, (new, res, run))
                         spec = s1 + s2 + s3
                     if is_compact and ok:
