@@ -149,9 +149,11 @@ class Trace:
 
     def step(self, i: int) -> dict[str, Any]:
         """The full record of the i-th step (0-based row), defaults filled in, in the 1.1
-        layout whatever the trace's format (tracer.trace.compact)."""
+        layout whatever the trace's format (tracer.trace.compact; checked when loaded)."""
         start, end = self._spans[i]
-        return _with_defaults(compact.expand(orjson.loads(self._data[start:end])), schema.STEP_DEFAULTS)
+        return _with_defaults(
+            compact.expand(orjson.loads(self._data[start:end]), check=False), schema.STEP_DEFAULTS
+        )
 
     def steps(self) -> list[dict[str, Any]]:
         return [self.step(i) for i in range(len(self))]
