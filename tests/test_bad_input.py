@@ -223,3 +223,17 @@ def test_unequal_lengths_message() -> None:
         assert str(exc) == "t.jsonl:2: field 'running.tokens': expected 2 entries (one per id), got 1"
     else:
         raise AssertionError("unequal arrays must not load")
+
+
+def test_every_truncation_of_a_compact_trace(tmp_path: Path) -> None:
+    lines = [HEADER_12] + [orjson.dumps(_step_12(step=i)) + b"\n" for i in range(1, 6)]
+    data = b"".join(lines)
+    ends = [sum(map(len, lines[: k + 1])) for k in range(len(lines))]
+    cut = tmp_path / "cut.jsonl"
+    for n in range(ends[0], len(data) + 1):
+        cut.write_bytes(data[:n])
+        trace = load(cut)
+        whole = sum(1 for e in ends[1:] if e - 1 <= n)  # a line missing only its newline is whole
+        assert len(trace) == whole, n
+        assert [trace.step(i)["sampled"] for i in range(whole)] == [{"c": 0, "a": 2, "b": 1}] * whole
+        assert (trace.torn is None) == (n in ends or n + 1 in ends), n
