@@ -3,14 +3,15 @@
 
 Records a real trace with TracingScheduler on vLLM's Scheduler in the P1 setup
 (ngram K=3, server-shaped request ids, every request decoding), then measures
-the steady-state step records. It also re-encodes the same records in two
-compact per-request layouts, to size what such an encoding would save. Those
-layouts are NOT implemented in the recorder or reader; they are estimates.
+the steady-state step records in three layouts, all of the same steps:
 
-- columnar: each of new/resumed/running as {"id": [...], "tokens": [...],
-  "spec": [...], "demand": [...]}, and `sampled` as a list in that order;
-- interned: request ids replaced by small integers, each id written once (in the
-  step that first mentions it), on top of columnar.
+- format 1.2, as recorded (parallel arrays per request group, `sampled` aligned with
+  the scheduled order, drafts inputs naming scheduled requests by position);
+- format 1.1, the same records converted back by `tracer.trace.compact.expand`
+  (exactly what the 1.1 recorder wrote: tests/test_recorder_equivalence.py);
+- interned (an estimate, NOT implemented in the recorder or reader): on top of 1.2,
+  request ids replaced by small integers, each id written once (in the step that
+  first mentions it).
 
     .venv/bin/python bench/trace_size.py            # 256 running, 200 steps
     .venv/bin/python bench/trace_size.py --quick    # 60 steps
@@ -50,25 +51,16 @@ def record(n: int, steps: int, warmup: int, path: Path) -> list[bytes]:
     return [ln for ln in lines if ln.startswith(b'{"kind":"step"') and orjson.loads(ln)["step"] > warmup]
 
 
-def columnar(rec: dict[str, Any]) -> dict[str, Any]:
-    out = dict(rec)
-    order: list[str] = []
-    for key in REQ_LISTS:
-        entries = rec[key]
-        out[key] = {f: [e[i] for e in entries] for i, f in enumerate(("id", "tokens", "spec", "demand"))}
-        order += out[key]["id"]
-    sampled = rec.get("sampled") or {}
-    out["sampled"] = [sampled.get(rid, 0) for rid in order]
-    return out
-
-
 def interned(recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """1.2 records with ids interned (an estimate of what interning would save)."""
     known: dict[str, int] = {}
     out = []
     for rec in recs:
-        rec = columnar(rec)
+        rec = orjson.loads(orjson.dumps(rec))
         fresh = []
         for key in REQ_LISTS:
+            if not rec[key]:
+                continue
             ids = []
             for rid in rec[key]["id"]:
                 if rid not in known:
@@ -79,6 +71,9 @@ def interned(recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for key in ("preempted", "finished"):
             rec[key] = [known.get(r, r) for r in rec[key]]
         rec["unscheduled"] = [[known.get(r, r), d] for r, d in rec.get("unscheduled", [])]
+        for entry in rec.get("inputs") or ():
+            if entry[0] == "d":
+                entry[1] = [known.get(r, r) if isinstance(r, str) else r for r in entry[1]]
         if fresh:
             rec["ids"] = fresh  # id table entries, first mention only
         out.append(rec)
@@ -103,32 +98,35 @@ def main(argv: list[str] | None = None) -> int:
         args.steps = 60
     import logging
 
-    from tracer.trace import schema
+    from tracer.trace import compact, schema
 
     logging.disable(logging.WARNING)
     print(f"Trace size: {machine()}")
     with tempfile.TemporaryDirectory(prefix="schedscope-size-") as tmp:
         lines = record(args.requests, args.steps, args.warmup, Path(tmp) / "size.jsonl")
     recs = [orjson.loads(ln) for ln in lines]
-    n_sched = sum(len(r["running"]) + len(r["new"]) + len(r["resumed"]) for r in recs) / len(recs)
+    assert all(r["running"] == [] or isinstance(r["running"], dict) for r in recs), "not format 1.2"
+    n_sched = sum(compact.size(r[key]) for r in recs for key in REQ_LISTS) / len(recs)
 
     def encode(records: list[dict[str, Any]]) -> list[bytes]:
-        return [orjson.dumps(r, option=orjson.OPT_APPEND_NEWLINE) for r in records]
+        return [orjson.dumps(r, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS) for r in records]
 
     layouts = {
-        f"recorded (format {schema.SCHEMA_VERSION})": lines,
-        "columnar (estimate)": encode([columnar(r) for r in recs]),
-        "interned + columnar (estimate)": encode(interned(recs)),
+        f"format {schema.SCHEMA_VERSION} (recorded)": lines,
+        "format 1.1 (same steps, converted)": encode([compact.expand(orjson.loads(ln)) for ln in lines]),
+        "interned + 1.2 (estimate)": encode(interned(recs)),
     }
-    example = recs[0]["running"][0][0]
+    example = recs[0]["running"]["id"][0]
     print(f"  {len(lines)} steady-state steps, {n_sched:.0f} scheduled per step, ids like {example!r}")
-    base = sizes(lines)
+    base = sizes(layouts["format 1.1 (same steps, converted)"])
     for name, encoded in layouts.items():
         raw, gz3, gz9 = sizes(encoded)
         print(
-            f"    {name:32s} raw {raw:8.0f} B/step ({raw / base[0]:5.1%}), gzip-3 {gz3:7.0f} B/step "
-            f"({gz3 / base[1]:5.1%}), zlib-9 {gz9:7.0f} B/step; {raw / n_sched:5.1f} raw B per request"
+            f"    {name:36s} raw {raw:8.0f} B/step ({raw / base[0]:5.1%} of 1.1), gzip-3 {gz3:7.0f} B/step "
+            f"({gz3 / base[1]:5.1%}), zlib-9 {gz9:7.0f} B/step; per scheduled request "
+            f"{raw / n_sched:5.1f} B raw, {gz3 / n_sched:5.2f} B gzip-3"
         )
+    base = sizes(lines)
     raw, gz3, _ = base
     print(
         f"Trace size figure: {raw:.0f} bytes/step raw, {gz3:.0f} bytes/step gzipped (level 3, as the "

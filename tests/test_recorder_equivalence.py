@@ -2,10 +2,17 @@
 
 Every scenario of tracer/whatif/scenarios.py and two larger preempting workloads (FCFS
 with ngram; priority, async, draft_model, long-prefill clipping) are recorded on
-vLLM's real Scheduler; their step and runner records, timestamps aside, must
-equal the golden copies in tests/data, recorded before the recorder's P1 work
-(issue 10) by the recorder of commit 2dc5fdc. Regenerate only for an intended
-format change:
+vLLM's real Scheduler. Their step and runner records, timestamps aside, are checked twice:
+
+- converted to the 1.1 layout (`tracer.trace.compact.expand`, what `Trace.step` hands every
+  consumer), they must equal the 1.1 golden copies in tests/data, recorded before the
+  recorder's P1 work (issue 10) by the recorder of commit 2dc5fdc, so format 1.2 records
+  exactly what 1.1 did;
+- as written (format 1.2), they must equal the 1.2 golden copies, so the compact encoding
+  itself does not drift.
+
+The 1.1 copies are never regenerated (this recorder writes 1.2). Regenerate the 1.2 copies
+only for an intended format change, once the 1.1 check passes:
 
     PYTHONPATH=. .venv/bin/python -m tests.test_recorder_equivalence --regen      # and with .venv033
 
@@ -24,6 +31,7 @@ from typing import Any
 import orjson
 import pytest
 
+from tracer.trace.compact import expand
 from tracer.whatif.offline import EngineSpec, RequestSpec, build_scheduler, run_workload
 from tracer.whatif.scenarios import SCENARIOS, mixed_accept
 
@@ -115,15 +123,21 @@ def record(name: str, path: Path, probe: list[dict[str, int]] | None = None) -> 
     return records
 
 
-def _golden_path() -> Path:
+def _golden_path(layout: str) -> Path:
+    """The golden copy for this vLLM: `layout` "1.1" (converted) or "1.2" (as written)."""
     import vllm
 
     minor = ".".join(vllm.__version__.split(".")[:2])
-    return DATA / f"recorder_golden_{minor}.jsonl.gz"
+    name = (
+        f"recorder_golden_{minor}.jsonl.gz"
+        if layout == "1.1"
+        else f"recorder_golden_{layout}_{minor}.jsonl.gz"
+    )
+    return DATA / name
 
 
-def _golden() -> dict[str, list[dict[str, Any]]]:
-    path = _golden_path()
+def _golden(layout: str) -> dict[str, list[dict[str, Any]]]:
+    path = _golden_path(layout)
     if not path.exists():
         pytest.skip(f"no golden records for this vLLM ({path.name})")
     out: dict[str, list[dict[str, Any]]] = {}
@@ -133,10 +147,12 @@ def _golden() -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-@pytest.mark.parametrize("name", sorted(workloads()))
-def test_records_equal_the_golden_copy(name: str, tmp_path: Path) -> None:
-    golden = _golden()[name]
-    got = record(name, tmp_path / "t.jsonl")
+def as_v11(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Records in the 1.1 layout, as Trace.step converts them (copies: the input stays 1.2)."""
+    return [expand(orjson.loads(orjson.dumps(r))) if r["kind"] == "step" else r for r in records]
+
+
+def _compare(name: str, golden: list[dict[str, Any]], got: list[dict[str, Any]]) -> None:
     assert len(got) == len(golden)
     for i, (a, b) in enumerate(zip(golden, got, strict=True)):
         if a != b:
@@ -144,10 +160,21 @@ def test_records_equal_the_golden_copy(name: str, tmp_path: Path) -> None:
             pytest.fail(f"{name}: record {i} ({a['kind']} step {a['step']}) differs: {diff}")
 
 
+@pytest.mark.parametrize("name", sorted(workloads()))
+def test_records_equal_the_golden_copies(name: str, tmp_path: Path) -> None:
+    got = record(name, tmp_path / "t.jsonl")
+    # The compact encoding is in use: every scheduled group is parallel arrays, sampled a list.
+    steps = [r for r in got if r["kind"] == "step"]
+    assert all(type(r[k]) is dict or r[k] == [] for r in steps for k in ("new", "resumed", "running"))
+    assert any(type(r["sampled"]) is list and r["sampled"] for r in steps)
+    _compare(name, _golden("1.1")[name], as_v11(got))
+    _compare(name, _golden("1.2")[name], got)
+
+
 @pytest.mark.parametrize("name", ["big_fcfs_preempt", "big_priority_async", "ngram_preempt", "dflash_k7"])
 def test_running_demand_is_vllms_own(name: str, tmp_path: Path) -> None:
     probe: list[dict[str, int]] = []
-    steps = [r for r in record(name, tmp_path / "t.jsonl", probe) if r["kind"] == "step"]
+    steps = [r for r in as_v11(record(name, tmp_path / "t.jsonl", probe)) if r["kind"] == "step"]
     assert len(steps) == len(probe)
     clipped = 0
     for rec, demand in zip(steps, probe, strict=True):
@@ -169,7 +196,7 @@ def regenerate(tmp: Path) -> Path:
     for name in sorted(workloads()):
         for rec in record(name, tmp / f"{name}.jsonl"):
             lines.append(orjson.dumps([name, rec]))
-    path = _golden_path()
+    path = _golden_path("1.2")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(gzip.compress(b"\n".join(lines) + b"\n", compresslevel=9, mtime=0))
     return path

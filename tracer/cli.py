@@ -271,6 +271,11 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    if args.format == "parquet":
+        return _export_parquet(args)
+    if args.engine:
+        print("schedscope: error: --engine names a parquet export's engine column", file=sys.stderr)
+        return 2
     from tracer.render.perfetto import export
 
     trace = _load(args)
@@ -280,6 +285,29 @@ def cmd_export(args: argparse.Namespace) -> int:
         print(f"schedscope: error: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     print(f"wrote {out} ({len(trace)} steps); open it at https://ui.perfetto.dev")
+    return 0
+
+
+def _export_parquet(args: argparse.Namespace) -> int:
+    from tracer.render.parquet import ParquetUnavailable, export, require
+
+    try:
+        require()  # before loading what may be a big trace
+    except ParquetUnavailable as exc:
+        print(f"schedscope: error: {exc}", file=sys.stderr)
+        return 2
+    trace = _load(args)
+
+    def progress(done: int, total: int) -> None:
+        if total >= 20_000 and sys.stderr.isatty():
+            print(f"\rexporting {done / total:6.1%}", end="" if done < total else "\n", file=sys.stderr)
+
+    try:
+        steps, requests = export(trace, args.output, engine=args.engine, progress=progress)
+    except OSError as exc:
+        print(f"schedscope: error: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {steps} and {requests} ({len(trace)} steps); queries: docs/queries.md")
     return 0
 
 
@@ -525,12 +553,22 @@ example:
 
     p = sub.add_parser(
         "export",
-        help="write a Perfetto / chrome://tracing timeline (Chrome Trace Event JSON)",
-        description="Budgets, query rows and buffer rows as counter tracks, a slice per step, "
-        "a lane per request and flags as instant events. Open the file at https://ui.perfetto.dev.",
+        help="write a Perfetto / chrome://tracing timeline, or Parquet tables for SQL",
+        description="perfetto (default): budgets, query rows and buffer rows as counter tracks, a "
+        "slice per step, a lane per request and flags as instant events; open the file at "
+        "https://ui.perfetto.dev. parquet: OUTPUT is a directory that gets steps.parquet (a row per "
+        "step, budget model included) and requests.parquet (a row per request per step); "
+        "query several engines' tables together with DuckDB (docs/queries.md). Needs pyarrow.",
     )
     trace_arg(p)
-    p.add_argument("-o", "--output", required=True, help="file to write (.json, or .json.gz for gzip)")
+    p.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        help="perfetto: file to write (.json, or .json.gz for gzip); parquet: a directory",
+    )
+    p.add_argument("--format", choices=("perfetto", "parquet"), default="perfetto", help="default perfetto")
+    p.add_argument("--engine", help="parquet: the engine column's value (default: the trace's file name)")
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser(

@@ -28,6 +28,7 @@ from urllib.parse import urlencode, urlparse, urlunparse
 import orjson
 
 from tracer.live.stream import HEARTBEAT_INTERVAL, _step_of
+from tracer.trace.compact import GROUPS, size
 
 MAX_LINE = 16 << 20  # a record longer than this is garbage, not a trace record
 # No bytes at all (heartbeats included) for this long: the connection is stalled.
@@ -318,7 +319,7 @@ def step_line(record: dict[str, Any]) -> str:
     if record.get("kind") == "gap":
         return f"-- gap: steps {record['after'] + 1}..{record['before'] - 1} missing ({record.get('reason')})"
     t, i = record["target"], record["input"]
-    n = len(record.get("new", ())), len(record.get("resumed", ())), len(record.get("running", ()))
+    n = [size(record.get(key)) for key in GROUPS]  # raw stream records: 1.1 or 1.2 layout
     query = record.get("query") or {}
     q = f" query {query.get('rows')}/{query.get('cap')}" if query else ""
     return (

@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from itertools import chain, islice
+from itertools import chain, islice, repeat
 from pathlib import Path
 from typing import Any
 
@@ -400,11 +400,27 @@ class Recorder:
         running_ids = [r.request_id for r in running_refs]  # fixed at construction: safe off-thread
         demand = dict(zip(running_ids, running_demand, strict=True))
         demand.update(waiting_pre)
+        # Format 1.2: per-request fields as parallel arrays, built in C-level map() calls.
         tokens_of, spec_of, demand_of = num_sched.get, dict(zip(*spec, strict=True)).get, demand.get
 
-        def entries(ids: Any) -> list[list[Any]]:
-            return [[r, tokens_of(r, 0), spec_of(r, 0), demand_of(r, -1)] for r in ids]
+        def group(ids: list[Any]) -> dict[str, list[Any]] | list[Any]:
+            if not ids:
+                return []  # an empty group: the same in 1.1 and 1.2
+            return {
+                "id": ids,
+                "tokens": list(map(tokens_of, ids, repeat(0))),
+                "spec": list(map(spec_of, ids, repeat(0))),
+                "demand": list(map(demand_of, ids, repeat(-1))),
+            }
 
+        if resumed:
+            new_group = [r for r in new_ids if r not in resumed]
+            resumed_group = [r for r in (*new_ids, *cached_ids) if r in resumed]
+            running_group = [r for r in cached_ids if r not in resumed]
+        else:
+            new_group, resumed_group, running_group = new_ids, [], cached_ids
+        # The scheduled order: `sampled` and the drafts inputs' refs count positions in it.
+        order = new_group + resumed_group + running_group if new_group or resumed_group else running_group
         n = len(num_sched)
         reserved = n * self.draft_slots
         input_used = total + reserved
@@ -422,9 +438,9 @@ class Recorder:
                 "left": self.input_cap - input_used,
             },
             "query": ({"per_req": self.q, "rows": self.q * n, "cap": self.buffer_cap} if self.q else None),
-            "new": entries(r for r in new_ids if r not in resumed) if new_ids else [],
-            "resumed": entries(r for r in (*new_ids, *cached_ids) if r in resumed) if resumed else [],
-            "running": entries(r for r in cached_ids if r not in resumed) if resumed else entries(cached_ids),
+            "new": group(new_group),
+            "resumed": group(resumed_group),
+            "running": group(running_group),
             "preempted": preempted,
             "finished": finished,
             # Running requests left out of this step (budget spent, or nothing to do).
@@ -439,18 +455,31 @@ class Recorder:
             "num_waiting": n_waiting,
             "num_running": n_running,
             "kv_usage": round(kv, 6),
-            "sampled": None if sampled is None else dict(zip(*sampled, strict=True)),
-            "inputs": [self._input_entry(e) for e in inputs],
+            "sampled": None if sampled is None else _aligned(order, *sampled),
+            "inputs": self._input_entries(inputs, order),
             "ends": ends or None,
         }
         self.steps_built += 1
         return record
 
-    def _input_entry(self, event: tuple[Any, ...]) -> list[Any]:
-        if event[0] != "a":
-            return list(event)
-        kind, rid, prompt, max_tokens, priority, arrival, hashes = event
-        return [kind, rid, prompt, max_tokens, priority, arrival, self._prefix.add(rid, hashes)]
+    def _input_entries(self, events: list[tuple[Any, ...]], order: list[Any]) -> list[list[Any]]:
+        out: list[list[Any]] = []
+        position: dict[Any, int] | None = None
+        for event in events:
+            kind = event[0]
+            if kind == "a":
+                _, rid, prompt, max_tokens, priority, arrival, hashes = event
+                out.append([kind, rid, prompt, max_tokens, priority, arrival, self._prefix.add(rid, hashes)])
+            elif kind == "d" and order:
+                # A request this step schedules by its position in the scheduled order, any
+                # other (finished since its drafts were made) by its id.
+                if position is None:
+                    position = dict(zip(order, range(len(order)), strict=True))
+                _, ids, counts = event
+                out.append([kind, list(map(position.get, ids, ids)), counts])
+            else:
+                out.append(list(event))
+        return out
 
 
 class _PrefixIndex:
@@ -485,6 +514,19 @@ class _PrefixIndex:
             for h in list(islice(owner, len(owner) - self.LIMIT // 2)):
                 del owner[h]
         return [source, shared] if shared else None
+
+
+def _aligned(order: list[Any], ids: list[Any], counts: list[int]) -> list[int] | dict[Any, int]:
+    """`sampled` in 1.2: the counts in the scheduled order when the model runner's requests
+    are exactly the scheduled ones (always, in every trace seen so far), else `{id: n}`."""
+    if ids == order:
+        return counts
+    by_id = dict(zip(ids, counts, strict=True))
+    if len(by_id) == len(order):
+        aligned = list(map(by_id.get, order))
+        if None not in aligned:
+            return aligned
+    return by_id
 
 
 def _ends(result: Any) -> dict[str, tuple[str, int]] | None:

@@ -45,7 +45,7 @@ from typing import IO, Any
 import numpy as np
 import orjson
 
-from tracer.trace import schema, sidecar
+from tracer.trace import compact, schema, sidecar
 from tracer.trace.errors import TraceError, TraceHeaderError, TraceVersionError
 from tracer.trace.store import (
     MEMBER_DTYPE,
@@ -135,6 +135,7 @@ _TARGET_KEYS = itemgetter("cap", "used", "left")
 _INPUT_KEYS = itemgetter("cap", "used", "reserved", "left")
 _QUERY_KEYS = itemgetter("per_req", "rows", "cap")
 _RUNNER_KEYS = itemgetter("step", "pass", "rows", "cap")
+_COLUMNS = itemgetter(*compact.COLUMNS)
 _TOKENS = itemgetter(1)
 _SPEC = itemgetter(2)
 _JUST_INT = frozenset({int})
@@ -178,7 +179,8 @@ class Trace:
         return zip(rows.tolist(), self.store.read_many(self._spans[rows]), strict=True)
 
     def step(self, i: int) -> dict[str, Any]:
-        """The full record of the i-th step (0-based row), defaults filled in."""
+        """The full record of the i-th step (0-based row), defaults filled in, in the 1.1
+        layout whatever the trace's format (tracer.trace.compact; checked when loaded)."""
         return self._parse_step(i, self.raw(i))
 
     def iter_steps(self) -> Iterator[dict[str, Any]]:
@@ -208,15 +210,41 @@ class Trace:
                 f"step row {i} (bytes {start}..{end}) is no longer a JSON record: "
                 "the file changed since it was loaded; load it again",
             ) from None
-        return _with_defaults(record, schema.STEP_DEFAULTS)
+        return _with_defaults(compact.expand(record, check=False), schema.STEP_DEFAULTS)
 
 
-def _held(preempted: Any, *entries: list[Any]) -> int:
-    """How many of a step's preempted requests still hold tokens in that step."""
+def _held(preempted: Any, *groups: Any) -> int:
+    """How many of a step's preempted requests still hold tokens in that step (a group in
+    either layout: 1.1 entries or 1.2 arrays)."""
     if not preempted:
         return 0
-    gone = set(preempted)
-    return sum(1 for group in entries for e in group if e[0] in gone)
+    held = set(preempted).__contains__
+    return sum(
+        sum(map(held, g["id"])) if type(g) is dict else sum(1 for e in g if held(e[0])) for g in groups
+    )
+
+
+def _group_sums(group: Any) -> tuple[int, int, int]:
+    """(requests, tokens, spec tokens) of one request group in either layout, for the fast
+    path; TypeError for anything the general path must judge (`compact.columns`' checks)."""
+    if type(group) is dict:
+        ids, tokens, spec, demand = _COLUMNS(group)
+        n = len(ids)
+        if (
+            type(ids) is list
+            and type(tokens) is list
+            and type(spec) is list
+            and type(demand) is list
+            and len(tokens) == n
+            and len(spec) == n
+            and len(demand) == n
+            and (not n or set(map(type, tokens)) == _JUST_INT)
+        ):
+            return n, sum(tokens), sum(spec)  # a float spec makes pack() refuse the row
+        raise TypeError("not the recorder's compact group")
+    if type(group) is not list or (group and set(map(type, map(_TOKENS, group))) != _JUST_INT):
+        raise TypeError("not the recorder's entries")
+    return len(group), sum(map(_TOKENS, group)), sum(map(_SPEC, group))
 
 
 def _with_defaults(record: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
@@ -348,6 +376,7 @@ class TraceBuilder:
         rows, runner_rows = self._rows, self._runner_rows
         pack, pack_runner = _ROW.pack, _RUNNER_ROW.pack
         data, base = self._buf, self._base
+        compact_refs_ok = compact.refs_ok
         counted, line_no = pos, self._line  # line_no: lines before byte `counted`
         have_header = self.header is not None
         for line in source:
@@ -371,17 +400,31 @@ class TraceBuilder:
                     qp, qr, qc = (0, 0, -1) if q is None else _QUERY_KEYS(q)
                     nt = rt = ut = spec = 0
                     ok = type(new) is list and type(res) is list and type(run) is list
-                    # Token counts must be ints, not bools (so each entry is a list of
-                    # >= 2): the general path's check, in C.
-                    if new and ok:
-                        ok = set(map(type, map(_TOKENS, new))) == _JUST_INT
-                        nt, spec = sum(map(_TOKENS, new)), sum(map(_SPEC, new))
-                    if res and ok:
-                        ok = set(map(type, map(_TOKENS, res))) == _JUST_INT
-                        rt, spec = sum(map(_TOKENS, res)), spec + sum(map(_SPEC, res))
-                    if run and ok:
-                        ok = set(map(type, map(_TOKENS, run))) == _JUST_INT
-                        ut, spec = sum(map(_TOKENS, run)), spec + sum(map(_SPEC, run))
+                    if ok:  # 1.1 entries (or 1.2 with every group empty)
+                        # Token counts must be ints, not bools (so each entry is a list of
+                        # >= 2): the general path's check, in C.
+                        if new:
+                            ok = set(map(type, map(_TOKENS, new))) == _JUST_INT
+                            nt, spec = sum(map(_TOKENS, new)), sum(map(_SPEC, new))
+                        if res and ok:
+                            ok = set(map(type, map(_TOKENS, res))) == _JUST_INT
+                            rt, spec = sum(map(_TOKENS, res)), spec + sum(map(_SPEC, res))
+                        if run and ok:
+                            ok = set(map(type, map(_TOKENS, run))) == _JUST_INT
+                            ut, spec = sum(map(_TOKENS, run)), spec + sum(map(_SPEC, run))
+                        is_compact = type(smp) is list
+                        n_new, n_res, n_run = len(new), len(res), len(run)
+                    else:  # 1.2 parallel arrays: compact.columns' checks, in C
+                        is_compact = ok = True
+                        (n_new, nt, s1), (n_res, rt, s2), (n_run, ut, s3) = map(_group_sums, (new, res, run))
+                        spec = s1 + s2 + s3
+                    if is_compact and ok:
+                        # sampled aligned with the scheduled requests; drafts refs in range.
+                        n_all = n_new + n_res + n_run
+                        ok = type(smp) is not list or len(smp) == n_all
+                        for e in r.get("inputs") or ():
+                            if type(e) is list and len(e) == 3 and e[0] == "d" and type(e[1]) is list:
+                                ok = ok and compact_refs_ok(e[1], n_all)
                     # The budget fields must be exactly ints. The other values are
                     # checked by pack() itself: "q" takes ints and bools (read as 1/0,
                     # as int() does on the general path) and refuses the rest, "d"
@@ -398,8 +441,8 @@ class TraceBuilder:
                     ):
                         rows += pack(
                             step, tc, tu, tl, ic, iu, ir, il, qp, qr, qc or -1,
-                            len(new), len(res), len(run), len(pre), len(fin), nt, rt, ut, spec,
-                            -1 if smp is None else sum(smp.values()) if type(smp) is dict else None,
+                            n_new, n_res, n_run, len(pre), len(fin), nt, rt, ut, spec,
+                            -1 if smp is None else sum(smp.values()) if type(smp) is dict else sum(smp),
                             nw, nr, _held(pre, new, res, run) if pre else 0, base + pos, base + pos + n - 1,
                             t, su, kv,
                         )  # fmt: skip
@@ -533,6 +576,10 @@ class TraceBuilder:
         for key in schema.STEP_REQUIRED:
             if key not in r:
                 raise TraceError(path, "missing", line=line, field=key)
+        try:
+            compact.expand(r)  # a 1.2 step in the 1.1 layout: every check below applies to both
+        except compact.CompactError as exc:
+            raise TraceError(path, exc.message, line=line, field=exc.field) from None
         step = _int(r, "step", None, path, line)
         t = r["t"]
         if not isinstance(t, (int, float)):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-SCHEMA_VERSION: Final = "1.1"
+SCHEMA_VERSION: Final = "1.2"
 SCHEMA_MAJOR: Final = 1
 
 HEADER: Final = "header"
