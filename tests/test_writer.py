@@ -9,11 +9,11 @@ from typing import Any
 
 import orjson
 
-from tracer.record.writer import TraceWriter
+from tracer.record.writer import Record, TraceWriter
 
 
-def encode(item: Any) -> bytes:
-    return orjson.dumps(item, option=orjson.OPT_APPEND_NEWLINE)
+def encode(item: Any) -> Record:
+    return Record("test", None, orjson.dumps(item, option=orjson.OPT_APPEND_NEWLINE))
 
 
 class BlockingSink(io.BytesIO):

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.stream_support import records
 from tracer.trace.reader import Trace
 from web.follow import FileFollower
 
@@ -87,7 +88,7 @@ def test_attach_status_leads_the_live_status_and_a_new_run_redraws(tmp_path: Pat
     head = orjson.loads(src[0])
     restarted = orjson.dumps({**head, "pid": head["pid"] + 1, "start_time": head["start_time"] + 60}) + b"\n"
     hub_a = StreamHub()
-    hub_a.publish(src[:4])
+    hub_a.publish(records(src[:4]))
     server_a = StreamServer(hub_a, "127.0.0.1", 0, heartbeat=0.1)
     port = server_a.address[1]
     servers = [server_a]
@@ -111,7 +112,7 @@ def test_attach_status_leads_the_live_status_and_a_new_run_redraws(tmp_path: Pat
         assert status.startswith("idle since ") and "(last step 3) · following live.jsonl: 3 steps" in status
         server_a.close()
         hub_b = StreamHub()
-        hub_b.publish([restarted, *src[1:6]])
+        hub_b.publish(records([restarted, *src[1:6]]))
         servers.append(StreamServer(hub_b, "127.0.0.1", port, heartbeat=0.1))
         wait("live: live.1.jsonl", 5)
         fig, state2, _, status = h.timeline(ids.TICK, LIVE, None, None, state, ["on"])
