@@ -32,7 +32,8 @@ from typing import IO, Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tracer.record.recorder import RUNNER_NOTES_ATTR, Recorder, encode_record
+from tracer.record.recorder import RUNNER_NOTES_ATTR, Recorder, RunnerNote
+from tracer.record.writer import Encoder
 from tracer.trace import schema
 
 BLOCK = 16
@@ -48,11 +49,15 @@ class SyncWriter:
         self.failed: str | None = None
         self.t0: float | None = None
         self._buf: list[bytes] = []
+        self._encode: Encoder | None = None
+
+    def bind(self, encode: Encoder) -> None:
+        self._encode = encode
 
     def emit(self, item: Any) -> bool:
         if isinstance(item, dict) and item.get("kind") == schema.HEADER:
             self.t0 = item["t0"]
-        self._buf.append(encode_record(item))
+        self._buf.append(self._encode(item).line)  # type: ignore[misc, union-attr]  # bound by the Recorder
         if len(self._buf) >= 4096:
             self.flush()
         return True
@@ -63,7 +68,7 @@ class SyncWriter:
 
     def shutdown(self, timeout: float = 0.0, last: Any = None) -> None:
         if last is not None:
-            self._buf.append(encode_record(last()))
+            self._buf.append(self._encode(last()).line)  # type: ignore[misc, union-attr]
         self.flush()
         self.sink.close()
 
@@ -241,7 +246,7 @@ class SimScheduler:
                 accepted += 1
             sampled.append([7] * (accepted + 1))
         output = SimpleNamespace(req_ids=req_ids, sampled_token_ids=sampled)
-        notes = [("target", out.total_num_scheduled_tokens, self.budget, len(req_ids))]
+        notes = [RunnerNote("target", out.total_num_scheduled_tokens, self.budget, len(req_ids))]
         setattr(output, RUNNER_NOTES_ATTR, notes)
         return output
 

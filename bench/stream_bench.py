@@ -141,12 +141,13 @@ def synthetic(args: argparse.Namespace, steps: int, tmp: Path) -> int:
     import orjson
 
     from tracer.live.stream import StreamHub, StreamServer
+    from tracer.record.writer import Record
 
     sample = (ROOT / "sample_traces" / "ngram_preempt.jsonl").read_bytes().splitlines()
     header, body = sample[0] + b"\n", [orjson.loads(x) for x in sample[1:] if b'"kind":"step"' in x]
     hub = StreamHub()
     server = StreamServer(hub, "127.0.0.1", 0)
-    hub.publish([header])
+    hub.publish([Record("header", None, header)])
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     outs = [tmp / f"viewer{i}.txt" for i in range(2)]
     viewers = [subprocess.Popen([sys.executable, "-c", VIEWER, server.url, str(o)], env=env) for o in outs]
@@ -154,11 +155,11 @@ def synthetic(args: argparse.Namespace, steps: int, tmp: Path) -> int:
         time.sleep(0.05)
     period = 1.0 / args.rate
     start = next_at = time.perf_counter()
-    batch: list[bytes] = []
+    batch: list[Record] = []
     for i in range(1, steps + 1):
         rec = dict(body[i % len(body)], step=i)
         rec["t"], rec["sched_us"] = time.monotonic(), 0.0
-        batch.append(orjson.dumps(rec, option=orjson.OPT_APPEND_NEWLINE))
+        batch.append(Record("step", i, orjson.dumps(rec, option=orjson.OPT_APPEND_NEWLINE)))
         next_at += period
         if len(batch) >= 40 or i == steps:  # the writer drains every 20 ms: ~40 steps at 2,000/s
             hub.publish(batch)
@@ -167,7 +168,7 @@ def synthetic(args: argparse.Namespace, steps: int, tmp: Path) -> int:
             if delay > 0:
                 time.sleep(delay)
     elapsed = time.perf_counter() - start
-    hub.publish([orjson.dumps({"kind": "footer"}, option=orjson.OPT_APPEND_NEWLINE)])
+    hub.publish([Record("footer", None, orjson.dumps({"kind": "footer"}, option=orjson.OPT_APPEND_NEWLINE))])
     for v in viewers:
         v.wait(60)
     server.close()

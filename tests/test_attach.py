@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 import pytest
 
+from tests.stream_support import records
 from tracer.cli import main
 from tracer.live.attach import RunSaver, StreamEvent, StreamFollower, link_status, run_path
 from tracer.live.stream import StreamHub, StreamServer
@@ -98,13 +99,13 @@ def test_reconnect_before_the_first_step_writes_one_header(
     """The issue's case: attached before any traffic, disconnected, then the steps come."""
     hub = StreamHub()
     server = serve(hub)
-    hub.publish([header()])
+    hub.publish(records([header()]))
     mirror = TraceSource.stream(server.url, save=tmp_path / "copy.jsonl", **FAST).start()
     mirrors.append(mirror)
     wait_for(lambda: kinds(tmp_path / "copy.jsonl") == ["header"])
     hub.disconnect_all()  # forced: the viewer reconnects and the server sends its header again
     wait_for(lambda: mirror.follower.reconnects == 1 and hub.viewers == 1)
-    hub.publish(with_runner(1, 2, 3))
+    hub.publish(records(with_runner(1, 2, 3)))
     wait_for(lambda: steps_in(tmp_path / "copy.jsonl") == [1, 2, 3])
     assert kinds(tmp_path / "copy.jsonl").count("header") == 1
     assert runner_steps(tmp_path / "copy.jsonl") == [1, 2, 3]
@@ -117,16 +118,16 @@ def test_reconnect_mid_run_between_a_step_and_its_runner_records(
     """Resumed from the step before the newest: nothing is lost, nothing is saved twice."""
     hub = StreamHub()
     server = serve(hub)
-    hub.publish([header(), *with_runner(1, 2, 3), step(4)])
+    hub.publish(records([header(), *with_runner(1, 2, 3), step(4)]))
     path = tmp_path / "copy.jsonl"
     mirror = TraceSource.stream(server.url, save=path, **FAST).start()
     mirrors.append(mirror)
     wait_for(lambda: steps_in(path) == [1, 2, 3, 4])
     hub.disconnect_all()
-    hub.publish([runner(4), *with_runner(5, 6)])  # while the viewer is away
+    hub.publish(records([runner(4), *with_runner(5, 6)]))  # while the viewer is away
     wait_for(lambda: steps_in(path) == [1, 2, 3, 4, 5, 6])
     hub.disconnect_all()  # and once more, right after a runner record
-    hub.publish(with_runner(7))
+    hub.publish(records(with_runner(7)))
     wait_for(lambda: steps_in(path)[-1:] == [7])
     time.sleep(3 * BEAT)  # anything sent twice would have arrived by now
     trace = load(path, strict=True)
@@ -142,19 +143,19 @@ def test_reconnect_after_a_gap_saves_the_gap_once(
     """Cut off for falling behind while the steps it missed left the backlog."""
     hub = StreamHub(backlog=6, viewer_queue=8)
     server = serve(hub)
-    hub.publish([header(), *with_runner(1, 2)])
+    hub.publish(records([header(), *with_runner(1, 2)]))
     path = tmp_path / "copy.jsonl"
     mirror = TraceSource.stream(server.url, save=path, **FAST).start()
     mirrors.append(mirror)
     wait_for(lambda: steps_in(path) == [1, 2])
-    hub.publish(with_runner(*range(3, 13)))  # 20 lines at once: over the queue, the viewer is cut
+    hub.publish(records(with_runner(*range(3, 13))))  # 20 lines at once: over the queue, the viewer is cut
     assert hub.viewers_cut == 1
     wait_for(lambda: steps_in(path)[-1:] == [12])
     trace = load(path, strict=True)
     assert list(trace.columns["step"]) == [1, 2, 10, 11, 12]
     assert trace.gaps == [(2, 10)] and mirror.state.gaps == 1  # steps 3..9 left the backlog
     assert runner_steps(path) == [1, 2, 10, 11, 12]
-    hub.publish(with_runner(13))
+    hub.publish(records(with_runner(13)))
     wait_for(lambda: steps_in(path)[-1:] == [13])
     assert kinds(path).count("header") == 1 and load(path, strict=True).gaps == [(2, 10)]
 
@@ -167,7 +168,7 @@ def test_a_restart_begins_a_new_file_and_says_so(
     hub_a = StreamHub()
     server_a = serve(hub_a)
     port = server_a.address[1]
-    hub_a.publish([header(pid=1, start_time=1000.0), *with_runner(1, 2, 3)])
+    hub_a.publish(records([header(pid=1, start_time=1000.0), *with_runner(1, 2, 3)]))
     save = tmp_path / "copy.jsonl"
     done: list[int] = []
     attach = threading.Thread(
@@ -179,11 +180,11 @@ def test_a_restart_begins_a_new_file_and_says_so(
     wait_for(lambda: steps_in(save) == [1, 2, 3])
     server_a.close()  # the engine stops; a new one starts on the same port
     hub_b = StreamHub()
-    hub_b.publish([header(pid=2, start_time=2000.0), *with_runner(1, 2)])
+    hub_b.publish(records([header(pid=2, start_time=2000.0), *with_runner(1, 2)]))
     server_b = serve(hub_b, port)
     second = run_path(save, 1)
     wait_for(lambda: steps_in(second) == [1, 2])
-    hub_b.publish(with_runner(3, 4))
+    hub_b.publish(records(with_runner(3, 4)))
     wait_for(lambda: steps_in(second) == [1, 2, 3, 4])
     server_b.close()
     attach.join(5)  # the reconnect limit ends it once both servers are gone
@@ -202,7 +203,7 @@ def test_a_mirror_follows_a_restart_into_a_new_file(
 ) -> None:
     hub_a = StreamHub()
     server_a = serve(hub_a)
-    hub_a.publish([header(pid=1, start_time=1000.0), step(1)])
+    hub_a.publish(records([header(pid=1, start_time=1000.0), step(1)]))
     mirror = TraceSource.stream(server_a.url, save=tmp_path / "live.jsonl", **FAST).start()
     mirrors.append(mirror)
     wait_for(lambda: steps_in(tmp_path / "live.jsonl") == [1])
@@ -210,7 +211,7 @@ def test_a_mirror_follows_a_restart_into_a_new_file(
     port = server_a.address[1]
     server_a.close()
     hub_b = StreamHub(backlog=2)
-    hub_b.publish([header(pid=2, start_time=2000.0), *(step(i) for i in range(1, 6))])
+    hub_b.publish(records([header(pid=2, start_time=2000.0), *(step(i) for i in range(1, 6))]))
     serve(hub_b, port)
     wait_for(lambda: mirror.saver.path == tmp_path / "live.1.jsonl" and steps_in(mirror.saver.path) == [4, 5])
     # Steps 1..3 of the new run left its backlog before the viewer got back: an explicit gap.
@@ -224,7 +225,7 @@ def test_an_idle_server_sends_heartbeats_and_is_never_reconnected(
 ) -> None:
     hub = StreamHub()
     server = serve(hub)
-    hub.publish([header(), step(1), step(2)])
+    hub.publish(records([header(), step(1), step(2)]))
     follower = StreamFollower(server.url, **FAST)
     events: list[StreamEvent] = []
     saver = RunSaver(tmp_path / "copy.jsonl")
@@ -234,7 +235,7 @@ def test_an_idle_server_sends_heartbeats_and_is_never_reconnected(
         events.append(event)
         saver.handle(event)
         if not published and time.monotonic() > deadline - 5 * BEAT:
-            hub.publish([step(3)])  # traffic ends the idle period; another one begins
+            hub.publish(records([step(3)]))  # traffic ends the idle period; another one begins
             published = True
         if time.monotonic() > deadline:
             break
@@ -261,7 +262,7 @@ def test_the_mirror_reports_idle_and_saves_no_heartbeat(
     mirrors.append(mirror)
     wait_for(lambda: mirror.state.phase == "idle")  # nothing published at all yet
     assert mirror.state.text() == "idle (no step yet)"
-    hub.publish([header(), step(1)])
+    hub.publish(records([header(), step(1)]))
     wait_for(lambda: mirror.state.phase == "idle" and mirror.state.link.last_step == 1)
     assert mirror.state.text().startswith("idle since ") and mirror.state.text().endswith("(last step 1)")
     time.sleep(6 * BEAT)
@@ -321,7 +322,7 @@ def test_a_silent_connection_is_stalled_and_reconnected(prelude: bytes) -> None:
 
 def test_a_refused_mirror_says_so(tmp_path: Path, mirrors: list[TraceSource]) -> None:
     hub = StreamHub()
-    hub.publish([header(), step(1)])
+    hub.publish(records([header(), step(1)]))
     server = StreamServer(hub, "127.0.0.1", 0, token="s3cret", heartbeat=BEAT)
     try:
         mirror = TraceSource.stream(server.url, save=tmp_path / "m.jsonl", token="wrong", **FAST).start()

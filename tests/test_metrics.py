@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.stream_support import records
 from tracer.trace.reader import load
 from tracer.whatif.offline import build_scheduler, run_workload
 from tracer.whatif.scenarios import SCENARIOS, mixed_accept
@@ -112,7 +113,7 @@ def test_metrics_equal_the_trace_in_small_batches(name: str, trace_env: Path) ->
     lines = trace_env.read_bytes().splitlines(keepends=True)
     m = TraceMetrics(interval=0.0)
     for i in range(0, len(lines), 3):
-        m.tap(lines[i : i + 3])
+        m.tap(records(lines[i : i + 3]))
     m.update()
     from prometheus_client.parser import text_string_to_metric_families
 

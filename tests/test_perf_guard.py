@@ -32,14 +32,18 @@ BENCH = ROOT / "bench"
 STEPS = 8
 
 
+# What a step keeps alive: Python containers, and the recorder's own snapshots.
+_KEPT = (list, tuple, dict, set, recorder_module.StepSnapshot, recorder_module.Candidates)
+
+
 def _containers(items: list[Any]) -> int:
-    """Lists, tuples, dicts and sets reachable from what the recorder handed the writer
+    """Containers (and snapshots) reachable from what the recorder handed the writer
     (not through the Recorder itself): what a step keeps alive until it is encoded."""
     seen: set[int] = set()
     stack = list(items)
     while stack:
         obj = stack.pop()
-        if id(obj) in seen or not isinstance(obj, (list, tuple, dict, set)):
+        if id(obj) in seen or not isinstance(obj, _KEPT):
             continue
         seen.add(id(obj))
         stack.extend(o for o in gc.get_referents(obj) if not isinstance(o, recorder_module.Recorder))

@@ -218,3 +218,29 @@ def test_replay_records_without_touching_the_environment(
     assert sched._schedscope_stream is None and not (tmp_path / "server.jsonl").exists()
     trace = load(tmp_path / "replay.jsonl")
     assert trace.header["replay"] == {"source": "x"} and len(trace) > 0
+
+
+def test_taps_get_each_record_with_kind_and_step(trace_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the stream hub and the metrics rely on instead of reading the bytes: each
+    Record a tap gets is a line of the file, in order, with that line's kind and step."""
+    import orjson
+
+    from tracer.record.recorder import Recorder
+    from tracer.scheduler import TracingScheduler
+
+    got: list[Any] = []
+    for_scheduler = Recorder.for_scheduler.__func__  # type: ignore[attr-defined]
+
+    def with_tap(cls: type, sched: Any, path: Any, **kw: Any) -> Recorder:
+        return for_scheduler(cls, sched, path, **{**kw, "taps": [*kw.get("taps", ()), got.extend]})
+
+    monkeypatch.setattr(Recorder, "for_scheduler", classmethod(with_tap))
+    spec, requests = SCENARIOS["ngram_preempt"]
+    sched = build_scheduler(spec, TracingScheduler)
+    run_workload(sched, requests, accept=mixed_accept)
+    sched.shutdown()
+    assert b"".join(r.line for r in got) == trace_env.read_bytes()
+    parsed = [orjson.loads(r.line) for r in got]
+    assert [(r.kind, r.step) for r in got] == [(p["kind"], p.get("step")) for p in parsed]
+    assert [r.kind for r in got[:2]] == ["header", "step"] and got[-1].kind == "footer"
+    assert got[-1].step is None and got[0].step is None

@@ -20,6 +20,7 @@ import pytest
 
 from tests.hook_support import fresh_hook, restore_attrs
 from tracer.record import recorder
+from tracer.record.recorder import RunnerNote, RunnerPass
 from tracer.trace import schema
 from tracer.trace.reader import load
 
@@ -131,14 +132,22 @@ def test_v2_notes_target_and_query_rows_with_their_padding(fresh_hook: Any, modu
     out = one_step(runner, {"a": 5, "b": 4, "c": 1})
     # Pickled as the mp executor ships it to EngineCore.
     got = pickle.loads(pickle.dumps(out.get_output()))
-    assert getattr(got, rh.ATTR) == [("target", 10, CAPACITY, 3, 16), ("draft", 12, CAPACITY, 3, 16)]
+    notes = getattr(got, rh.ATTR)
+    assert notes == [
+        RunnerNote("target", 10, CAPACITY, 3, 16, True),
+        RunnerNote("draft", 12, CAPACITY, 3, 16, True),
+    ]
+    assert {type(note) for note in notes} == {RunnerNote}  # typed after the trip, not bare tuples
     hooks = getattr(got, rh.HOOKS_ATTR)
     assert hooks["runner"] == "v2" and hooks["runner_cls"].endswith("StandinV2Runner")
     assert hooks["speculator"].endswith("DFlashSpeculator") and hooks["speculator_rows"] == "query"
     assert hooks["padded"] == ["target", "draft"] and hooks["inactive"] == []
     # The state went out once; the next step carries notes only.
     again = one_step(runner, {"a": 1}).get_output()
-    assert getattr(again, rh.ATTR) == [("target", 1, CAPACITY, 1, 8), ("draft", 4, CAPACITY, 1, 8)]
+    assert getattr(again, rh.ATTR) == [
+        RunnerNote("target", 1, CAPACITY, 1, 8, True),
+        RunnerNote("draft", 4, CAPACITY, 1, 8, True),
+    ]
     assert not hasattr(again, rh.HOOKS_ATTR)
 
 
@@ -192,7 +201,7 @@ def test_v2_without_prepare_inputs_notes_scheduled_rows_unpadded(fresh_hook: Any
     runner_cls.execute_model = execute_model
     assert rh.install_v2(runner_cls)
     got = one_step(runner_cls(), {"a": 3, "b": 2}).get_output()
-    assert getattr(got, rh.ATTR) == [("target", 5, CAPACITY, 2)]
+    assert getattr(got, rh.ATTR) == [RunnerNote("target", 5, CAPACITY, 2)]
     state = getattr(got, rh.HOOKS_ATTR)
     assert state["padded"] == [] and "prepare_inputs" in state["inactive"][0]
 
@@ -213,7 +222,8 @@ def test_a_fault_in_the_hook_never_reaches_the_runner(
         for _ in range(3):
             got = one_step(runner, {"a": 2}).get_output()
     assert got.req_ids == ["r0"]
-    assert getattr(got, rh.ATTR) == [("target", 2, CAPACITY, 1, 8)]  # the draft note is lost, not the step
+    # The draft note is lost, not the step.
+    assert getattr(got, rh.ATTR) == [RunnerNote("target", 2, CAPACITY, 1, 8, True)]
     assert len([r for r in caplog.records if "runner hook error" in r.getMessage()]) == 1
 
 
@@ -249,17 +259,31 @@ def test_v1_async_output_gets_notes_through_get_output(fresh_hook: Any) -> None:
     runner = V1Runner()
     runner.execute_model(scheduled({"x": 7}))
     got = runner.sample_tokens(None).get_output()
-    assert getattr(got, rh.ATTR) == [("target", 7, CAPACITY, 1)]
+    assert getattr(got, rh.ATTR) == [RunnerNote("target", 7, CAPACITY, 1)]
     assert getattr(got, rh.HOOKS_ATTR)["runner"] == "v1"
 
 
 def test_recorder_writes_padded_rows_and_hooks_records(tmp_path: Path) -> None:
     """The recorder's side: a `padded` key only where the note has one, `hooks` as its
     own record kind; the reader sums padded rows per step and keeps the hooks records."""
-    line = recorder.encode_record(("runner", 3, "target", 10, 64, 2, 16))
-    assert orjson.loads(line) == {"kind": "runner", "step": 3, "pass": "target", "rows": 10, "cap": 64,
-                                  "reqs": 2, "padded": 16}  # fmt: skip
-    assert "padded" not in orjson.loads(recorder.encode_record(("runner", 3, "draft", 4, 64, 1)))
+
+    def runner(step: int, *note: Any) -> dict[str, Any]:
+        return recorder.runner_record(RunnerPass(step, RunnerNote(*note)))
+
+    padded = runner(3, "target", 10, 64, 2, 16, True)
+    assert padded == {
+        "kind": "runner",
+        "step": 3,
+        "pass": "target",
+        "rows": 10,
+        "cap": 64,
+        "reqs": 2,
+        "padded": 16,
+    }
+    assert list(padded)[:2] == ["kind", "step"]  # written first, as in every record
+    assert "padded" not in runner(3, "draft", 4, 64, 1)
+    # A hook that observes padding but did not see it this pass says so: null, not absent.
+    assert runner(3, "draft", 4, 64, 1, None, True)["padded"] is None
     header = {"kind": "header", "schema": schema.SCHEMA_VERSION, "config": {}}
 
     def step(n: int) -> dict[str, Any]:
@@ -270,10 +294,10 @@ def test_recorder_writes_padded_rows_and_hooks_records(tmp_path: Path) -> None:
         header,
         step(1),
         {"kind": "hooks", "step": 1, "runner": "v2", "inactive": []},
-        orjson.loads(recorder.encode_record(("runner", 1, "target", 6, 64, 1, 8))),
-        orjson.loads(recorder.encode_record(("runner", 1, "target", 4, 64, 1, 8))),
+        runner(1, "target", 6, 64, 1, 8, True),
+        runner(1, "target", 4, 64, 1, 8, True),
         step(2),
-        orjson.loads(recorder.encode_record(("runner", 2, "target", 10, 64, 2))),
+        runner(2, "target", 10, 64, 2),
     ]
     path = tmp_path / "t.jsonl"
     path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))

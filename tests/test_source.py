@@ -15,6 +15,7 @@ import numpy as np
 import orjson
 import pytest
 
+from tests.stream_support import records
 from tracer.live.stream import StreamHub, StreamServer
 from tracer.trace.reader import Trace, TraceError, TraceHeaderError, load
 from tracer.trace.source import Mode, Phase, SourceState, TraceSource
@@ -267,7 +268,7 @@ def servers() -> Any:
 
 def test_a_stream_with_a_wrong_token_is_unauthorised(servers: list[StreamServer]) -> None:
     hub = StreamHub()
-    hub.publish(sample_lines()[:3])
+    hub.publish(records(sample_lines()[:3]))
     servers.append(StreamServer(hub, "127.0.0.1", 0, token="s3cret", heartbeat=0.1))
     source = TraceSource.stream(servers[0].url, token="wrong", **FAST)
     seen = Recorder(source)
@@ -296,12 +297,12 @@ def test_a_stream_reconnects_and_the_save_tee_equals_the_servers_file(
     seen = Recorder(source)
     source.start()
     try:
-        hub.publish(lines[:4])
+        hub.publish(records(lines[:4]))
         wait_for(lambda: seen.steps == 3)
         hub.disconnect_all()
-        hub.publish(lines[4:6])  # while the viewer is away
+        hub.publish(records(lines[4:6]))  # while the viewer is away
         wait_for(lambda: source.follower is not None and source.follower.reconnects == 1)
-        hub.publish(lines[6:])
+        hub.publish(records(lines[6:]))
         wait_for(lambda: seen.steps == 7 and source.state.phase is Phase.IDLE)
         assert save.read_bytes() == ADDITIVE.read_bytes()
         assert seen.last is not None and same(seen.last, load(ADDITIVE)) and seen.last.path == str(save)
@@ -318,14 +319,14 @@ def test_a_stream_gap_is_shown_as_a_gap(servers: list[StreamServer]) -> None:
     """Cut off for falling behind while the steps it missed left the server's backlog."""
     lines = tiled(12).splitlines(keepends=True)
     hub = StreamHub(backlog=6, viewer_queue=8)
-    hub.publish(lines[:3])
+    hub.publish(records(lines[:3]))
     servers.append(StreamServer(hub, "127.0.0.1", 0, heartbeat=0.1))
     source = TraceSource.stream(servers[0].url, interval=0.02, **FAST)
     seen = Recorder(source)
     source.start()
     try:
         wait_for(lambda: seen.steps == 2)
-        hub.publish(lines[3:])  # ten steps at once: over the viewer's queue, it is cut off
+        hub.publish(records(lines[3:]))  # ten steps at once: over the viewer's queue, it is cut off
         wait_for(lambda: seen.last is not None and seen.last.columns["step"][-1] == 12)
         assert seen.last is not None and seen.last.gaps == [(2, 7)] and source.state.gaps == 1
         assert list(seen.last.columns["step"]) == [1, 2, *range(7, 13)]

@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 import pytest
 
+from tests.stream_support import records
 from tracer.live.attach import StreamFollower
 from tracer.live.stream import StreamConfigError, StreamHub, StreamServer, parse_bind
 from tracer.trace.reader import load
@@ -46,7 +47,7 @@ def test_backlog_then_live_to_two_viewers() -> None:
     hub = StreamHub()
     server = StreamServer(hub, "127.0.0.1", 0)
     try:
-        hub.publish([HEADER, step_line(1), step_line(2)])
+        hub.publish(records([HEADER, step_line(1), step_line(2)]))
         results: list[list[dict[str, Any]]] = [[], []]
 
         def view(k: int) -> None:
@@ -57,7 +58,7 @@ def test_backlog_then_live_to_two_viewers() -> None:
             t.start()
         while hub.viewers < 2:
             time.sleep(0.01)
-        hub.publish([step_line(3), step_line(4), step_line(5)])
+        hub.publish(records([step_line(3), step_line(4), step_line(5)]))
         for t in threads:
             t.join(10)
         for got in results:
@@ -71,7 +72,7 @@ def test_resume_after_since_reports_what_left_the_backlog() -> None:
     hub = StreamHub(backlog=5)
     server = StreamServer(hub, "127.0.0.1", 0)
     try:
-        hub.publish([HEADER, *(step_line(i) for i in range(1, 21))])
+        hub.publish(records([HEADER, *(step_line(i) for i in range(1, 21))]))
         follower = StreamFollower(server.url)
         follower.last_step = 3  # as if it had seen steps 1..3 before a disconnect
         got = collect(follower, 6)
@@ -86,7 +87,7 @@ def test_a_stalled_viewer_is_cut_off_and_never_waited_for() -> None:
     hub = StreamHub(viewer_queue=50)
     server = StreamServer(hub, "127.0.0.1", 0)
     try:
-        hub.publish([HEADER])
+        hub.publish(records([HEADER]))
         host, port = server.address[:2]
         stalled = socket.create_connection((host, port))
         stalled.sendall(b"GET /trace HTTP/1.1\r\nHost: x\r\n\r\n")  # and never reads
@@ -96,7 +97,7 @@ def test_a_stalled_viewer_is_cut_off_and_never_waited_for() -> None:
         worst = 0.0
         for i in range(1, 5001):
             start = time.perf_counter()
-            hub.publish([step_line(i)[:-1] + pad + b"\n"])
+            hub.publish(records([step_line(i)[:-1] + pad + b"\n"]))
             worst = max(worst, time.perf_counter() - start)
         assert hub.viewers_cut == 1 and hub.viewers == 0
         assert worst < 0.5  # publish never blocked on the stalled socket
@@ -109,14 +110,14 @@ def test_a_viewer_killed_mid_stream_is_forgotten() -> None:
     hub = StreamHub()
     server = StreamServer(hub, "127.0.0.1", 0)
     try:
-        hub.publish([HEADER])
+        hub.publish(records([HEADER]))
         host, port = server.address[:2]
         conn = socket.create_connection((host, port))
         conn.sendall(b"GET /trace HTTP/1.1\r\nHost: x\r\n\r\n")
         conn.recv(100)
         conn.close()
         for i in range(200):
-            hub.publish([step_line(i + 1)])
+            hub.publish(records([step_line(i + 1)]))
             time.sleep(0.002)
             if hub.viewers == 0:
                 break
@@ -131,7 +132,7 @@ def test_non_loopback_needs_a_token_and_the_token_is_checked() -> None:
     assert parse_bind("8799") == ("127.0.0.1", 8799)
     assert parse_bind(":9000") == ("127.0.0.1", 9000)
     hub = StreamHub()
-    hub.publish([HEADER, step_line(1)])
+    hub.publish(records([HEADER, step_line(1)]))
     server = StreamServer(hub, "127.0.0.1", 0, token="s3cret")
     try:
         with pytest.raises(urllib.error.HTTPError) as err:
@@ -251,12 +252,12 @@ def test_attach_saves_a_trace_with_gaps_and_reads_the_same(tmp_path: Path) -> No
     source = viewer_source(args)
     assert source is not None and source.mode.value == "stream"
     try:
-        hub.publish([HEADER, *(step_line(i) for i in range(1, 6))])
+        hub.publish(records([HEADER, *(step_line(i) for i in range(1, 6))]))
         source.bind(on_update=lambda trace, version: None).start()
         deadline = time.monotonic() + 10
         while (source.trace is None or len(source.trace) < 3) and time.monotonic() < deadline:
             time.sleep(0.02)
-        hub.publish([step_line(6)])
+        hub.publish(records([step_line(6)]))
         while (source.trace is None or len(source.trace) < 4) and time.monotonic() < deadline:
             time.sleep(0.02)
         assert source.trace is not None and list(source.trace.columns["step"]) == [3, 4, 5, 6]
@@ -277,7 +278,7 @@ def test_a_viewer_that_connects_before_the_header_still_gets_it() -> None:
         viewer.start()
         while hub.viewers < 1:
             time.sleep(0.01)
-        hub.publish([HEADER, step_line(1)])
+        hub.publish(records([HEADER, step_line(1)]))
         viewer.join(10)
         assert [r["kind"] for r in got] == ["header", "step"]
     finally:

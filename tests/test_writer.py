@@ -15,11 +15,11 @@ from typing import Any
 
 import orjson
 
-from tracer.record.writer import GzipMemberSink, TraceWriter, open_sink
+from tracer.record.writer import GzipMemberSink, Record, TraceWriter, open_sink
 
 
-def encode(item: Any) -> bytes:
-    return orjson.dumps(item, option=orjson.OPT_APPEND_NEWLINE)
+def encode(item: Any) -> Record:
+    return Record("test", None, orjson.dumps(item, option=orjson.OPT_APPEND_NEWLINE))
 
 
 class BlockingSink(io.BytesIO):
@@ -128,7 +128,7 @@ def test_gz_sink_writes_independent_members_that_read_as_one_stream(tmp_path: Pa
             time.sleep(0.001)
     writer.shutdown()
     data = path.read_bytes()
-    expected = b"".join(encode(r) for r in records)
+    expected = b"".join(encode(r).line for r in records)
     members = _members(data)
     assert len(members) >= 3 and sink.members == len(members)
     assert all(m.endswith(b"\n") for m in members), "a member ends inside a record"
@@ -152,7 +152,7 @@ def test_gz_sink_flushed_records_survive_a_kill(tmp_path: Path) -> None:
     d = zlib.decompressobj(wbits=31)
     got = d.decompress(data)
     assert not d.eof
-    assert got == b"".join(encode({"i": i}) for i in range(200))
+    assert got == b"".join(encode({"i": i}).line for i in range(200))
     writer.shutdown()
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from textual.pilot import Pilot
 from textual.widget import Widget
 
+from tests.stream_support import records
 from tests.tui.helpers import ADDITIVE, SAMPLES, SEPARATE, SIZE, drive, wait_until
 from tracer.cli import main as cli_main
 from tracer.trace.reader import load
@@ -330,7 +331,7 @@ def test_attach_shows_the_stream_state_and_follows_a_new_run(tmp_path: Path) -> 
     head = orjson.loads(lines[0])
     restarted = orjson.dumps({**head, "pid": head["pid"] + 1, "start_time": head["start_time"] + 60}) + b"\n"
     hub_a = StreamHub()
-    hub_a.publish(lines[:4])  # header and three steps
+    hub_a.publish(records(lines[:4]))  # header and three steps
     server_a = StreamServer(hub_a, "127.0.0.1", 0, heartbeat=0.1)
     port = server_a.address[1]
     source = TraceSource.stream(server_a.url, save=tmp_path / "live.jsonl", timeout=0.4, backoff=(0.01, 0.05))
@@ -345,7 +346,7 @@ def test_attach_shows_the_stream_state_and_follows_a_new_run(tmp_path: Path) -> 
             assert "(last step 3)" in title()
             server_a.close()
             hub_b = StreamHub()
-            hub_b.publish([restarted, *lines[1:3]])
+            hub_b.publish(records([restarted, *lines[1:3]]))
             servers.append(StreamServer(hub_b, "127.0.0.1", port, heartbeat=0.1))
             await wait_until(
                 pilot, lambda: screen.model is not None and "live.1.jsonl" in screen.model.trace.path
@@ -367,7 +368,7 @@ def test_attach_with_a_wrong_token_says_unauthorised(tmp_path: Path) -> None:
     from tracer.trace.source import TraceSource
 
     hub = StreamHub()
-    hub.publish(ADDITIVE.read_bytes().splitlines(keepends=True)[:3])
+    hub.publish(records(ADDITIVE.read_bytes().splitlines(keepends=True)[:3]))
     server = StreamServer(hub, "127.0.0.1", 0, token="s3cret", heartbeat=0.1)
     source = TraceSource.stream(server.url, token="wrong", timeout=0.4, backoff=(0.01, 0.05))
 

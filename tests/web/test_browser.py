@@ -17,6 +17,7 @@ from dash import Dash
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 
+from tests.stream_support import records
 from tracer.analysis.compare import compare, headline_sentences
 from web.app import make_app
 
@@ -186,7 +187,7 @@ def test_attach_shows_idle_then_a_new_run(
     head = orjson.loads(src[0])
     restarted = orjson.dumps({**head, "pid": head["pid"] + 1, "start_time": head["start_time"] + 60}) + b"\n"
     hub_a = StreamHub()
-    hub_a.publish(src[:4])
+    hub_a.publish(records(src[:4]))
     servers = [StreamServer(hub_a, "127.0.0.1", 0, heartbeat=0.1)]
     port = servers[0].address[1]
     source = TraceSource.stream(
@@ -200,7 +201,7 @@ def test_attach_shows_idle_then_a_new_run(
         assert "(last step 3)" in dash_duo.find_element("#live-status").text
         servers[0].close()
         hub_b = StreamHub()
-        hub_b.publish([restarted, *src[1:3]])
+        hub_b.publish(records([restarted, *src[1:3]]))
         servers.append(StreamServer(hub_b, "127.0.0.1", port, heartbeat=0.1))
         dash_duo.wait_for_contains_text("#live-status", "new run 2 (the server restarted)", timeout=5)
         dash_duo.wait_for_contains_text("#summary", "live: live.1.jsonl", timeout=5)

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tests.stream_support import records
 from tracer.trace.source import TraceSource
 from web.app import make_app
 from web.callbacks import LIVE
@@ -125,7 +126,7 @@ def test_attach_status_leads_the_live_status_and_a_new_run_redraws(tmp_path: Pat
     head = orjson.loads(src[0])
     restarted = orjson.dumps({**head, "pid": head["pid"] + 1, "start_time": head["start_time"] + 60}) + b"\n"
     hub_a = StreamHub()
-    hub_a.publish(src[:4])
+    hub_a.publish(records(src[:4]))
     server_a = StreamServer(hub_a, "127.0.0.1", 0, heartbeat=0.1)
     port = server_a.address[1]
     servers = [server_a]
@@ -149,7 +150,7 @@ def test_attach_status_leads_the_live_status_and_a_new_run_redraws(tmp_path: Pat
         assert status.startswith("idle since ") and status.endswith("(last step 3)")
         server_a.close()
         hub_b = StreamHub()
-        hub_b.publish([restarted, *src[1:6]])
+        hub_b.publish(records([restarted, *src[1:6]]))
         servers.append(StreamServer(hub_b, "127.0.0.1", port, heartbeat=0.1))
         wait_for(lambda: shown("live: live.1.jsonl", 5))
         fig, state2, _, status = h.timeline(ids.TICK, LIVE, None, None, state, ["on"])
@@ -165,7 +166,7 @@ def test_a_stream_with_a_wrong_token_shows_unauthorised() -> None:
     from tracer.live.stream import StreamHub, StreamServer
 
     hub = StreamHub()
-    hub.publish(lines()[:3])
+    hub.publish(records(lines()[:3]))
     server = StreamServer(hub, "127.0.0.1", 0, token="s3cret", heartbeat=0.1)
     source = TraceSource.stream(server.url, token="wrong", timeout=0.4, backoff=(0.01, 0.05))
     app = make_app(source)

@@ -27,7 +27,7 @@ from urllib.parse import urlencode, urlparse, urlunparse
 
 import orjson
 
-from tracer.live.stream import HEARTBEAT_INTERVAL, _step_of
+from tracer.live.stream import HEARTBEAT_INTERVAL
 from tracer.trace.compact import GROUPS, size
 
 MAX_LINE = 16 << 20  # a record longer than this is garbage, not a trace record
@@ -268,7 +268,10 @@ class StreamFollower:
                 gap = {**record, "after": after}
                 yield StreamEvent("record", gap, orjson.dumps(gap, option=orjson.OPT_APPEND_NEWLINE))
                 continue
-            ring_step = _step_of(line) or self._ring_step  # as the server's hub numbers it
+            # As the server's hub rings it: by its step, a record without one by the last step.
+            ring_step = record.get("step")
+            if type(ring_step) is not int or ring_step <= 0:
+                ring_step = self._ring_step
             if self._skip and ring_step == self._ring_step:
                 self._skip -= 1
                 self.duplicates += 1

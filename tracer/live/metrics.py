@@ -3,11 +3,11 @@
     SCHEDSCOPE_METRICS=127.0.0.1:8800 vllm serve … --scheduler-cls tracer.scheduler.TracingScheduler
     curl http://127.0.0.1:8800/metrics            # or /metrics on the SCHEDSCOPE_STREAM server
 
-The counters are computed from the very lines the trace writer encodes (a
+The counters are computed from the very records the trace writer encodes (a
 writer tap, like the stream hub), by the same code as `schedscope flags`:
 `tracer.trace.reader` builds a small Trace from each batch, `tracer.analysis.budget.analyze`
 and `tracer.analysis.flags.detect` run over it. So a scrape's totals are the trace's
-totals, and the scheduler thread pays nothing: the tap only appends lines;
+totals, and the scheduler thread pays nothing: the tap only appends records;
 they are turned into counters at most every PROCESS_INTERVAL on the writer
 thread, and by a scrape (on its HTTP thread) so an idle engine reads exact.
 
@@ -36,6 +36,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from tracer.analysis import flags as _flags
 from tracer.analysis.budget import analyze
 from tracer.live.stream import is_loopback, parse_bind
+from tracer.record.writer import Record
+from tracer.trace import schema
 from tracer.trace.reader import TraceBuilder
 
 logger = logging.getLogger("schedscope.metrics")
@@ -78,9 +80,9 @@ class TraceMetrics:
         self.lines_dropped = 0  # lines the metrics could not keep up with (never the trace's)
         self.errors = 0
         self._header: bytes | None = None
-        self._pending: list[bytes] = []
+        self._pending: list[Record] = []
         self._pending_bytes = 0
-        self._carry: list[bytes] = []  # runner lines whose step has not arrived yet
+        self._carry: list[Record] = []  # runner records whose step has not arrived yet
         self._pending_lock = threading.Lock()  # held only to append or swap the list
         self._process_lock = threading.Lock()  # one batch turned into counters at a time
         self._last = time.monotonic()
@@ -88,22 +90,22 @@ class TraceMetrics:
         self.registry.register(_Collector(self))
 
     # -- writer thread ---------------------------------------------------------------
-    def tap(self, lines: list[bytes]) -> None:
-        """Keep the lines; turn them into counters when due. Never waits for a scrape."""
+    def tap(self, records: list[Record]) -> None:
+        """Keep the records; turn them into counters when due. Never waits for a scrape."""
         footer = False
         with self._pending_lock:
-            for line in lines:
-                if line.startswith(b'{"kind":"header"'):
-                    if self._header is not None:  # a new run: the tracer starts one per process
-                        continue
-                    self._header = line
+            for record in records:
+                kind, size = record.kind, len(record.line)
+                if kind == schema.HEADER:
+                    if self._header is None:  # later ones: a new run (the tracer starts one per process)
+                        self._header = record.line
                     continue
-                footer = footer or line.startswith(b'{"kind":"footer"')
-                if self._pending_bytes + len(line) > MAX_PENDING_BYTES:
+                footer = footer or kind == schema.FOOTER
+                if self._pending_bytes + size > MAX_PENDING_BYTES:
                     self.lines_dropped += 1
                     continue
-                self._pending.append(line)
-                self._pending_bytes += len(line)
+                self._pending.append(record)
+                self._pending_bytes += size
         now = time.monotonic()
         if (footer or now - self._last >= self.interval) and self._process_lock.acquire(blocking=False):
             try:
@@ -114,25 +116,25 @@ class TraceMetrics:
 
     # -- writer thread or a scrape ---------------------------------------------------
     def update(self) -> None:
-        """Turn every pending line into counters (a scrape calls this first)."""
+        """Turn every pending record into counters (a scrape calls this first)."""
         with self._process_lock:
             self._process()
 
     def _process(self) -> None:
         with self._pending_lock:
-            header, lines = self._header, self._pending
+            header, records = self._header, self._pending
             if header is None:
                 return  # nothing to count before the header
             self._pending, self._pending_bytes = [], 0
-        lines = self._carry + lines
+        records = self._carry + records
         # A step's runner records are written just before it: those after the last
         # step wait for the next batch, so each step is analysed with its own.
-        last = max((i for i, line in enumerate(lines) if line.startswith(b'{"kind":"step"')), default=-1)
-        self._carry = lines[last + 1 :]
+        last = max((i for i, r in enumerate(records) if r.kind == schema.STEP), default=-1)
+        self._carry = records[last + 1 :]
         if last < 0:
             return
         try:
-            self._count(header, lines[: last + 1])
+            self._count(header, [r.line for r in records[: last + 1]])
         except Exception:  # never let the metrics touch the trace or the server
             self.errors += 1
             if self.errors == 1:

@@ -34,6 +34,9 @@ from urllib.parse import parse_qs, urlparse
 
 import orjson
 
+from tracer.record.writer import Record
+from tracer.trace import schema
+
 logger = logging.getLogger("schedscope.stream")
 
 ENV_STREAM = "SCHEDSCOPE_STREAM"
@@ -119,18 +122,18 @@ class StreamHub:
         self.last_step = 0
         self.published_at: float | None = None  # wall time of the last publish (heartbeats' idle_since)
 
-    # writer thread
-    def publish(self, lines: list[bytes]) -> None:
+    # writer thread (a TraceWriter tap)
+    def publish(self, records: list[Record]) -> None:
         fresh: list[bytes] = []
         ringed: list[tuple[int, bytes]] = []
         header = None
-        for line in lines:
-            step = _step_of(line)
-            if step is None and line.startswith(b'{"kind":"header"'):
+        for kind, step, line in records:
+            if kind == schema.HEADER:
                 header = line  # kept apart (every viewer opens with it), and sent on
             else:
                 if step is not None:
                     self.last_step = max(self.last_step, step)
+                # A record without a step (the footer) is ringed with the last step seen.
                 ringed.append((step or self.last_step, line))
             fresh.append(line)
         # One lock orders publish and subscribe: a record is either in a new
@@ -193,19 +196,6 @@ class StreamHub:
     @property
     def viewers(self) -> int:
         return len(self._viewers)
-
-
-def _step_of(line: bytes) -> int | None:
-    # Records are written with "kind" first and "step" second (orjson keeps order).
-    head = line[:48]
-    at = head.find(b'"step":')
-    if at < 0:
-        return None
-    end = at + 7
-    while end < len(head) and head[end : end + 1].isdigit():
-        end += 1
-    digits = head[at + 7 : end]
-    return int(digits) if digits else None
 
 
 class StreamServer:

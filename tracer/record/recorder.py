@@ -1,7 +1,8 @@
 """The recorder: cheap snapshots on the scheduler thread, records built on the writer's.
 
-Data flows one way: vLLM -> Recorder.before/after_schedule (tuples of ints and
-ids) -> TraceWriter queue -> build_* on the writer thread -> orjson line.
+Data flows one way: vLLM -> Recorder.before/after_schedule (a `Candidates` and a
+`StepSnapshot`: ints, ids and flat lists) -> TraceWriter queue -> Recorder.encode on
+the writer thread (build_step, runner_record) -> a `Record` (kind, step, orjson line).
 
 A step's record waits for its update_from_output() so it can carry the tokens
 each request sampled (accepted drafts + 1); runner records join it by step.
@@ -20,13 +21,13 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from itertools import chain, islice, repeat
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
 from tracer import __version__
 from tracer.record.engine_config import describe_scheduler, regime_of
-from tracer.record.writer import Tap, TraceWriter, open_sink
+from tracer.record.writer import Record, Tap, TraceWriter, open_sink
 from tracer.trace import schema
 
 logger = logging.getLogger("schedscope.recorder")
@@ -39,14 +40,72 @@ DEFAULT_QUEUE = 65536
 # once this many newer steps are pending (async scheduling keeps one or two).
 MAX_PENDING = 16
 
-# Slots of a step's raw list (built in after_schedule, read in build_step) that
-# update_from_output fills in later.
-_SAMPLED, _ENDS = 15, 17
-
 # The runner hook attaches its per-pass notes to the ModelRunnerOutput under this name,
 # and, when they changed, which of its hooks are active in the runner's process.
 RUNNER_NOTES_ATTR = "_schedscope_runner"
 RUNNER_HOOKS_ATTR = "_schedscope_hooks"
+
+
+# The snapshots are slotted dataclasses built by keyword: as cheap on the scheduler
+# thread as a NamedTuple or cheaper (docs/performance.md), and a field can be neither
+# shifted nor forgotten silently.
+@dataclass(slots=True, kw_only=True)
+class Candidates:
+    """before_schedule(): the requests schedule() is about to consider."""
+
+    running: list[Any]  # the running Request objects (their ids are read on the writer thread)
+    demand: list[int]  # tokens each running request still needs, before clipping
+    waiting: list[tuple[str, int]]  # (id, tokens still needed) of the first waiting requests
+    waiting_truncated: int  # waiting requests beyond schema.WAITING_DEMAND_LIMIT
+    priority: dict[str, int] | None  # non-zero priorities of those waiting (priority scheduling)
+
+
+@dataclass(slots=True, kw_only=True)
+class StepSnapshot:
+    """One step, taken in after_schedule() and completed in after_update(); the writer
+    thread builds its record (Recorder.build_step)."""
+
+    step: int
+    t: float  # the scheduler clock when schedule() began
+    dt_ns: int  # schedule()'s duration
+    total: int  # SchedulerOutput.total_num_scheduled_tokens
+    num_sched: dict[str, int]  # tokens scheduled per request
+    new_ids: list[str]
+    cached_ids: list[str]
+    resumed: set[str]
+    spec: tuple[list[str], list[int]]  # (ids, draft counts) scheduled for verification
+    preempted: list[str]
+    finished: list[str]
+    n_running: int
+    n_waiting: int
+    kv: float  # KV cache usage
+    candidates: Candidates | None  # None when before_schedule failed
+    inputs: list[tuple[Any, ...]]  # what the scheduler was told since the step before
+    # From update_from_output, when it arrives: (ids, tokens sampled per request), and
+    # how requests ended, {id: (reason, tokens kept)}.
+    sampled: tuple[list[str], list[int]] | None = None
+    ends: dict[str, tuple[str, int]] | None = None
+
+
+class RunnerNote(NamedTuple):
+    """What the runner hook noted about one forward pass; pickled back to EngineCore
+    on the ModelRunnerOutput (RUNNER_NOTES_ATTR)."""
+
+    pass_: str  # "target" | "draft"
+    rows: int
+    cap: int | None  # rows of the input buffer
+    reqs: int | None
+    padded: int | None = None  # rows after CUDA-graph/DP padding, where observed
+    # From a hook that observes padding (V2 prepare_inputs, a V2 speculator's propose):
+    # its record carries `padded`, null when the padded size was not seen this pass.
+    notes_padding: bool = False
+
+
+class RunnerPass(NamedTuple):
+    """A runner note joined to its step: one `runner` record."""
+
+    step: int
+    note: RunnerNote
 
 
 @dataclass(frozen=True)
@@ -149,7 +208,7 @@ class Recorder:
         self._by_priority = config.get("scheduling_policy") == "priority"
         self.steps_built = 0
         self.errors = 0
-        self._pending: OrderedDict[int, list[Any]] = OrderedDict()
+        self._pending: OrderedDict[int, StepSnapshot] = OrderedDict()  # by id(SchedulerOutput)
         self._preempted: set[str] = set()  # ids preempted and not yet back
         # What the scheduler was told since the last schedule(), in order: arrivals,
         # aborts, drafts and model outputs. A replay re-tells it in the same order.
@@ -159,6 +218,7 @@ class Recorder:
         self._fast_demand = True  # until the canary in _fast_demand_ok disagrees once
         # Output placeholders (async scheduling) are 0 for good under a synchronous scheduler.
         self._no_placeholders = not config.get("async_scheduling")
+        writer.bind(self.encode)
         writer.emit(
             {
                 "kind": schema.HEADER,
@@ -196,13 +256,13 @@ class Recorder:
             if path.exists():
                 path.unlink()  # one run per file; `{pid}` in the path keeps engines apart
             sink = open_sink(path)
-        writer = TraceWriter(sink, encode_record, max_queue=queue, taps=taps)
+        writer = TraceWriter(sink, max_queue=queue, taps=taps)  # the Recorder binds its encoder
         name = f"{type(sched).__module__}.{type(sched).__qualname__}"
         extra = dict(header) if header else None
         return cls(writer, describe_scheduler(sched), policy=policy, scheduler_cls=name, header_extra=extra)
 
     # -- scheduler thread: snapshots only ----------------------------------------------
-    def before_schedule(self, sched: Any) -> tuple[Any, ...]:
+    def before_schedule(self, sched: Any) -> Candidates:
         """Each candidate's demand (tokens still needed, before clipping).
 
         The hottest tracer code (every running request, every step): one Python
@@ -241,9 +301,17 @@ class Recorder:
         waiting = [(r.request_id, r.num_tokens - r.num_computed_tokens) for r in head]
         # Under priority scheduling the replay needs each arrival's priority.
         priority = {r.request_id: r.priority for r in head if r.priority} if self._by_priority else None
-        return refs, demand, waiting, max(0, n_waiting - limit), priority
+        return Candidates(
+            running=refs,
+            demand=demand,
+            waiting=waiting,
+            waiting_truncated=max(0, n_waiting - limit),
+            priority=priority,
+        )
 
-    def after_schedule(self, sched: Any, out: Any, pre: Any, t_start: float, dt_ns: int) -> None:
+    def after_schedule(
+        self, sched: Any, out: Any, pre: Candidates | None, t_start: float, dt_ns: int
+    ) -> None:
         self.step += 1
         cached = out.scheduled_cached_reqs
         resumed = getattr(cached, "resumed_req_ids", None)
@@ -261,29 +329,29 @@ class Recorder:
             self._preempted.difference_update(finished)
         self._preempted.update(preempted)
         kv = getattr(sched, "kv_cache_manager", None)
-        raw: list[Any] = [
-            self.step,
-            t_start,
-            dt_ns,
-            out.total_num_scheduled_tokens,
-            dict(out.num_scheduled_tokens),
-            new_ids,
-            list(cached.req_ids),
-            resumed,
-            _spec_lengths(out),
-            preempted,
-            finished,
-            *_request_counts(sched),
-            float(getattr(kv, "usage", 0.0) or 0.0),
-            pre,
-            None,  # sampled tokens per request, from update_from_output
-            self._inputs,
-            None,  # how requests ended in update_from_output: {id: (reason, tokens kept)}
-        ]
+        n_running, n_waiting = _request_counts(sched)
+        snap = StepSnapshot(
+            step=self.step,
+            t=t_start,
+            dt_ns=dt_ns,
+            total=out.total_num_scheduled_tokens,
+            num_sched=dict(out.num_scheduled_tokens),
+            new_ids=new_ids,
+            cached_ids=list(cached.req_ids),
+            resumed=resumed,
+            spec=_spec_lengths(out),
+            preempted=preempted,
+            finished=finished,
+            n_running=n_running,
+            n_waiting=n_waiting,
+            kv=float(getattr(kv, "usage", 0.0) or 0.0),
+            candidates=pre,
+            inputs=self._inputs,
+        )
         self._inputs = []
-        self._pending[id(out)] = raw
+        self._pending[id(out)] = snap
         while len(self._pending) > MAX_PENDING:
-            self._emit_step(self._pending.popitem(last=False)[1])
+            self.writer.emit(self._pending.popitem(last=False)[1])
 
     # -- scheduler thread: what the engine tells the scheduler between steps ------------
     def on_add(self, request: Any) -> None:
@@ -318,34 +386,33 @@ class Recorder:
         self._inputs.append(("d", ids, [len(d) for d in drafts]))
 
     def after_update(self, out: Any, runner_output: Any, result: Any = None) -> None:
-        raw = self._pending.pop(id(out), None)
+        snap = self._pending.pop(id(out), None)
         hooks = getattr(runner_output, RUNNER_HOOKS_ATTR, None)
         if hooks:
-            self.writer.emit({"kind": schema.HOOKS, "step": raw[0] if raw else None, **hooks})
-        if raw is None:
+            self.writer.emit({"kind": schema.HOOKS, "step": snap.step if snap else None, **hooks})
+        if snap is None:
             self._inputs.append(("u", -1))
             return
-        self._inputs.append(("u", raw[0]))
+        step = snap.step
+        self._inputs.append(("u", step))
         if result:
-            raw[_ENDS] = _ends(result)
+            snap.ends = _ends(result)
         req_ids = getattr(runner_output, "req_ids", None) or ()
         sampled = getattr(runner_output, "sampled_token_ids", None)
         if isinstance(sampled, list) and len(sampled) == len(req_ids):
             # Flat copies (C loops); the writer thread zips them into the step's dict.
-            raw[_SAMPLED] = (list(req_ids), list(map(len, sampled)))
+            snap.sampled = (list(req_ids), list(map(len, sampled)))
+        emit = self.writer.emit
         for note in getattr(runner_output, RUNNER_NOTES_ATTR, None) or ():
-            self.writer.emit(("runner", raw[0], *note))
+            emit(RunnerPass(step, note))
         # Steps finish in order: an older step still pending will never get its update.
         while self._pending:
             key, oldest = next(iter(self._pending.items()))
-            if oldest[0] > raw[0]:
+            if oldest.step > step:
                 break
             del self._pending[key]
-            self._emit_step(oldest)
-        self._emit_step(raw)
-
-    def _emit_step(self, raw: list[Any]) -> None:
-        self.writer.emit(("step", self, raw))
+            emit(oldest)
+        emit(snap)
 
     def fail(self, where: str) -> None:
         """Called by the wrappers when tracer code raised: log once, keep serving."""
@@ -357,8 +424,8 @@ class Recorder:
         if self._closed:
             return
         self._closed = True
-        for raw in self._pending.values():
-            self._emit_step(raw)
+        for snap in self._pending.values():
+            self.writer.emit(snap)
         self._pending.clear()
         self.writer.shutdown(timeout, last=self._footer)
 
@@ -373,30 +440,28 @@ class Recorder:
         }
 
     # -- writer thread: build and encode -----------------------------------------------
-    def build_step(self, raw: list[Any]) -> dict[str, Any]:
-        (
-            step,
-            t,
-            dt_ns,
-            total,
-            num_sched,
-            new_ids,
-            cached_ids,
-            resumed,
-            spec,
-            preempted,
-            finished,
-            n_running,
-            n_waiting,
-            kv,
-            pre,
-            sampled,
-            inputs,
-            ends,
-        ) = raw
-        running_refs, running_demand, waiting_pre, truncated, priority = (
-            pre if pre is not None else ((), (), (), 0, None)
-        )
+    def encode(self, item: StepSnapshot | RunnerPass | dict[str, Any]) -> Record:
+        """The writer's encoder: the record an item stands for, built and encoded."""
+        if type(item) is StepSnapshot:
+            return Record(schema.STEP, item.step, _dumps(self.build_step(item)))
+        if type(item) is RunnerPass:
+            return Record(schema.RUNNER, item.step, _dumps(runner_record(item)))
+        if isinstance(item, dict):  # header, hooks and footer: built already
+            return Record(item["kind"], item.get("step"), _dumps(item))
+        raise TypeError(f"not a trace item: {type(item).__name__}")
+
+    def build_step(self, snap: StepSnapshot) -> dict[str, Any]:
+        step, t, dt_ns, total = snap.step, snap.t, snap.dt_ns, snap.total
+        num_sched, new_ids, cached_ids, resumed = snap.num_sched, snap.new_ids, snap.cached_ids, snap.resumed
+        spec, preempted, finished = snap.spec, snap.preempted, snap.finished
+        n_running, n_waiting, kv = snap.n_running, snap.n_waiting, snap.kv
+        sampled, inputs, ends = snap.sampled, snap.inputs, snap.ends
+        cand = snap.candidates
+        if cand is None:  # before_schedule failed: no demands this step
+            running_refs, running_demand, waiting_pre, truncated, priority = (), (), (), 0, None
+        else:
+            running_refs, running_demand, waiting_pre = cand.running, cand.demand, cand.waiting
+            truncated, priority = cand.waiting_truncated, cand.priority
         running_ids = [r.request_id for r in running_refs]  # fixed at construction: safe off-thread
         demand = dict(zip(running_ids, running_demand, strict=True))
         demand.update(waiting_pre)
@@ -569,21 +634,20 @@ def _request_counts(sched: Any) -> tuple[int, int]:
     return len(sched.running), len(sched.waiting)
 
 
-def encode_record(item: Any) -> bytes:
-    """Writer-thread encoder: dicts as they are, step/runner tuples built first."""
-    if isinstance(item, tuple):
-        if item[0] == "step":
-            item = item[1].build_step(item[2])
-        else:
-            _, step, pass_, rows, cap, reqs, *padded = item
-            item = {
-                "kind": schema.RUNNER,
-                "step": step,
-                "pass": pass_,
-                "rows": rows,
-                "cap": cap,
-                "reqs": reqs,
-            }
-            if padded:  # the V2 runner hook notes the rows after CUDA-graph/DP padding too
-                item["padded"] = padded[0]
-    return orjson.dumps(item, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS)
+def runner_record(item: RunnerPass) -> dict[str, Any]:
+    note = item.note
+    record = {
+        "kind": schema.RUNNER,
+        "step": item.step,
+        "pass": note.pass_,
+        "rows": note.rows,
+        "cap": note.cap,
+        "reqs": note.reqs,
+    }
+    if note.notes_padding:  # the V2 runner hook notes the rows after CUDA-graph/DP padding too
+        record["padded"] = note.padded
+    return record
+
+
+def _dumps(record: dict[str, Any]) -> bytes:
+    return orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS)

@@ -39,6 +39,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tracer.record import recorder as _recorder
+from tracer.record.recorder import RunnerNote
 
 logger = logging.getLogger("schedscope.runner_hook")
 
@@ -48,9 +49,9 @@ _PATCHED = "_schedscope_patched"
 V1_RUNNER = ("vllm.v1.worker.gpu_model_runner", "GPUModelRunner")
 V2_RUNNER = ("vllm.v1.worker.gpu.model_runner", "GPUModelRunner")
 
-# (pass, rows, capacity, requests[, padded rows]) noted since the current step's
-# execute_model. The runner calls execute_model/sample_tokens from one thread: no lock.
-_notes: list[tuple[Any, ...]] = []
+# The passes noted since the current step's execute_model. The runner calls
+# execute_model/sample_tokens from one thread: no lock.
+_notes: list[RunnerNote] = []
 _failures = 0
 _warned: set[str] = set()
 
@@ -223,7 +224,7 @@ def _attach(output: Any) -> Any:
     return output
 
 
-def _mark(output: Any, notes: list[tuple[Any, ...]], hooks: dict[str, Any] | None) -> None:
+def _mark(output: Any, notes: list[RunnerNote], hooks: dict[str, Any] | None) -> None:
     setattr(output, ATTR, notes)
     if hooks is not None:
         setattr(output, HOOKS_ATTR, hooks)
@@ -265,7 +266,8 @@ def _wrap_execute(orig: Any) -> Any:
             _runner_seen(self, "v1")
             cap = _rows(getattr(self, "input_ids", None)) or getattr(self, "max_num_tokens", None)
             rows = int(scheduler_output.total_num_scheduled_tokens)
-            _notes.append(("target", rows, cap, len(scheduler_output.num_scheduled_tokens)))
+            reqs = len(scheduler_output.num_scheduled_tokens)
+            _notes.append(RunnerNote(pass_="target", rows=rows, cap=cap, reqs=reqs))
             _patch_drafter(self)
         except Exception:
             _fault("execute_model")
@@ -303,7 +305,7 @@ def _patch_drafter(runner: Any) -> None:
             try:
                 nexts = kwargs.get("next_token_ids")
                 reqs = int(nexts.shape[0]) if getattr(nexts, "shape", None) else None
-                _notes.append(("draft", int(tokens.shape[0]), cap, reqs))
+                _notes.append(RunnerNote(pass_="draft", rows=int(tokens.shape[0]), cap=cap, reqs=reqs))
             except Exception:
                 _fault("drafter.propose")
         return orig(*args, **kwargs)
@@ -354,7 +356,8 @@ def _wrap_v2_execute(orig: Any, scheduler_output: Any, dummy_run: Any, *, fallba
                 out = scheduler_output(args, kwargs)
                 total = int(out.total_num_scheduled_tokens)
                 if fallback and total:
-                    _notes.append(("target", total, _v2_capacity(self), len(out.num_scheduled_tokens)))
+                    reqs = len(out.num_scheduled_tokens)
+                    _notes.append(RunnerNote(pass_="target", rows=total, cap=_v2_capacity(self), reqs=reqs))
         except Exception:
             _fault("execute_model")
         global _in_real_execute
@@ -386,8 +389,15 @@ def _wrap_v2_prepare(orig: Any) -> Any:
         try:
             # num_tokens: the rows written (fewer than scheduled under adaptive
             # verification); num_tokens_after_padding: the rows the forward runs on.
-            padded = int(batch.num_tokens_after_padding)
-            _notes.append(("target", int(batch.num_tokens), _v2_capacity(self), int(batch.num_reqs), padded))
+            note = RunnerNote(
+                pass_="target",
+                rows=int(batch.num_tokens),
+                cap=_v2_capacity(self),
+                reqs=int(batch.num_reqs),
+                padded=int(batch.num_tokens_after_padding),
+                notes_padding=True,
+            )
+            _notes.append(note)
             _pass_padded("target")
         except Exception:
             _fault("prepare_inputs")
@@ -505,7 +515,12 @@ def _wrap_propose(orig: Any, rule: Rule, batch_arg: Any, dummy_arg: Any, k_arg: 
                 _in_propose = False
                 try:
                     rows, cap, reqs = note
-                    _notes.append(("draft", rows, cap, reqs, _dispatched[0] if _dispatched else None))
+                    padded = _dispatched[0] if _dispatched else None
+                    _notes.append(
+                        RunnerNote(
+                            pass_="draft", rows=rows, cap=cap, reqs=reqs, padded=padded, notes_padding=True
+                        )
+                    )
                 except Exception:
                     _fault("speculator.propose")
 

@@ -1,8 +1,11 @@
 """Background trace writer: emit() never blocks, a daemon thread encodes and writes.
 
 Modelled on OpenTelemetry's BatchProcessor. The scheduler thread only appends
-a cheap tuple to a bounded deque; when the deque is full the item is dropped
-and counted. Encoding (orjson) and I/O happen on the writer thread. A write
+a cheap typed snapshot to a bounded deque; when the deque is full the item is
+dropped and counted. Building and encoding (orjson) and I/O happen on the
+writer thread; the encoder turns each item into a `Record`, and taps (the
+live stream, the metrics) get the records with their kind and step already
+known, so none of them has to look inside the bytes. A write
 error (a full disk, a closed pipe) stops writing for good and counts every
 later record as dropped, so the file ends at a clean or torn line, never with
 garbage in the middle.
@@ -18,12 +21,22 @@ import zlib
 from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 logger = logging.getLogger("schedscope.writer")
 
-Encoder = Callable[[Any], "bytes | None"]
-Tap = Callable[[list[bytes]], None]
+
+class Record(NamedTuple):
+    """One encoded trace record: its kind and step (None for records without one:
+    header, footer) beside the line written (JSON, newline-terminated)."""
+
+    kind: str
+    step: int | None
+    line: bytes
+
+
+Encoder = Callable[[Any], "Record | None"]
+Tap = Callable[[list[Record]], None]
 
 
 def open_sink(path: str | Path) -> IO[bytes]:
@@ -93,7 +106,7 @@ class TraceWriter:
     def __init__(
         self,
         sink: IO[bytes],
-        encode: Encoder,
+        encode: Encoder | None = None,
         *,
         max_queue: int = 65_536,
         interval_s: float = 0.02,
@@ -104,6 +117,7 @@ class TraceWriter:
         # Taps (the live stream) see every encoded record, on the writer thread,
         # even after the file failed; they must not block.
         self._taps = list(taps)
+        # None until its owner binds one (`bind`), before it emits anything.
         self._encode = encode
         self._max_queue = max_queue
         self._interval_s = interval_s
@@ -122,6 +136,11 @@ class TraceWriter:
         self._closed = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
+
+    def bind(self, encode: Encoder) -> None:
+        """Set the encoder: the Recorder that owns this writer binds its own (it builds
+        step records from its snapshots), before emitting its first item."""
+        self._encode = encode
 
     # -- producer side: must stay cheap and never block -------------------------
     def emit(self, item: Any) -> bool:
@@ -198,42 +217,43 @@ class TraceWriter:
         if self.failed is not None and not self._taps:
             self._dropped_write += len(batch)
             return
-        chunks = []
+        records = []
+        encode = self._encode
         for item in batch:
             try:
-                data = self._encode(item)
+                record = encode(item)  # type: ignore[misc]  # bound before the first emit
             except Exception:  # a bad record must not stop the trace
                 self.errors += 1
                 if self.errors == 1:
                     logger.exception("schedscope: could not encode a trace record")
                 continue
-            if data is not None:
-                chunks.append(data)
-        if not chunks:
+            if record is not None:
+                records.append(record)
+        if not records:
             return
         for tap in self._taps:
             try:
-                tap(chunks)
+                tap(records)
             except Exception:
                 self.errors += 1
                 if self.errors == 1:
                     logger.exception("schedscope: a trace tap failed")
         if self.failed is not None:
-            self._dropped_write += len(chunks)
+            self._dropped_write += len(records)
             return
         # Record by record, each in full: on a disk that fills up, every record that fit
         # is kept whole (a raw file's write may also stop short without raising).
         write = self._sink.write
-        for i, chunk in enumerate(chunks):
+        for i, record in enumerate(records):
             try:
-                view = memoryview(chunk)
+                view = memoryview(record.line)
                 while view:
                     n = write(view)
                     if not n:
                         raise OSError(errno.ENOSPC, "the trace file accepted no more bytes")
                     view = view[n:]
             except (OSError, ValueError) as exc:
-                self._dropped_write += len(chunks) - i
+                self._dropped_write += len(records) - i
                 self._fail(exc)
                 return
             self.records_written += 1
