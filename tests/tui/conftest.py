@@ -2,8 +2,8 @@
 
     .venv/bin/python -m pytest -q tests/tui
 
-Textual's async tests and Playwright's sync API cannot share a pytest process
-(DESIGN.md §6), so this folder is collected only when the command line names it
+Textual's async tests and the web suite's browser tests cannot share a pytest
+process, so this folder is collected only when the command line names it
 (or a file in it): the default `pytest` run, and the vLLM 0.33 venv that has no
 textual, never import textual here. Snapshot SVGs live in __snapshots__/;
 `--snapshot-update` rewrites them.

@@ -20,7 +20,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "sample_traces"
 ARTIFACTS = ROOT / "artifacts" / "web"
-# DESIGN.md §6, plus software WebGL: headless chromium without a GPU only renders
+# Its own pytest process (as the TUI suite), plus software WebGL: headless chromium without a GPU only renders
 # WebGL (the timeline's traces) through SwiftShader, which it now wants opted into.
 CHROMIUM_FLAGS = (
     "--no-sandbox",

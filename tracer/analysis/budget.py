@@ -9,7 +9,7 @@ is excess, and where it bound the budget it withheld target tokens.
 
 Tokens withheld in a step = the target tokens the same step would have
 scheduled without the excess reservation, minus those it did schedule
-(DESIGN.md §5). It is replayed from the step's recorded demands in vLLM's
+(docs/budget-model.md). It is replayed from the step's recorded demands in vLLM's
 order (running, then admitted, then waiting), so it is exact when one request
 binds the budget and an upper bound otherwise (the KV cache, the long-prefill
 threshold or an encoder budget may also have limited the step).

@@ -1,4 +1,4 @@
-"""What each speculative-decoding method asks of the input buffers (DESIGN.md §2).
+"""What each speculative-decoding method asks of the input buffers.
 
 Shared-buffer methods put their draft rows into the target pass (additive
 reservation is right). Separate-pass methods run their query rows in a second,
