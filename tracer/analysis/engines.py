@@ -1,0 +1,110 @@
+"""Several traces of one run: a data-parallel server writes one trace per engine.
+
+`SCHEDSCOPE_TRACE=/tmp/run.{pid}.jsonl` gives each EngineCore its own file. `summary`, `flags`
+and both viewers take them together as one `Run`: one Session per engine, in the order given,
+each labelled by the EngineCore's pid, plus the totals of the whole run.
+
+Traces that are not one run (another model, budget or vLLM) are refused with the file and the
+header field that differs: engines of one server share every one of these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tracer.analysis.session import Session
+from tracer.trace.errors import TraceError
+from tracer.trace.reader import Progress, Trace
+
+# Header fields every engine of one server shares; (section, key): section None is the header.
+SHARED = (
+    (None, "vllm_version"),
+    (None, "scheduler_cls"),
+    (None, "policy"),
+    ("config", "model"),
+    ("config", "max_num_batched_tokens"),
+    ("config", "max_num_seqs"),
+    ("config", "spec_method"),
+    ("config", "num_speculative_tokens"),
+    ("config", "async_scheduling"),
+)
+
+
+@dataclass(frozen=True)
+class Engine:
+    label: str  # "engine 0 (pid 5918)": the lane's name in every view
+    session: Session
+
+    @property
+    def trace(self) -> Trace:
+        return self.session.trace
+
+
+@dataclass(frozen=True)
+class RunTotals:
+    engines: int
+    steps: int
+    target_tokens: int
+    preempted: int
+    withheld: int
+    flags: int
+
+
+@dataclass(frozen=True)
+class Run:
+    engines: list[Engine]
+
+    @classmethod
+    def of(cls, sessions: Sequence[Session | Trace]) -> Run:
+        sessions = [Session.of(s) for s in sessions]
+        check_one_run([s.trace for s in sessions])
+        return cls([Engine(label(i, s.trace), s) for i, s in enumerate(sessions)])
+
+    @classmethod
+    def load(
+        cls, paths: Sequence[str | Path], *, strict: bool = True, progress: Progress | None = None
+    ) -> Run:
+        return cls.of([Session.load(p, strict=strict, progress=progress) for p in paths])
+
+    def totals(self) -> RunTotals:
+        traces = [e.trace for e in self.engines]
+        return RunTotals(
+            engines=len(self.engines),
+            steps=sum(len(t) for t in traces),
+            target_tokens=sum(int(t.columns["target_used"].sum()) for t in traces),
+            preempted=sum(int(t.columns["n_preempted"].sum()) for t in traces),
+            withheld=sum(e.session.report.tokens_withheld for e in self.engines),
+            flags=sum(len(e.session.report.flags) for e in self.engines),
+        )
+
+
+def label(index: int, trace: Trace) -> str:
+    pid = trace.header.get("pid")
+    return f"engine {index} (pid {pid})" if pid is not None else f"engine {index} ({Path(trace.path).name})"
+
+
+def check_one_run(traces: Sequence[Trace]) -> None:
+    """Raise TraceError (naming the file and field) unless every trace is an engine of one server."""
+    if not traces:
+        raise ValueError("no traces")
+    first = traces[0]
+    for trace in traces[1:]:
+        for section, key in SHARED:
+            a = first.header if section is None else first.header.get(section, {})
+            b = trace.header if section is None else trace.header.get(section, {})
+            if a.get(key) != b.get(key):
+                name = key if section is None else f"{section}.{key}"
+                raise TraceError(
+                    trace.path,
+                    f"not an engine of the same run as {first.path}: "
+                    f"{b.get(key)!r} here, {a.get(key)!r} there",
+                    line=1,
+                    field=name,
+                )
+    pids = [t.header.get("pid") for t in traces]
+    for i, pid in enumerate(pids):
+        if pid is not None and pid in pids[:i]:
+            other = traces[pids.index(pid)].path
+            raise TraceError(traces[i].path, f"the same engine (pid {pid}) as {other}", line=1, field="pid")
