@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from tracer import __version__
 
 if TYPE_CHECKING:
+    from tracer.analysis.session import Session
     from tracer.trace.reader import Trace
     from tracer.trace.source import TraceSource
 
@@ -41,13 +42,34 @@ def _load(args: argparse.Namespace) -> Trace:
     return load(args.trace, strict=not args.lenient, progress=progress)
 
 
-def cmd_summary(args: argparse.Namespace) -> int:
-    from tracer.render.summary import summary_lines
+def _sessions(args: argparse.Namespace) -> list[Session]:
+    """One Session per trace named; several must be the engines of one run (refused otherwise)."""
+    from tracer.analysis.engines import check_one_run
+    from tracer.analysis.session import Session
 
-    trace = _load(args)
+    sessions = [Session.load(p, strict=not args.lenient, progress=progress) for p in args.traces]
+    check_one_run([s.trace for s in sessions])
+    return sessions
+
+
+def cmd_summary(args: argparse.Namespace) -> int:
+    from tracer.analysis.engines import Run
+    from tracer.render.summary import summary_lines
+    from tracer.render.text import engine_heading, run_totals_line
+
+    sessions = _sessions(args)
     limit = None if args.limit == 0 else args.limit
-    for line in summary_lines(trace, first=args.first, limit=limit):
-        print(line)
+    if len(sessions) == 1:
+        for line in summary_lines(sessions[0], first=args.first, limit=limit):
+            print(line)
+        return 0
+    run = Run.of(sessions)
+    for engine in run.engines:
+        print(engine_heading(engine.label, engine.trace.path))
+        for line in summary_lines(engine.session, first=args.first, limit=limit):
+            print(line)
+        print()
+    print(run_totals_line(run.totals()))
     return 0
 
 
@@ -66,24 +88,35 @@ def cmd_step(args: argparse.Namespace) -> int:
 def cmd_flags(args: argparse.Namespace) -> int:
     import orjson
 
-    from tracer.analysis.session import Session
-    from tracer.render.text import RunLine
+    from tracer.analysis.engines import Run
+    from tracer.render.text import RunLine, run_totals_line
 
-    trace = _load(args)
-    report = Session(trace).report
-    flags = [f for f in report.flags if not args.kind or f.kind in args.kind]
+    run = Run.of(_sessions(args))
+    several = len(run.engines) > 1
+    docs = []
+    for engine in run.engines:
+        trace, report = engine.trace, engine.session.report
+        flags = [f for f in report.flags if not args.kind or f.kind in args.kind]
+        if args.json:
+            docs.append(
+                {
+                    "trace": trace.path,
+                    **({"engine": engine.label} if several else {}),
+                    "flags": [f.as_dict() for f in flags],
+                    "counts": report.counts(),
+                    "tokens_withheld": report.tokens_withheld,
+                }
+            )
+            continue
+        where = f"{engine.label}  " if several else ""
+        for f in flags:
+            print(f"{where}step {f.step:>6}  {f.severity:<7}  {f.kind}: {f.message}")
+        print(f"{where}{RunLine.of(trace, report).text}")
     if args.json:
-        doc = {
-            "trace": str(args.trace),
-            "flags": [f.as_dict() for f in flags],
-            "counts": report.counts(),
-            "tokens_withheld": report.tokens_withheld,
-        }
+        doc = docs[0] if not several else {"engines": docs}
         sys.stdout.buffer.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
-        return 0
-    for f in flags:
-        print(f"step {f.step:>6}  {f.severity:<7}  {f.kind}: {f.message}")
-    print(RunLine.of(trace, report).text)
+    elif several:
+        print(run_totals_line(run.totals()))
     return 0
 
 
@@ -403,8 +436,19 @@ def build_parser() -> argparse.ArgumentParser:
             "--lenient", action="store_true", help="skip malformed lines (listed) instead of stopping"
         )
 
+    def traces_arg(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "traces",
+            nargs="+",
+            metavar="TRACE",
+            help="trace file (.jsonl, .jsonl.gz); with data parallelism, every engine's trace of the run",
+        )
+        p.add_argument(
+            "--lenient", action="store_true", help="skip malformed lines (listed) instead of stopping"
+        )
+
     p = sub.add_parser("summary", help="engine config, totals and a per-step budget table")
-    trace_arg(p)
+    traces_arg(p)
     p.add_argument("--first", type=int, default=0, help="first table row (0-based, default 0)")
     p.add_argument("--limit", type=int, default=40, help="table rows to print; 0 prints all (default 40)")
     p.set_defaults(func=cmd_summary)
@@ -415,7 +459,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_step)
 
     p = sub.add_parser("flags", help="accounting faults, each with the tokens it cost and what to do")
-    trace_arg(p)
+    traces_arg(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--kind", action="append", help="only this kind (repeatable)")
     p.set_defaults(func=cmd_flags)
@@ -618,7 +662,7 @@ def _entry_points(group: str) -> list:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from tracer.trace.reader import TraceError
+    from tracer.trace.errors import TraceError, skippable
 
     args = build_parser().parse_args(argv)
     if args.command != "serve":
@@ -628,7 +672,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except TraceError as exc:
-        hint = "" if getattr(args, "lenient", True) else " (--lenient skips malformed lines)"
+        lenient = getattr(args, "lenient", True)
+        hint = " (--lenient skips malformed lines)" if not lenient and skippable(exc) else ""
         print(f"schedscope: error: {exc}{hint}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `schedscope summary … | head`

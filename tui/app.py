@@ -12,7 +12,8 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
 
-from tracer.trace.reader import TraceError, TraceHeaderError
+from tracer.trace.errors import skippable
+from tracer.trace.reader import TraceError
 from tracer.trace.source import TraceSource
 from tui.screens.base import StepScreen
 from tui.screens.compare import CompareScreen
@@ -67,9 +68,7 @@ class SchedscopeApp(App[None]):
         return MainScreen(o.source)
 
     def show_error(self, error: TraceError, *, strict: bool = True) -> None:
-        # A malformed line can be skipped; a missing file, a bad header or a newer schema cannot.
-        malformed = error.line is not None and not isinstance(error, TraceHeaderError)
-        hint = "--lenient skips malformed lines." if strict and malformed else ""
+        hint = "--lenient skips malformed lines." if strict and skippable(error) else ""
         self.error = str(error)
         self.push_screen(ErrorScreen(str(error), hint))
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tracer.analysis.session import Session
-from tracer.trace.errors import TraceError
+from tracer.trace.errors import TraceHeaderError
 from tracer.trace.reader import Progress, Trace
 
 # Header fields every engine of one server shares; (section, key): section None is the header.
@@ -86,7 +86,7 @@ def label(index: int, trace: Trace) -> str:
 
 
 def check_one_run(traces: Sequence[Trace]) -> None:
-    """Raise TraceError (naming the file and field) unless every trace is an engine of one server."""
+    """Raise TraceHeaderError (naming the file and field) unless every trace is an engine of one server."""
     if not traces:
         raise ValueError("no traces")
     first = traces[0]
@@ -96,7 +96,7 @@ def check_one_run(traces: Sequence[Trace]) -> None:
             b = trace.header if section is None else trace.header.get(section, {})
             if a.get(key) != b.get(key):
                 name = key if section is None else f"{section}.{key}"
-                raise TraceError(
+                raise TraceHeaderError(
                     trace.path,
                     f"not an engine of the same run as {first.path}: "
                     f"{b.get(key)!r} here, {a.get(key)!r} there",
@@ -107,4 +107,5 @@ def check_one_run(traces: Sequence[Trace]) -> None:
     for i, pid in enumerate(pids):
         if pid is not None and pid in pids[:i]:
             other = traces[pids.index(pid)].path
-            raise TraceError(traces[i].path, f"the same engine (pid {pid}) as {other}", line=1, field="pid")
+            message = f"the same engine (pid {pid}) as {other}"
+            raise TraceHeaderError(traces[i].path, message, line=1, field="pid")

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 if TYPE_CHECKING:
     from tracer.analysis.compare import Comparison
+    from tracer.analysis.engines import RunTotals
     from tracer.analysis.flags import FlagReport
     from tracer.trace.reader import Trace
 
@@ -60,6 +61,18 @@ def flags_line(report: FlagReport) -> str:
     """The flags by kind and the target tokens they withheld."""
     withheld = report.tokens_withheld
     return flag_counts(report) + (f"; {withheld_phrase(withheld)}" if withheld else "")
+
+
+def run_totals_line(totals: RunTotals) -> str:
+    """The whole run of a data-parallel server, over its engines' traces."""
+    return (
+        f"run: {totals.engines} engines · {totals.steps} steps · {totals.target_tokens} target tokens · "
+        f"{totals.preempted} preempted · {withheld_phrase(totals.withheld)} · {totals.flags} flags"
+    )
+
+
+def engine_heading(label: str, path: str) -> str:
+    return f"== {label}: {path}"
 
 
 def describe_gaps(trace: Trace, limit: int = 3) -> str:

@@ -18,6 +18,12 @@ class TraceError(Exception):
         super().__init__(f"{where}: {what}{message}")
 
 
+def skippable(error: TraceError) -> bool:
+    """Whether `--lenient` would load past this error: a malformed line can be skipped; a
+    missing file, a bad header or a newer schema cannot."""
+    return error.line is not None and not isinstance(error, TraceHeaderError)
+
+
 class TraceHeaderError(TraceError):
     """No usable header record: nothing in the file can be read, strict or not."""
 
