@@ -56,7 +56,11 @@ class GzipMemberSink:
     deflate stream, as gzip.GzipFile does: a killed server leaves every flushed record
     readable from a truncated last member."""
 
-    def __init__(self, raw: IO[bytes], *, member_bytes: int = 4 << 20, level: int = 3) -> None:
+    # 1 MiB of records a member: a random step decompresses in about 1.5 ms (4 MiB: 6-9 ms,
+    # near a viewer's 50 ms per key with a step view on top) for 1.7% more bytes than 4 MiB.
+    MEMBER_BYTES = 1 << 20
+
+    def __init__(self, raw: IO[bytes], *, member_bytes: int = MEMBER_BYTES, level: int = 3) -> None:
         self._raw = raw
         self._member_bytes = member_bytes
         self._level = level

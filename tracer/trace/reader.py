@@ -830,7 +830,7 @@ def _parse_gzip(
 ) -> tuple[TraceBuilder, Torn | None, str | None]:
     """Decompress member by member, noting where each is. One member (an old `.gz`):
     its bytes stay in memory, as they always did. Several (the recorder writes one
-    per ~4 MiB): each is parsed and dropped, and a GzipMemberStore reads steps back."""
+    per ~1 MiB): each is parsed and dropped, and a GzipMemberStore reads steps back."""
     size = st.st_size
     members: list[tuple[int, int, int, int]] = []  # (compressed offset, length, uncompressed start, length)
     first: bytearray | None = bytearray()  # the first member's output, until a second one shows up
