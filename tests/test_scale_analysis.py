@@ -5,19 +5,30 @@
   (padding of one-token prompts, unknown demands, preemptions, the admission cap, requests
   named twice, shared-buffer slots) written to a real file in the recorder's layout and in
   another key order.
+- `requests.request_events` reads only a few keys of each record; its events must equal
+  those of `compare.lifetimes`, which parses every record, on the samples and on a busy
+  generated trace (and with the index built, `lookup.request_life` still equals it).
 """
 
 from __future__ import annotations
 
+import gc
 import random
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
+from tests.conftest import ROOT
+from tracer.analysis import requests as requests_module
 from tracer.analysis.budget import MethodModel, analyze, simulate_without_excess
-from tracer.trace.reader import load
+from tracer.analysis.compare import compare, lifetimes
+from tracer.analysis.lookup import request_life
+from tracer.analysis.requests import RequestEvents, cached_index, request_events, request_index
+from tracer.trace.reader import Trace, load
 
 HEADER = {"kind": "header", "schema": "1.1", "policy": "stock", "t0": 0.0}
 CONFIGS = {
@@ -111,3 +122,97 @@ def test_analyze_equals_the_step_by_step_reference(tmp_path: Path, method: str, 
         withheld += ref.tokens > 0
         exact_bounds += not ref.exact
     assert withheld > 100 and exact_bounds > 20  # both kinds of figure were compared
+
+
+# -- the request index ---------------------------------------------------------------------
+SAMPLES = sorted((ROOT / "sample_traces").glob("*.jsonl"))
+EVENT_FIELDS = ("admitted", "finished", "preempted", "resumed")
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """bench/gen_trace.py's busy server (the Recorder's own records): arrivals, chunked
+    prefills, preemptions and resumptions; and the same records in another key order."""
+    out = tmp_path_factory.mktemp("gen") / "gen.jsonl"
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "gen_trace.py"),
+            str(out),
+            "--steps",
+            "3000",
+            "--seed",
+            "3",
+            "--arrival-rate",
+            "0.3",
+            "--kv-blocks",
+            "200",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return out
+
+
+def _reordered(path: Path, tmp_path: Path) -> Path:
+    lines = [orjson.loads(line) for line in path.read_bytes().splitlines() if line]
+    out = tmp_path / f"reordered-{path.name}"
+    body = (orjson.dumps(dict(reversed(list(r.items()))) if r["kind"] == "step" else r) for r in lines)
+    out.write_bytes(b"\n".join(body) + b"\n")
+    return out
+
+
+def _assert_events_equal_lifetimes(trace: Trace) -> None:
+    events, lives = request_events(trace), lifetimes(trace)
+    for rid, life in lives.items():
+        touched = life.admitted is not None or life.finished is not None or life.preempted or life.resumed
+        assert (rid in events) == bool(touched), rid
+        if rid in events:
+            ev = events[rid]
+            assert [getattr(ev, f) for f in EVENT_FIELDS] == [getattr(life, f) for f in EVENT_FIELDS], rid
+            if life.admitted is not None:
+                assert (ev.prefill_done, ev.prefill_steps) == (life.prefill_done, life.prefill_steps), rid
+    assert set(events) <= set(lives)
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.stem)
+def test_request_events_equal_the_lifetimes_on_the_samples(path: Path) -> None:
+    _assert_events_equal_lifetimes(load(path))
+
+
+@pytest.mark.parametrize("layout", ["recorder", "reordered"])
+def test_request_events_equal_the_lifetimes_on_a_busy_trace(
+    generated: Path, tmp_path: Path, layout: str
+) -> None:
+    trace = load(generated if layout == "recorder" else _reordered(generated, tmp_path))
+    col = trace.columns
+    assert col["n_preempted"].sum() > 0 and col["n_resumed"].sum() > 0 and col["n_new"].sum() > 100
+    _assert_events_equal_lifetimes(trace)
+
+
+def test_request_life_with_the_index_built_equals_the_lifetimes(generated: Path) -> None:
+    trace = load(generated)
+    lives = lifetimes(trace)
+    assert cached_index(trace) is None
+    request_index(trace)  # a comparison builds it; the search then starts at the admission
+    assert cached_index(trace) is not None
+    for rid in list(lives)[::7]:
+        assert request_life(trace, rid) == lives[rid]
+    assert request_life(trace, "no-such-request") is None
+
+
+def test_the_index_is_dropped_with_its_trace(generated: Path) -> None:
+    trace = load(generated)
+    request_index(trace)
+    key = id(trace)
+    assert key in requests_module._CACHE
+    del trace
+    gc.collect()
+    assert key not in requests_module._CACHE
+
+
+def test_compare_uses_the_events(generated: Path) -> None:
+    a, b = load(generated), load(SAMPLES[0])
+    c = compare(a, b)
+    assert c.a.lives is request_events(a)  # the cached index, not a second pass
+    assert all(isinstance(ev, RequestEvents) for ev in c.a.lives.values())

@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tracer.analysis import detail
 from tracer.analysis.flags import FlagReport, detect
+from tracer.analysis.requests import RequestEvents, request_events
 from tracer.trace.reader import Trace
 from tracer.whatif.clock import (
     NoClock,
@@ -29,32 +31,24 @@ DELTA_COLUMNS = ("target_used", "query_rows", "admitted", "preempted")
 
 
 @dataclass
-class RequestLife:
-    """One request's lifetime in a trace (step numbers as recorded)."""
+class RequestLife(RequestEvents):
+    """One request's whole lifetime in a trace (step numbers as recorded): its events and
+    every step that scheduled it."""
 
-    id: str
-    admitted: int | None = None
-    prefill_done: int | None = None  # first step in which it sampled a token
-    finished: int | None = None  # step whose record reports it finished
-    preempted: list[int] = field(default_factory=list)
-    resumed: list[int] = field(default_factory=list)
     scheduled: list[int] = field(default_factory=list)
     tokens: int = 0
 
-    @property
-    def prefill_steps(self) -> int | None:
-        if self.admitted is None or self.prefill_done is None:
-            return None
-        return self.prefill_done - self.admitted + 1
-
 
 def lifetimes(trace: Trace) -> dict[str, RequestLife]:
+    """Every request's lifetime, from every step record: the reference for one request's
+    (tracer.analysis.lookup.request_life parses only its steps) and for the events a
+    comparison uses (tracer.analysis.requests.request_events reads only those)."""
     lives: dict[str, RequestLife] = {}
 
     def life(rid: str) -> RequestLife:
         return lives.setdefault(rid, RequestLife(rid))
 
-    for rec in trace.steps():
+    for _, rec in detail.records(trace, range(len(trace))):  # batched: never every record at once
         step = rec["step"]
         for rid, *_ in rec["new"]:
             life(rid).admitted = step
@@ -78,7 +72,7 @@ def lifetimes(trace: Trace) -> dict[str, RequestLife]:
 class Side:
     trace: Trace
     flags: FlagReport
-    lives: dict[str, RequestLife]
+    lives: dict[str, RequestEvents]  # admission, prefill, preemption and finish of each request
 
     @property
     def name(self) -> str:
@@ -132,8 +126,8 @@ def _aligned(trace: Trace, n: int) -> dict[str, np.ndarray]:
 
 def compare(a: Trace, b: Trace) -> Comparison:
     """Align by step index (step k of A against step k of B) and by request id."""
-    side_a = Side(a, detect(a), lifetimes(a))
-    side_b = Side(b, detect(b), lifetimes(b))
+    side_a = Side(a, detect(a), request_events(a))
+    side_b = Side(b, detect(b), request_events(b))
     n = max(len(a), len(b))
     va, vb = _aligned(a, n), _aligned(b, n)
     values = {name: (va[name], vb[name]) for name in DELTA_COLUMNS}
