@@ -19,10 +19,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 import pytest
 
 from tests.conftest import ROOT
+from tracer.analysis import detail
 from tracer.analysis import requests as requests_module
 from tracer.analysis.budget import MethodModel, analyze, simulate_without_excess
 from tracer.analysis.compare import compare, lifetimes
@@ -93,8 +95,19 @@ def _random_step(rng: random.Random, n: int, cfg: dict[str, Any]) -> dict[str, A
     }
 
 
+def _raw_many(trace: Trace) -> Trace:
+    """Give `trace` a `raw_many` (as a reader that keeps no single buffer would have)."""
+    spans, data = trace._spans, trace._data
+
+    def raw_many(rows: Any) -> list[bytes]:
+        return [bytes(data[s:e]) for s, e in spans[np.asarray(rows, dtype=np.int64)].tolist()]
+
+    trace.raw_many = raw_many  # type: ignore[attr-defined]
+    return trace
+
+
 @pytest.mark.parametrize("method", sorted(CONFIGS))
-@pytest.mark.parametrize("layout", ["recorder", "reordered"])
+@pytest.mark.parametrize("layout", ["recorder", "reordered", "raw_many"])
 def test_analyze_equals_the_step_by_step_reference(tmp_path: Path, method: str, layout: str) -> None:
     rng = random.Random(f"{method}-{layout}")
     cfg = {**CONFIGS[method], "max_num_batched_tokens": 64, "max_num_seqs": 16, "max_num_active_seqs": 7}
@@ -104,6 +117,8 @@ def test_analyze_equals_the_step_by_step_reference(tmp_path: Path, method: str, 
     path = tmp_path / "random.jsonl"
     path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in [{**HEADER, "config": cfg}, *steps]))
     trace = load(path)
+    if layout == "raw_many":  # a reader without one shared buffer
+        _raw_many(trace)
     analysis = analyze(trace)
     model = MethodModel.from_config(trace.config)
     candidates = (
@@ -216,3 +231,18 @@ def test_compare_uses_the_events(generated: Path) -> None:
     c = compare(a, b)
     assert c.a.lives is request_events(a)  # the cached index, not a second pass
     assert all(isinstance(ev, RequestEvents) for ev in c.a.lives.values())
+
+
+def test_the_same_figures_through_raw_many(generated: Path) -> None:
+    """A reader that hands out records through `Trace.raw_many` (no shared buffer) gets the same."""
+    plain = load(generated)
+    other = load(generated)
+    spans, data = other._spans, other._data
+    other.raw_many = lambda rows: [
+        bytes(data[s:e]) for s, e in spans[np.asarray(rows, dtype=np.int64)].tolist()
+    ]  # type: ignore[attr-defined]
+    assert detail.buffer(other) is None
+    assert request_events(other) == request_events(plain)
+    a, b = analyze(other), analyze(plain)
+    assert (a.withheld == b.withheld).all() and (a.exact == b.exact).all()
+    assert [rec for _, rec in detail.records(other, [0, 5, 9])] == [plain.step(i) for i in (0, 5, 9)]
