@@ -157,17 +157,31 @@ return last;
 """
 # Zoom as a user's drag does (relayout), then wait until the server's data replaced the
 # figure's: the first line trace's x values change.
+# Count the app's callback responses, to tell the server's part of a zoom from the drawing.
+SPY_JS = """
+window.__responses = 0;
+const orig = window.fetch;
+window.fetch = async function(...args) {
+  const r = await orig.apply(this, args);
+  if (String(args[0]).includes('_dash-update-component')) { window.__responses += 1; }
+  return r;
+};
+"""
 ZOOM_JS = """
 const [lo, hi, done] = arguments;
 const gd = document.querySelector('#timeline .js-plotly-plot');
 const line = gd.data.findIndex(t => t.x && t.x.length > 1);
 const key = () => { const x = gd.data[line].x; return JSON.stringify([x.length, x[0], x[x.length - 1]]); };
 const before = key();
+const responses = window.__responses;
+let answered = null;
 const t0 = performance.now();
 Plotly.relayout(gd, {'xaxis.range[0]': lo, 'xaxis.range[1]': hi});
 const poll = () => {
-  if (key() !== before) { done(performance.now() - t0); }
-  else if (performance.now() - t0 > 30000) { done(-1); }
+  const now = performance.now();
+  if (answered === null && window.__responses > responses) { answered = now - t0; }
+  if (key() !== before) { done([now - t0, answered === null ? now - t0 : answered]); }
+  else if (now - t0 > 30000) { done([-1, -1]); }
   else { setTimeout(poll, 2); }
 };
 poll();
@@ -234,14 +248,22 @@ def web_figures(path: Path, zooms: int) -> dict[str, Any]:
                 quiet = time.perf_counter()
             time.sleep(0.05)
         last = float(driver.execute_script(LAST_STEP_JS))
-        times = []
+        driver.execute_script(SPY_JS)
+        times, answers = [], []
         for j in range(zooms):
             frac = (0.5, 0.1, 0.01, 0.002, 0.25)[j % 5]
             lo = last * (0.2 + 0.1 * (j % 3))
-            ms = driver.execute_async_script(ZOOM_JS, lo, lo + last * frac)
-            times.append(float(ms))
+            drawn_ms, answered_ms = driver.execute_async_script(ZOOM_JS, lo, lo + last * frac)
+            times.append(float(drawn_ms))
+            answers.append(float(answered_ms))
             driver.execute_async_script(ZOOM_JS, 0, last)  # back out (not counted)
-        return {"served": served, "drawn": drawn, "zoom_ms": times, "server_rss": vm_hwm(server.pid)}
+        return {
+            "served": served,
+            "drawn": drawn,
+            "zoom_ms": times,
+            "answer_ms": answers,
+            "server_rss": vm_hwm(server.pid),
+        }
     finally:
         driver.quit()
         if server is not None:
@@ -276,6 +298,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--reps", type=int, default=5, help="key presses per TUI key")
     ap.add_argument("--zooms", type=int, default=5)
+    ap.add_argument(
+        "--load-rounds", type=int, default=3, help="alternated loads, today's reader and this one"
+    )
     ap.add_argument("--no-tui", action="store_true")
     ap.add_argument("--no-web", action="store_true")
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
@@ -335,17 +360,24 @@ def main(argv: list[str] | None = None) -> int:
         diff_200k <= 10,
     )
 
-    # First full load against today's reader (the baseline revision's tracer package).
+    # First full load against today's reader (the baseline revision's tracer package):
+    # alternated, the median of the rounds' ratios (other work on the machine moves both).
     size = big.stat().st_size
-    wall_now = at("load s", full_steps)
     base = baseline_tracer(args.dir, args.baseline)
-    wall_base, rss_base, _ = run([PY, "-c", LOAD_CHILD, str(big)], env=env_for(base), cwd=base)
-    rss_now = at("load RSS", full_steps)
+    rounds: list[tuple[float, float, int, int]] = []
+    for _ in range(args.load_rounds):
+        wall_base, rss_base, _ = run([PY, "-c", LOAD_CHILD, str(big)], env=env_for(base), cwd=base)
+        wall_now, rss_now, _ = run([PY, "-c", LOAD_CHILD, str(big)])
+        rounds.append((wall_now, wall_base, rss_now, rss_base))
+    ratios = sorted(b / a for a, b, _, _ in rounds)
+    wall_now, wall_base, rss_now, rss_base = sorted(rounds)[len(rounds) // 2]
+    speed = ratios[len(ratios) // 2]
     table.add(
-        f"first full load, MB/s ({full_steps // 1000}k steps; wall time from a fresh interpreter)",
+        f"first full load, MB/s ({full_steps // 1000}k steps, {len(rounds)} alternated rounds)",
         f"≥ today's ({args.baseline}: {size / MB / wall_base:,.0f} MB/s)",
-        f"{size / MB / wall_now:,.0f} MB/s ({wall_now:.1f} s; {wall_base / wall_now:.2f}x today's speed)",
-        size / wall_now >= size / wall_base,
+        f"{size / MB / wall_now:,.0f} MB/s ({wall_now:.1f} s); median ratio {speed:.2f}x today's speed "
+        f"(min {ratios[0]:.2f}, max {ratios[-1]:.2f})",
+        speed >= 1.0,
     )
     table.add(
         "first full load, peak RSS / file size",
@@ -400,7 +432,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if not args.no_web:
         web = web_figures(big, args.zooms)
-        zoom = sorted(web["zoom_ms"])
+        # -1: the zoom's data never arrived within 30 s
+        zoom = sorted(ms if ms >= 0 else float("inf") for ms in web["zoom_ms"])
         table.add(
             f"web first figure drawn in chromium from `schedscope web`'s start ({full_steps // 1000}k)",
             "≤ 2 s",
@@ -410,8 +443,9 @@ def main(argv: list[str] | None = None) -> int:
         table.add(
             f"web zoom (relayout to re-decimated data drawn), worst of {len(zoom)}",
             "≤ 300 ms",
-            f"{zoom[-1]:.0f} ms (median {zoom[len(zoom) // 2]:.0f} ms)",
-            0 <= zoom[-1] <= 300,
+            f"{zoom[-1]:.0f} ms (median {zoom[len(zoom) // 2]:.0f} ms; the callback's response back after "
+            f"{sorted(web['answer_ms'])[len(zoom) // 2]:.0f} ms median, the rest is the browser drawing)",
+            zoom[-1] <= 300,
         )
         table.add(
             "web server peak RSS", "≤ 1 GB", f"{web['server_rss'] / MB:,.0f} MB", web["server_rss"] <= 1e9
