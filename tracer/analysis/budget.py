@@ -18,10 +18,13 @@ threshold or an encoder budget may also have limited the step).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import chain
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
 
+from tracer.analysis import detail
 from tracer.analysis.methods import is_separate_pass
 from tracer.trace.reader import Trace
 
@@ -135,7 +138,8 @@ class BudgetAnalysis:
 
 def analyze(trace: Trace) -> BudgetAnalysis:
     """The budget model over a whole trace. Only steps where the excess could have
-    bound the input budget are re-simulated, so large traces stay fast."""
+    bound the input budget are re-simulated, so large traces stay fast: their request
+    lists are read without the rest of each record and replayed together in NumPy."""
     col = trace.columns
     model = MethodModel.from_config(trace.config)
     n_sched = col["n_new"] + col["n_resumed"] + col["n_running"]
@@ -149,13 +153,131 @@ def analyze(trace: Trace) -> BudgetAnalysis:
     candidates = np.flatnonzero(
         (excess > 0) & (col["input_left"] <= model.draft_slots) & (col["target_left"] > 0)
     )
-    for i in candidates:
-        result = simulate_without_excess(trace.step(int(i)), trace.config, model)
-        withheld[i] = result.tokens
-        exact[i] = result.exact
+    for lo in range(0, len(candidates), detail.BATCH):
+        rows = candidates[lo : lo + detail.BATCH]
+        lists = [d for _, d in detail.region(trace, rows, "new", "waiting_demand_truncated")]
+        tokens, ok = simulate_many(trace, rows, lists, model)
+        withheld[rows] = tokens
+        exact[rows] = ok
     query_rows = n_sched * model.q if model.q and model.separate_pass else col["query_rows"]
     query_cap = np.where(col["query_cap"] >= 0, col["query_cap"], model.buffer_capacity or 0)
     return BudgetAnalysis(model, reserved, needed, excess, withheld, exact, query_rows, query_cap)
+
+
+_GROUPS = ("running", "unscheduled", "resumed", "new", "waiting_demand")  # vLLM's order
+_SENTINEL = 1 << 62  # a last entry per step that never fits: every step's loop ends on an event
+
+
+def simulate_many(
+    trace: Trace, rows: np.ndarray, lists: list[dict[str, Any]], model: MethodModel
+) -> tuple[np.ndarray, np.ndarray]:
+    """`simulate_without_excess` for many steps at once: (tokens withheld, exact) per row.
+
+    `lists[j]` holds row j's request lists (at least the five of _GROUPS; missing ones are
+    empty). Same arithmetic, in NumPy: without a clip, each request gets its demand and the
+    budgets left before it are the caps minus the demands before it (exclusive cumulative
+    sums per step), so the loop's end is the first request whose (padded) demand exceeds
+    the room left, or whose turn finds no room. A step that names a request twice (its
+    dicts then merge entries) goes through `simulate_without_excess` itself."""
+    n = len(rows)
+    if not n:
+        return np.zeros(0, dtype=np.int64), np.ones(0, dtype=bool)
+    col, k, slots = trace.columns, model.k, model.needed_slots
+    cfg = trace.config
+    cap = int(cfg.get("max_num_active_seqs") or cfg.get("max_num_seqs") or 1 << 30)
+    groups = [[d.get(g) or [] for d in lists] for g in _GROUPS]
+    counts = np.array([list(map(len, g)) for g in groups], dtype=np.int64)  # (5, n)
+    flat = [list(chain.from_iterable(g)) for g in groups]
+    ids = [list(map(_ID, f)) for f in flat]
+    seg_of = [np.repeat(np.arange(n), c) for c in counts]
+    # A request named twice in one step: the reference's dicts decide, not this replay.
+    pairs = list(
+        chain.from_iterable(zip(s.tolist(), i, strict=True) for s, i in zip(seg_of, ids, strict=True))
+    )
+    dup = np.zeros(n, dtype=bool)
+    if len(set(pairs)) < len(pairs):
+        seen: set[tuple[int, str]] = set()
+        for pair in pairs:
+            if pair in seen:
+                dup[pair[0]] = True
+            seen.add(pair)
+    # need, actual, spec per entry (running/resumed/new: [id, tokens, spec, demand];
+    # unscheduled/waiting_demand: [id, demand], scheduled nothing).
+    need, actual, spec = [], [], []
+    for g, f in enumerate(flat):
+        m = len(f)
+        if g in (0, 2, 3):
+            need.append(np.fromiter(map(_DEMAND, f), np.int64, m))
+            actual.append(np.fromiter(map(_TOKENS, f), np.int64, m))
+            spec.append(np.fromiter(map(_SPEC, f), np.int64, m) if g == 0 else np.zeros(m, np.int64))
+        else:
+            need.append(np.fromiter(map(_TOKENS, f), np.int64, m))
+            actual.append(np.zeros(m, np.int64))
+            spec.append(np.zeros(m, np.int64))
+    group = np.concatenate([np.full(c.sum(), g) for g, c in enumerate(counts)] + [np.full(n, 5)])
+    seg = np.concatenate([*seg_of, np.arange(n)])
+    need_a = np.concatenate([*need, np.full(n, _SENTINEL)])
+    actual_a = np.concatenate([*actual, np.zeros(n, np.int64)])
+    spec_a = np.concatenate([*spec, np.zeros(n, np.int64)])
+    order = np.lexsort((group, seg))  # per step: running, unscheduled, resumed, new, waiting
+    group, seg, need_a, actual_a, spec_a = (
+        group[order],
+        seg[order],
+        need_a[order],
+        actual_a[order],
+        spec_a[order],
+    )
+    need_a = np.where(need_a < 0, actual_a, need_a)  # unknown demand: what it got
+
+    waiting = (group >= 2) & (group <= 4)
+    # Admission is bounded by the cap; any preemption in a step admits nobody.
+    admissible = np.where(col["n_preempted"][rows] > 0, 0, np.maximum(0, cap - counts[0] - counts[1]))
+    starts = np.searchsorted(seg, np.arange(n))
+    rank = np.cumsum(waiting) - waiting
+    rank -= rank[starts][seg]
+    keep = ~waiting | (rank < admissible[seg])
+    group, seg, need_a, actual_a, spec_a, waiting = (
+        a[keep] for a in (group, seg, need_a, actual_a, spec_a, waiting)
+    )
+    starts = np.searchsorted(seg, np.arange(n))
+    sentinel = group == 5
+
+    # Padding of a one-token waiting request to 1+K rows, decided by the running part.
+    ran = ~waiting & ~sentinel & (need_a > 0)
+    scheduled_running = np.bincount(seg[ran], minlength=n) > 0
+    prefill = np.bincount(seg[ran & (spec_a == 0) & (need_a > 1 + k)], minlength=n) > 0
+    resumed = group == 2
+    pad = waiting & (k > 0) & (need_a == 1) & (scheduled_running[seg] | resumed) & ~prefill[seg]
+    need_a = np.where(pad, 1 + k, need_a)
+
+    c = np.where(need_a > 0, need_a, 0)
+    c[sentinel] = 0
+    q = (c > 0).astype(np.int64)
+    before = np.cumsum(c) - c
+    before -= before[starts][seg]
+    count_before = np.cumsum(q) - q
+    count_before -= count_before[starts][seg]
+    t0, i0 = col["target_cap"][rows][seg], col["input_cap"][rows][seg]
+    room = np.minimum(t0 - before, i0 - before - slots * count_before - slots)
+    event = (room <= 0) | (need_a > room)
+    idx = np.arange(len(seg))
+    first = np.minimum.reduceat(np.where(event, idx, len(seg)), starts)
+    clip = (room[first] > 0) & ~pad[first] & ~sentinel[first]
+    total = before[first] + np.where(clip, room[first], 0)
+    done = (idx < first[seg]) & (need_a > 0) & ~sentinel
+    changed = np.bincount(seg[done & (need_a != actual_a)], minlength=n)
+    changed += clip & (room[first] != actual_a[first])
+
+    tokens = np.maximum(0, total - col["target_used"][rows])
+    exact = changed <= 1
+    for j in np.flatnonzero(dup):
+        row = int(rows[j])
+        result = simulate_without_excess(trace.step(row), cfg, model)
+        tokens[j], exact[j] = result.tokens, result.exact
+    return tokens, exact
+
+
+_ID, _TOKENS, _SPEC, _DEMAND = itemgetter(0), itemgetter(1), itemgetter(2), itemgetter(3)
 
 
 def arithmetic(trace: Trace, i: int, analysis: BudgetAnalysis | None = None) -> list[str]:

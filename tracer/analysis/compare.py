@@ -9,7 +9,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from tracer.analysis import detail
 from tracer.analysis.flags import FlagReport
+from tracer.analysis.requests import RequestEvents, request_events
 from tracer.render.text import totals_lines
 from tracer.trace.reader import Trace
 from tracer.whatif.clock import (
@@ -34,32 +36,24 @@ DELTA_COLUMNS = ("target_used", "query_rows", "admitted", "preempted")
 
 
 @dataclass
-class RequestLife:
-    """One request's lifetime in a trace (step numbers as recorded)."""
+class RequestLife(RequestEvents):
+    """One request's whole lifetime in a trace (step numbers as recorded): its events and
+    every step that scheduled it."""
 
-    id: str
-    admitted: int | None = None
-    prefill_done: int | None = None  # first step in which it sampled a token
-    finished: int | None = None  # step whose record reports it finished
-    preempted: list[int] = field(default_factory=list)
-    resumed: list[int] = field(default_factory=list)
     scheduled: list[int] = field(default_factory=list)
     tokens: int = 0
 
-    @property
-    def prefill_steps(self) -> int | None:
-        if self.admitted is None or self.prefill_done is None:
-            return None
-        return self.prefill_done - self.admitted + 1
-
 
 def lifetimes(trace: Trace) -> dict[str, RequestLife]:
+    """Every request's lifetime, from every step record: the reference for one request's
+    (tracer.analysis.lookup.request_life parses only its steps) and for the events a
+    comparison uses (tracer.analysis.requests.request_events reads only those)."""
     lives: dict[str, RequestLife] = {}
 
     def life(rid: str) -> RequestLife:
         return lives.setdefault(rid, RequestLife(rid))
 
-    for rec in trace.steps():
+    for _, rec in detail.records(trace, range(len(trace))):  # batched: never every record at once
         step = rec["step"]
         for rid, *_ in rec["new"]:
             life(rid).admitted = step
@@ -83,7 +77,7 @@ def lifetimes(trace: Trace) -> dict[str, RequestLife]:
 class Side:
     trace: Trace
     flags: FlagReport
-    lives: dict[str, RequestLife]
+    lives: dict[str, RequestEvents]  # admission, prefill, preemption and finish of each request
 
     @property
     def name(self) -> str:
@@ -143,8 +137,8 @@ def compare(session_a: Session | Trace, session_b: Session | Trace) -> Compariso
 
     sa, sb = Session.of(session_a), Session.of(session_b)
     a, b = sa.trace, sb.trace
-    side_a = Side(a, sa.report, lifetimes(a))
-    side_b = Side(b, sb.report, lifetimes(b))
+    side_a = Side(a, sa.report, request_events(a))
+    side_b = Side(b, sb.report, request_events(b))
     n = max(len(a), len(b))
     va, vb = _aligned(a, n), _aligned(b, n)
     values = {name: (va[name], vb[name]) for name in DELTA_COLUMNS}

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from tracer.analysis import detail
 from tracer.analysis.budget import BudgetAnalysis, analyze
 from tracer.trace.reader import Trace
 
@@ -77,33 +78,45 @@ def _additive(trace: Trace, a: BudgetAnalysis) -> list[Flag]:
     if not m.separate_pass:
         return []
     col = trace.columns
+    rows = np.flatnonzero(a.withheld > 0)
+    # Plain ints, column by column: hundreds of thousands of flags in a big trace.
+    cells = zip(
+        *(
+            arr[rows].tolist()
+            for arr in (
+                col["step"], a.withheld, a.excess, col["target_used"], a.exact, a.reserved, a.needed,
+                col["target_cap"], col["input_used"], col["input_cap"],
+            )
+        ),
+        strict=True,
+    )  # fmt: skip
+    head = f"{m.method} K={m.k} was charged "
+    tail = (
+        f" draft slots against the target input budget, but its {m.q} query rows per request run in a "
+        "separate pass with their own buffer: this withheld "
+    )
+    advice = "Keep a separate query budget (policy 'separate') instead of the additive reservation."
     out = []
-    for i in _steps(a.withheld > 0):
-        withheld = int(a.withheld[i])
-        excess = int(a.excess[i])
-        used = int(col["target_used"][i])
-        bound = "" if a.exact[i] else "at most "
+    for step, withheld, excess, used, exact, reserved, needed, target_cap, input_used, input_cap in cells:
+        bound = "" if exact else "at most "
         out.append(
             Flag(
-                step=int(col["step"][i]),
+                step=step,
                 kind=ADDITIVE,
                 severity=SEVERITY[ADDITIVE],
                 message=(
-                    f"{m.method} K={m.k} was charged {excess} draft slots against the target input budget, "
-                    f"but its {m.q} query rows per request run in a separate pass with their own buffer: "
-                    f"this withheld {bound}{withheld} target tokens "
-                    f"({used} scheduled instead of {used + withheld}). "
-                    "Keep a separate query budget (policy 'separate') instead of the additive reservation."
+                    f"{head}{excess}{tail}{bound}{withheld} target tokens ({used} scheduled instead of "
+                    f"{used + withheld}). {advice}"
                 ),
                 numbers={
                     "tokens_withheld": withheld,
-                    "exact": bool(a.exact[i]),
-                    "reserved": int(a.reserved[i]),
-                    "needed": int(a.needed[i]),
+                    "exact": exact,
+                    "reserved": reserved,
+                    "needed": needed,
                     "target_used": used,
-                    "target_cap": int(col["target_cap"][i]),
-                    "input_used": int(col["input_used"][i]),
-                    "input_cap": int(col["input_cap"][i]),
+                    "target_cap": target_cap,
+                    "input_used": input_used,
+                    "input_cap": input_cap,
                 },
             )
         )
@@ -179,11 +192,11 @@ def _preemption_leak(trace: Trace, a: BudgetAnalysis) -> list[Flag]:
     )
     # The reader counted preempted requests still holding tokens: only those steps are parsed.
     suspects = (col["n_preempted_held"] > 0) | mismatch
-    for i in _steps(suspects):
-        rec = trace.step(i)
-        entries = rec["new"] + rec["resumed"] + rec["running"]
+    # Only the request lists of those steps are read (new … finished, consecutive in a record).
+    for i, rec in detail.region(trace, np.flatnonzero(suspects), "new", "unscheduled"):
+        entries = (rec.get("new") or []) + (rec.get("resumed") or []) + (rec.get("running") or [])
         held = {e[0]: e[1] for e in entries}
-        leaked = [rid for rid in rec["preempted"] if rid in held]
+        leaked = [rid for rid in rec.get("preempted") or () if rid in held]
         if not leaked and not mismatch[i]:
             continue
         out.append(
@@ -194,7 +207,7 @@ def _preemption_leak(trace: Trace, a: BudgetAnalysis) -> list[Flag]:
                 f"preempted request(s) {', '.join(leaked) or '?'} still hold this step's budget "
                 f"({sum(held.get(r, 0) for r in leaked)} tokens): restore both the target and the "
                 "input/query budget when preempting a request scheduled earlier in the step.",
-                {"leaked": leaked, "target_used": rec["target"]["used"], "charged": int(charged[i])},
+                {"leaked": leaked, "target_used": int(col["target_used"][i]), "charged": int(charged[i])},
             )
         )
     return out

@@ -1,9 +1,11 @@
 """Lookups over a loaded trace that touch only the steps they need.
 
-`tracer.analysis.compare.lifetimes` parses every step, which is right for a comparison
-but too slow to answer one search in a million-step trace. Here a request id is found
-in the steps' raw records first (`Trace.raw_many`, read in blocks), and only the steps
-that mention it are parsed; the lifetime itself is still built by `lifetimes`, so both agree.
+`tracer.analysis.compare.lifetimes` parses every step, far too slow to answer one search
+in a million-step trace. Here a request id is found in the steps' raw records first
+(`Trace.raw_many`, read in blocks), and
+only the steps that mention it are parsed; the lifetime itself is still built by
+`lifetimes`, so both agree. When the trace's request index is already built (a comparison
+builds it), the search starts at the request's admission instead of the first step.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import orjson
 
 from tracer.analysis.compare import RequestLife, lifetimes
 from tracer.analysis.flags import FlagReport
+from tracer.analysis.requests import cached_index
 from tracer.trace.reader import Trace
 
 
@@ -34,14 +37,20 @@ def flag_rows(trace: Trace, report: FlagReport) -> tuple[np.ndarray, np.ndarray]
     return rows_of_steps(trace, steps), kinds
 
 
-def _rows_mentioning(trace: Trace, needle: bytes) -> np.ndarray:
-    hits = [row for row, raw in trace.raw_many(range(len(trace))) if needle in raw]
+def _rows_mentioning(trace: Trace, needle: bytes, first: int = 0) -> np.ndarray:
+    """Rows from row `first` on whose record contains `needle`."""
+    hits = [row for row, raw in trace.raw_many(range(first, len(trace))) if needle in raw]
     return np.asarray(hits, dtype=np.int64)
 
 
 def request_life(trace: Trace, request_id: str) -> RequestLife | None:
     """One request's lifetime (admitted, scheduled, preempted, resumed, finished), or None."""
-    rows = _rows_mentioning(trace, orjson.dumps(request_id))
+    first = 0
+    index = cached_index(trace)
+    since = index.since.get(request_id) if index is not None else None
+    if since is not None:  # before its first admission only the waiting lists name it
+        first = max(0, int(rows_of_steps(trace, [since])[0]))
+    rows = _rows_mentioning(trace, orjson.dumps(request_id), first)
     if not len(rows):
         return None
     return lifetimes(trace.subset(rows)).get(request_id)
