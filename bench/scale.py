@@ -71,8 +71,10 @@ class Table:
             print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
 
 
-def env_for(tracer_dir: Path) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(tracer_dir)}
+def env_for(tracer_dir: Path, *, sidecar: bool = False) -> dict[str, str]:
+    """A child's environment: every figure but the re-open is a first open (no sidecar read
+    or written), so an earlier measurement's sidecar never speeds up a later one."""
+    return {**os.environ, "PYTHONPATH": str(tracer_dir), "SCHEDSCOPE_SIDECAR": "on" if sidecar else "off"}
 
 
 def run(args: list[str], env: dict[str, str] | None = None, cwd: Path = ROOT) -> tuple[float, int, str]:
@@ -391,9 +393,10 @@ def main(argv: list[str] | None = None) -> int:
         importlib.util.find_spec("tracer.trace.sidecar") is not None
         and (ROOT / "tracer/trace/sidecar.py").exists()
     ):
-        run([PY, "-c", SIDECAR_CHILD, str(big)])  # writes the sidecar: excluded
+        with_sidecar = env_for(ROOT, sidecar=True)
+        run([PY, "-c", SIDECAR_CHILD, str(big)], env=with_sidecar)  # writes the sidecar: excluded
         start = time.time()
-        _, rss, out = run([PY, "-c", SIDECAR_CHILD, str(big)])
+        _, rss, out = run([PY, "-c", SIDECAR_CHILD, str(big)], env=with_sidecar)
         ready = json.loads(out)["ready"] - start
         table.add(
             "re-open with a sidecar: start to the full-run timeline (load, analysis, series)",

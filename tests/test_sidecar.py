@@ -308,3 +308,19 @@ def test_small_traces_get_no_sidecar(tmp_path: Path, monkeypatch: pytest.MonkeyP
     path = copy(SAMPLES[-1], tmp_path)
     load(path)
     assert not side(path).exists()
+
+
+def test_sidecar_off_neither_writes_nor_reads_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = copy(SAMPLES[-1], tmp_path)
+    monkeypatch.setenv("SCHEDSCOPE_SIDECAR", "off")
+    load(path)
+    assert not side(path).exists() and not any((tmp_path / "cache").rglob("*.ssidx"))
+    monkeypatch.delenv("SCHEDSCOPE_SIDECAR")
+    first = load(path)
+    assert side(path).exists()
+    monkeypatch.setenv("SCHEDSCOPE_SIDECAR", "off")
+    parsed: list[int] = []
+    original = reader._parse_plain
+    monkeypatch.setattr(reader, "_parse_plain", lambda *a: parsed.append(1) or original(*a))
+    assert_same(load(path), first)
+    assert parsed == [1]  # parsed again: the sidecar was not read

@@ -11,6 +11,7 @@ only knows the container and whether it still describes the source.
 The sidecar lives next to the trace; where that directory is not writable, in the
 cache directory ($XDG_CACHE_HOME/schedscope, else ~/.cache/schedscope), named after
 the trace's absolute path. Writing one never fails a load (logged at debug level).
+`SCHEDSCOPE_SIDECAR=off` neither reads nor writes one (a first open, measured as such).
 A sidecar that is torn, of another version, for another or a changed file, or whose
 arrays are not what the reader expects is never trusted: the caller parses again.
 """
@@ -45,8 +46,14 @@ def cache_dir() -> Path:
     return Path(base) / "schedscope"
 
 
+ENV_SIDECAR = "SCHEDSCOPE_SIDECAR"
+
+
 def locations(source: Path) -> list[Path]:
-    """Where a sidecar for `source` may be: next to it, then in the cache directory."""
+    """Where a sidecar for `source` may be: next to it, then in the cache directory (none
+    with SCHEDSCOPE_SIDECAR=off)."""
+    if os.environ.get(ENV_SIDECAR, "").strip().lower() == "off":
+        return []
     source = Path(os.path.abspath(source))
     key = hashlib.blake2b(os.fsencode(source), digest_size=12).hexdigest()
     return [source.with_name(source.name + SUFFIX), cache_dir() / f"{source.name}.{key}{SUFFIX}"]
