@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -17,6 +17,7 @@ from tracer.trace.reader import TraceError
 from tracer.trace.source import TraceSource
 from tui.screens.base import StepScreen
 from tui.screens.compare import CompareScreen
+from tui.screens.engines import EnginesScreen
 from tui.screens.error import ErrorScreen
 from tui.screens.help import HelpScreen
 from tui.screens.main import MainScreen
@@ -32,13 +33,15 @@ HELP_INTRO = (
 
 @dataclass(frozen=True)
 class Opening:
-    """What to open: one source (a file, a growing file or a live stream), or two traces to compare."""
+    """What to open: one source (a file, a growing file or a live stream), two traces to compare,
+    or the engines of one data-parallel run."""
 
     source: TraceSource | None = None
     trace: Path | None = None
     trace_b: Path | None = None
     compare: bool = False
     strict: bool = True
+    engines: tuple[Path, ...] = ()
 
 
 class SchedscopeApp(App[None]):
@@ -61,6 +64,8 @@ class SchedscopeApp(App[None]):
 
     def get_default_screen(self) -> Screen:
         o = self.opening
+        if o.engines:
+            return EnginesScreen(list(o.engines), strict=o.strict)
         if o.compare:
             assert o.trace is not None and o.trace_b is not None
             return CompareScreen(o.trace, o.trace_b, strict=o.strict)
@@ -97,13 +102,19 @@ def make_app(
     follow: str | Path | None = None,
     compare: bool = False,
     strict: bool = True,
+    engines: Sequence[str | Path] = (),
 ) -> SchedscopeApp:
-    """Build the app for one trace source, or two traces (compare).
+    """Build the app for one trace source, two traces (compare), or `engines`: the traces of one
+    data-parallel run, one lane each.
 
     `trace`: a `TraceSource` (a file, `--follow FILE` or `--attach URL`, as the web app takes
     it), or a path, opened as a complete file; `follow`: a path, followed as it grows. The
     screen starts the source and closes it when the app ends.
     """
+    if engines:
+        if trace is not None or trace_b is not None or follow is not None or compare:
+            raise ValueError("--engines opens the traces of one run: give no other trace")
+        return SchedscopeApp(Opening(engines=tuple(Path(p) for p in engines), strict=strict))
     if isinstance(trace, TraceSource):
         if trace_b is not None or compare or follow is not None:
             raise ValueError("a live source opens alone: give no other trace")

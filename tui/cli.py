@@ -17,13 +17,18 @@ def cmd_tui(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"schedscope: error: {exc}", file=sys.stderr)
         return 2
-    if source is None and args.trace is None:
+    engines = args.engines or []
+    if engines and (source is not None or args.trace is not None):
+        print("schedscope: error: --engines opens one run's traces: give no other trace", file=sys.stderr)
+        return 2
+    if source is None and args.trace is None and not engines:
         print(
-            "schedscope: error: give a trace, two traces to compare, --follow FILE or --attach URL",
+            "schedscope: error: give a trace, two traces to compare, --engines TRACE..., "
+            "--follow FILE or --attach URL",
             file=sys.stderr,
         )
         return 2
-    for path in (args.trace, args.trace_b):  # a clear message before the terminal switches screens
+    for path in (args.trace, args.trace_b, *engines):  # a clear message before the terminal switches screens
         if path is not None and not os.path.isfile(path):
             what = "is a directory, not a trace file" if os.path.isdir(path) else "no such file"
             print(f"schedscope: error: {path}: {what}", file=sys.stderr)
@@ -37,7 +42,9 @@ def cmd_tui(args: argparse.Namespace) -> int:
         )
         return 2
     try:
-        if source is not None:
+        if engines:
+            app = make_app(engines=engines, strict=not args.lenient)
+        elif source is not None:
             if args.trace is not None:
                 raise ValueError("--follow and --attach open a trace alone: give no other trace")
             app = make_app(source)
@@ -58,9 +65,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         "tui",
         help="the terminal UI: timeline, step table, inspector, flags, replay, follow, compare",
         description="Open a trace in the terminal UI; two traces open side by side (compare); "
+        "--engines shows the engines of a data-parallel run as lanes; "
         "--follow tails a trace that a live server is still writing. Press ? in the UI for every key.",
     )
     viewer_args(p)
+    p.add_argument(
+        "--engines",
+        nargs="+",
+        metavar="TRACE",
+        help="the traces of one data-parallel run (SCHEDSCOPE_TRACE=run.{pid}.jsonl), one lane per engine",
+    )
     p.add_argument("--compare", action="store_true", help="compare TRACE and TRACE_B side by side")
     p.add_argument("--lenient", action="store_true", help="skip malformed lines instead of stopping")
     p.set_defaults(func=cmd_tui)

@@ -8,13 +8,15 @@ This module holds no budget logic and imports no Textual.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from tracer.analysis.compare import Comparison, compare
+from tracer.analysis.engines import Run, RunTotals
 from tracer.analysis.flags import FlagReport
 from tracer.analysis.session import Session, neighbour
-from tracer.trace.reader import Trace
+from tracer.trace.reader import Progress, Trace, load
 
 
 class TraceModel(Session):
@@ -47,3 +49,53 @@ class CompareModel:
 
     def next_change(self, row: int, *, backwards: bool = False) -> int | None:
         return neighbour(self.changed, row, backwards)
+
+
+@dataclass
+class RunModel:
+    """The engines of one data-parallel run on a shared step axis (tracer.analysis.engines.Run).
+
+    Each EngineCore numbers its own steps; the axis is every step number any engine recorded,
+    so step k of each engine sits in one column. `at[i]`: engine i's rows' places on the axis.
+    """
+
+    run: Run
+    models: list[TraceModel]
+    steps: np.ndarray
+    at: list[np.ndarray]
+    totals: RunTotals
+
+    @classmethod
+    def load(cls, paths: list[Path], *, strict: bool = True, progress: Progress | None = None) -> RunModel:
+        """Each trace in turn, then Run.of's check that they are one run (TraceError if not)."""
+        traces = []
+        for i, path in enumerate(paths):
+
+            def each(done: int, total: int, i: int = i) -> None:
+                if progress is not None:  # per mille of the whole: the files differ in size
+                    progress(i * 1000 + 1000 * done // max(1, total), 1000 * len(paths))
+
+            traces.append(load(path, strict=strict, progress=each))
+        return cls.build(traces)
+
+    @classmethod
+    def build(cls, traces: list[Trace]) -> RunModel:
+        models = [TraceModel.build(t) for t in traces]
+        run = Run.of(models)
+        columns = [m.trace.columns["step"] for m in models]
+        steps = np.unique(np.concatenate(columns)) if columns else np.zeros(0, np.int64)
+        at = [np.searchsorted(steps, c) for c in columns]
+        return cls(run, models, steps, at, run.totals())
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def on_axis(self, engine: int, values: np.ndarray) -> np.ndarray:
+        """An engine's per-row array placed on the shared axis; 0 where it recorded no such step."""
+        out = np.zeros(len(self.steps), dtype=values.dtype)
+        out[self.at[engine]] = values
+        return out
+
+    def row_of(self, step: int) -> int | None:
+        row = int(np.searchsorted(self.steps, step))
+        return row if row < len(self.steps) and int(self.steps[row]) == step else None

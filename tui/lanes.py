@@ -13,7 +13,7 @@ from typing import Literal
 import numpy as np
 
 from tracer.analysis.series import step_series
-from tui.data import TraceModel
+from tui.data import RunModel, TraceModel
 
 Kind = Literal["bar", "stack", "marks", "note"]
 
@@ -154,4 +154,37 @@ def build_lanes(model: TraceModel, *, compact: bool = False) -> list[Lane]:
             readout=lambda r: _fmt(at(s["n_preempted"], r)),
         )
     )
+    return lanes
+
+
+def engine_lanes(run: RunModel, selected: int | None = None) -> list[Lane]:
+    """Per engine of a run: target tokens against the target budget, and the tokens withheld."""
+    lanes: list[Lane] = []
+    n = len(run)
+    for i, engine in enumerate(run.run.engines):
+        s = engine.session.series
+        used, cap, withheld = (run.on_axis(i, s[k]) for k in ("target_used", "target_cap", "withheld"))
+        recorded = run.on_axis(i, np.ones(len(s["step"]), dtype=bool))
+
+        def readout(r: int, used: np.ndarray = used, cap: np.ndarray = cap, ok: np.ndarray = recorded) -> str:
+            if not 0 <= r < n or not ok[r]:
+                return "no such step"
+            return f"{int(used[r])}/{int(cap[r])}"
+
+        def held(r: int, withheld: np.ndarray = withheld) -> str:
+            return f"{int(withheld[r])} tok withheld" if 0 <= r < n and withheld[r] > 0 else "–"
+
+        pointer = "▶ " if i == selected else "  "
+        lanes.append(
+            Lane(pointer + engine.label, "bar", "target", height=2, values=used, scale=cap, readout=readout)
+        )
+        lanes.append(
+            Lane(
+                "    withheld",
+                "marks",
+                marks=[Mark(withheld, "▼", "withheld")],
+                numbers=withheld,
+                readout=held,
+            )
+        )
     return lanes

@@ -7,12 +7,16 @@ from typing import Any
 
 from dash import Dash
 
+from tracer.analysis.engines import Run
 from tracer.trace.reader import Trace
 from tracer.trace.source import TraceSource
 from web import layout as ui
 from web.callbacks import LIVE, Handlers, register
+from web.chart import build_figure
 from web.decimate import MAX_POINTS
+from web.engines_view import engines_chart, totals_children
 from web.follow import StoreFeed
+from web.model import RunView
 from web.store import DEFAULT_MAX_UPLOAD, TraceStore
 
 
@@ -26,6 +30,7 @@ def make_app(
     max_points: int = MAX_POINTS,
     follow_interval: float = 0.25,
     sweep: dict[str, Any] | None = None,
+    engines: Run | None = None,
 ) -> Dash:
     """A Dash app over traces (A, optionally B) and/or a live source.
 
@@ -33,7 +38,8 @@ def make_app(
     shows as A while it loads; a growing file or a live stream is the live trace, as is
     `follow` (a path is followed as it grows, `strict` or not). The sources start here;
     `app.feeds` hold them (`feed.stop()` ends one). `sweep`: a `schedscope sweep --json`
-    document, shown on a Sweep page.
+    document, shown on a Sweep page. `engines`: the engines of one data-parallel run, one lane
+    each on an Engines page; each is also a trace of the timeline page.
     """
     if isinstance(trace_a, TraceSource) and trace_a.live:
         if follow is not None:
@@ -47,6 +53,9 @@ def make_app(
         store.add("a", f"A: {Path(trace_a.path).name}", trace_a)
     if trace_b is not None:
         store.add("b", f"B: {Path(trace_b.path).name}", trace_b)
+    run = RunView.build(engines) if engines is not None else None
+    for engine_view in run.views if run is not None else []:
+        store.put(engine_view)
     live = None
     if follow is not None:
         if not isinstance(follow, TraceSource):
@@ -57,7 +66,8 @@ def make_app(
     # The dropdown names every slot, in order, whether or not its source has read anything yet.
     labels = {o["value"]: o["label"] for o in store.options()}
     labels.update({f.key: f.label for f in feeds if f.key not in labels})
-    options = [{"label": labels[k], "value": k} for k in ("a", "b", LIVE) if k in labels]
+    engine_keys = [v.key for v in run.views] if run is not None else []
+    options = [{"label": labels[k], "value": k} for k in ("a", "b", *engine_keys, LIVE) if k in labels]
     keys = [o["value"] for o in options]
     default = LIVE if live is not None else (keys[0] if keys else None)
     if trace_b is not None:
@@ -79,8 +89,9 @@ def make_app(
         ticking=bool(feeds),
         max_upload=max_upload,
         sweep=sweep,
+        engines=None if run is None else (engines_figure(run, max_points), totals_children(run)),
     )
-    handlers = Handlers(store, max_points=max_points, feeds=feeds)
+    handlers = Handlers(store, max_points=max_points, feeds=feeds, run=run)
     register(app, handlers)
     for feed in feeds:
         feed.start()
@@ -88,3 +99,7 @@ def make_app(
     app.feeds = feeds  # type: ignore[attr-defined]
     app.handlers = handlers  # type: ignore[attr-defined]
     return app
+
+
+def engines_figure(run: RunView, max_points: int = MAX_POINTS) -> Any:
+    return build_figure(engines_chart(run), None, max_points, uirevision="engines")

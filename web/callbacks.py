@@ -19,10 +19,11 @@ from web import layout as ids
 from web.chart import build_figure, extend_patch, range_patch, range_update, selected_shape
 from web.compare_view import compare_chart, headline, totals_children
 from web.decimate import MAX_POINTS
+from web.engines_view import engine_of_trace, engines_chart
 from web.export import figure_html, figure_png
 from web.flagtable import JUMP, filter_flags, page, table
 from web.inspector import inspector
-from web.model import TraceView
+from web.model import RunView, TraceView
 from web.store import TraceStore, UploadError
 from web.timeline import timeline_chart
 
@@ -65,10 +66,18 @@ def _state(view: TraceView, sent: int) -> dict[str, Any]:
 
 
 class Handlers:
-    def __init__(self, store: TraceStore, *, max_points: int = MAX_POINTS, feeds: Sequence[Any] = ()) -> None:
+    def __init__(
+        self,
+        store: TraceStore,
+        *,
+        max_points: int = MAX_POINTS,
+        feeds: Sequence[Any] = (),
+        run: RunView | None = None,
+    ) -> None:
         self.store = store
         self.max_points = max_points
         self.feeds = list(feeds)  # web.follow.StoreFeed: their sources' states make the live status
+        self.run = run  # the engines of a data-parallel run (--engines), or None
 
     def live_status(self) -> str:
         return " · ".join(status for feed in self.feeds if (status := feed.status))
@@ -260,6 +269,24 @@ class Handlers:
             self._cmp_cache = (cache_key, compare_chart(c))
         return self._cmp_cache[1]
 
+    # -- engines -------------------------------------------------------------------------
+    def engines_zoom(self, relayout: dict[str, Any] | None) -> Patch:
+        """The engines' lanes re-decimated for a new visible step range."""
+        changed, x_range = parse_xrange(relayout)
+        if self.run is None or not changed:
+            raise PreventUpdate
+        return range_patch(engines_chart(self.run), x_range, self.max_points)
+
+    def engines_open(self, click: dict[str, Any] | None) -> tuple[str, str]:
+        """A click on an engine's lane -> (that engine's trace key, the timeline tab)."""
+        points = (click or {}).get("points") or []
+        engine = (
+            engine_of_trace(self.run, int(points[0].get("curveNumber", -1))) if self.run and points else None
+        )
+        if engine is None:
+            raise PreventUpdate
+        return self.run.views[engine].key, "timeline"
+
     # -- downloads -----------------------------------------------------------------------
     def download(
         self,
@@ -269,7 +296,11 @@ class Handlers:
         cmp_state: dict[str, Any] | None,
     ) -> dict[str, Any]:
         """The figure as shown, rebuilt from its trace and visible range (never from client JSON)."""
-        if tab == "compare":
+        if tab == "engines" and self.run is not None:
+            title = f"engines: {self.run.totals_line()}"
+            fig = build_figure(engines_chart(self.run), None, self.max_points, title=title)
+            name = "schedscope-engines"
+        elif tab == "compare":
             if not cmp_state:
                 raise PreventUpdate
             c = self.store.comparison(*cmp_state["pair"])
@@ -440,6 +471,23 @@ def register(app: Dash, h: Handlers) -> None:
     )
     def _compare(key_a, key_b, relayout, _version, tab, state):  # type: ignore[no-untyped-def]
         return h.compare(trig(), tab, key_a, key_b, relayout, state)
+
+    if h.run is not None:  # the engines page exists only with --engines
+
+        @app.callback(
+            Output(ids.ENG_GRAPH, "figure"), Input(ids.ENG_GRAPH, "relayoutData"), prevent_initial_call=True
+        )
+        def _engines_zoom(relayout):  # type: ignore[no-untyped-def]
+            return h.engines_zoom(relayout)
+
+        @app.callback(
+            Output(ids.TRACE, "value", allow_duplicate=True),
+            Output(ids.TABS, "value"),
+            Input(ids.ENG_GRAPH, "clickData"),
+            prevent_initial_call=True,
+        )
+        def _engines_open(click):  # type: ignore[no-untyped-def]
+            return h.engines_open(click)
 
     @app.callback(
         Output(ids.DOWNLOAD, "data"),

@@ -26,10 +26,17 @@ def cmd_web(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"schedscope: error: {exc}", file=sys.stderr)
         return 2
-    if not args.trace and live is None:
-        print("schedscope: error: web needs a TRACE, --follow FILE or --attach URL", file=sys.stderr)
+    engines = args.engines or []
+    if engines and (live is not None or args.trace):
+        print("schedscope: error: --engines opens one run's traces: give no other trace", file=sys.stderr)
         return 2
-    for path in (args.trace, args.trace_b):  # a clear message before serving anything
+    if not args.trace and live is None and not engines:
+        print(
+            "schedscope: error: web needs a TRACE, --engines TRACE..., --follow FILE or --attach URL",
+            file=sys.stderr,
+        )
+        return 2
+    for path in (args.trace, args.trace_b, *engines):  # a clear message before serving anything
         if path is not None and not os.path.isfile(path):
             what = "is a directory, not a trace file" if os.path.isdir(path) else "no such file"
             print(f"schedscope: error: {path}: {what}", file=sys.stderr)
@@ -60,6 +67,11 @@ def cmd_web(args: argparse.Namespace) -> int:
         trace_b = load(args.trace_b, strict=strict, progress=progress)
     elif args.trace:  # one trace: shown while it loads
         trace_a = TraceSource.file(args.trace, strict=strict)
+    run = None
+    if engines:  # every engine whole, and checked to be one run (a TraceError names file and field)
+        from tracer.analysis.engines import Run
+
+        run = Run.load(engines, strict=strict, progress=progress)
     sweep = None
     if args.sweep:
         from tracer.whatif.sweep import SweepFileError, load_sweep
@@ -69,7 +81,9 @@ def cmd_web(args: argparse.Namespace) -> int:
         except SweepFileError as exc:
             print(f"schedscope: error: --sweep {exc}", file=sys.stderr)
             return 2
-    app = make_app(trace_a, trace_b, follow=live, max_upload=args.max_upload_mb << 20, sweep=sweep)
+    app = make_app(
+        trace_a, trace_b, follow=live, max_upload=args.max_upload_mb << 20, sweep=sweep, engines=run
+    )
     host = f"[{args.host}]" if ":" in args.host else args.host
     print(f"schedscope web: http://{host}:{args.port}/  (Ctrl-C to stop)", flush=True)
     try:
@@ -85,9 +99,16 @@ def register(sub: argparse._SubParsersAction) -> None:
         "web",
         help="interactive web app: timelines, step inspector, flags, compare, live --follow",
         description="Serves a Dash app (needs the 'web' extra) on loopback and prints its URL. "
-        "With TRACE_B the compare page opens on A vs B; --follow FILE shows a growing trace live.",
+        "With TRACE_B the compare page opens on A vs B; --engines shows the engines of a "
+        "data-parallel run as lanes; --follow FILE shows a growing trace live.",
     )
     viewer_args(p)
+    p.add_argument(
+        "--engines",
+        nargs="+",
+        metavar="TRACE",
+        help="the traces of one data-parallel run (SCHEDSCOPE_TRACE=run.{pid}.jsonl), one lane per engine",
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8050, help="port (default 8050)")
     p.add_argument(

@@ -42,6 +42,8 @@ CMP_GRAPH = "compare-graph"
 CMP_HEADLINE = "compare-headline"
 CMP_TOTALS = "compare-totals"
 CMP_VIEW = "compare-view"
+ENG_GRAPH = "engines-graph"
+ENG_TOTALS = "engines-totals"
 
 TICK_MS = 300  # with the follower's 0.25 s poll, new steps show within a second
 
@@ -183,6 +185,28 @@ def _compare_tab(options: list[dict[str, Any]], a: str | None, b: str | None) ->
     )
 
 
+def _engines_tab(figure: Any, totals: list[Any]) -> dcc.Tab:
+    return dcc.Tab(
+        label="Engines",
+        value="engines",
+        id="engines-tab",
+        children=[
+            html.Div(totals, id=ENG_TOTALS, className="bar"),
+            html.Div(
+                "One lane per engine of the run, on a shared step axis. Click a lane to open that "
+                "engine on the Timeline tab; the trace menu there lists every engine.",
+                className="bar muted",
+            ),
+            dcc.Graph(
+                id=ENG_GRAPH,
+                figure=figure,
+                config={"displaylogo": False, "scrollZoom": True},
+                style={"height": f"{figure.layout.height}px"},
+            ),
+        ],
+    )
+
+
 def layout(
     options: list[dict[str, Any]],
     *,
@@ -192,10 +216,14 @@ def layout(
     max_upload: int,
     sweep: dict[str, Any] | None = None,
     ticking: bool | None = None,
+    engines: tuple[Any, list[Any]] | None = None,
 ) -> html.Div:
     """`live`: show the live controls; `ticking`: poll for new snapshots (a live trace, or one
-    still loading; default: as `live`)."""
+    still loading; default: as `live`); `engines`: (figure, totals) of a run's engines, shown
+    first on their own tab."""
     tabs = [_timeline_tab(options, default, live, max_upload), _compare_tab(options, *compare_pair)]
+    if engines is not None:
+        tabs.insert(0, _engines_tab(*engines))
     if sweep is not None:
         from web.sweep_figure import sweep_tab
 
@@ -221,7 +249,7 @@ def layout(
             ),
             dcc.Tabs(
                 id=TABS,
-                value="timeline",
+                value="engines" if engines is not None else "timeline",
                 children=tabs,
             ),
             dcc.Store(id=VIEW),

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from tracer.analysis.engines import Run, RunTotals
 from tracer.analysis.flags import Flag, FlagReport
 from tracer.analysis.session import Session
 from tracer.render.text import RunLine, engine_line
@@ -62,3 +63,40 @@ class TraceView:
     def summary(self) -> str:
         """One line: tracer.render.text's engine line, then its run line."""
         return f"{engine_line(self.trace.config)} | {RunLine.of(self.trace, self.report).text}"
+
+
+@dataclass
+class RunView:
+    """The engines of one data-parallel run (tracer.analysis.engines.Run), each a TraceView, on a
+    shared step axis: each EngineCore numbers its own steps, and the axis is every step number any
+    engine recorded, so step k of each engine sits at x = k. `at[i]`: engine i's rows on the axis."""
+
+    run: Run
+    views: list[TraceView]
+    steps: np.ndarray
+    at: list[np.ndarray]
+    totals: RunTotals
+    cache: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, run: Run, key: str = "engine") -> RunView:
+        views = []
+        for i, engine in enumerate(run.engines):
+            _ = engine.session.report, engine.session.series  # now, not in the first callback
+            views.append(TraceView(f"{key}-{i}", engine.label, engine.session))
+        columns = [v.steps for v in views]
+        steps = np.unique(np.concatenate(columns)) if columns else np.zeros(0, np.int64)
+        return cls(run, views, steps, [np.searchsorted(steps, c) for c in columns], run.totals())
+
+    def on_axis(self, engine: int, values: np.ndarray, missing: int) -> np.ndarray:
+        """An engine's per-row array placed on the shared axis; `missing` where it has no such step."""
+        out = np.full(len(self.steps), missing, dtype=values.dtype)
+        out[self.at[engine]] = values
+        return out
+
+    def totals_line(self) -> str:
+        t = self.totals
+        return (
+            f"{t.engines} engines · {t.steps} steps · {t.target_tokens} target tokens · "
+            f"{t.preempted} preempted · {t.withheld} tokens withheld · {t.flags} flags"
+        )

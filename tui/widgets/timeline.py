@@ -77,10 +77,12 @@ class Timeline(Widget):
             super().__init__()
             self.row = row
 
-    def __init__(self, *, compact: bool = False, **kwargs: Any) -> None:
+    def __init__(self, *, compact: bool = False, label_width: int = LABEL_W, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.compact = compact
+        self.label_width = label_width
         self.model: TraceModel | None = None
+        self.steps: np.ndarray | None = None  # the step number of each row; None: nothing shown
         self.total = 0
         self.window = Window(0, 1)
         self.cursor = 0
@@ -94,8 +96,15 @@ class Timeline(Widget):
     # -- state set by the screen --------------------------------------------------------
     def show(self, model: TraceModel | None, total: int | None = None) -> None:
         self.model = model
-        self.total = total if total is not None else (len(model) if model else 0)
-        self._lanes = build_lanes(model, compact=self.compact) if model is not None else []
+        lanes = build_lanes(model, compact=self.compact) if model is not None else []
+        steps = model.trace.columns["step"] if model is not None else None
+        self.show_lanes(lanes, steps, total if total is not None else (len(model) if model else 0))
+
+    def show_lanes(self, lanes: list[Lane], steps: np.ndarray | None, total: int) -> None:
+        """Draw these lanes over rows [0, total); `steps` numbers the rows on the axis."""
+        self.steps = steps
+        self.total = total
+        self._lanes = lanes
         self._cells_key = self._strips_key = None
         self.refresh(layout=True)
 
@@ -106,7 +115,7 @@ class Timeline(Widget):
 
     @property
     def chart_width(self) -> int:
-        return max(1, self.size.width - LABEL_W - VALUE_W)
+        return max(1, self.size.width - self.label_width - VALUE_W)
 
     def get_content_height(self, container: Any, viewport: Any, width: int) -> int:
         return sum(lane.height for lane in self._lanes) + 1 if self._lanes else 1
@@ -116,7 +125,7 @@ class Timeline(Widget):
         columns = self._columns
         if offset is None or columns is None or not self._lanes:
             return
-        c = offset.x - LABEL_W
+        c = offset.x - self.label_width
         if 0 <= c < columns.n:
             self.post_message(self.Clicked(min(int(columns.lo[c]), max(0, self.total - 1))))
 
@@ -127,7 +136,7 @@ class Timeline(Widget):
 
     def _build_strips(self) -> list[Strip]:
         width = self.chart_width
-        key = (id(self.model), self.total, self.window, width, self.cursor, self.app.theme, self.size.width)
+        key = (id(self._lanes), self.total, self.window, width, self.cursor, self.app.theme, self.size.width)
         if key == self._strips_key:
             return self._strips
         cells = self._build_cells(width)
@@ -139,11 +148,11 @@ class Timeline(Widget):
         for lane in self._lanes:
             for level in range(lane.height):
                 label = lane.name if level == 0 else ""
-                value = lane.readout(self.cursor) if level == 0 and self.model is not None else ""
+                value = lane.readout(self.cursor) if level == 0 and self.steps is not None else ""
                 strips.append(self._strip(label, cells[line_no], value, first, last, style))
                 line_no += 1
         if self._lanes:
-            value = f"step {self._step_at(self.cursor)}" if self.model is not None else ""
+            value = f"step {self._step_at(self.cursor)}" if self.steps is not None else ""
             strips.append(self._strip("step", cells[line_no], value, first, last, style))
         self._strips_key, self._strips = key, strips
         return strips
@@ -152,7 +161,8 @@ class Timeline(Widget):
         return self.get_component_rich_style(f"timeline--{name}")
 
     def _strip(self, label: str, cells: list[Cell], value: str, first: int, last: int, style: Any) -> Strip:
-        segments = [Segment(f"{label:<{LABEL_W - 1}.{LABEL_W - 1}} ", style("label"))]
+        w = self.label_width - 1
+        segments = [Segment(f"{label:<{w}.{w}} ", style("label"))]
         cursor_bg = style("cursor").bgcolor
         run_text: list[str] = []
         run_style: Style | None = None
@@ -173,11 +183,11 @@ class Timeline(Widget):
         return Strip(segments).adjust_cell_length(self.size.width, self.rich_style)
 
     def _step_at(self, row: int) -> int:
-        steps = self.model.trace.columns["step"] if self.model is not None else np.zeros(0, np.int64)
+        steps = self.steps if self.steps is not None else np.zeros(0, np.int64)
         return int(steps[row]) if 0 <= row < len(steps) else row + 1
 
     def _build_cells(self, width: int) -> list[list[Cell]]:
-        key = (id(self.model), self.total, self.window, width)
+        key = (id(self._lanes), self.total, self.window, width)
         if key == self._cells_key:
             return self._cells
         columns = Columns.of(self.window, width)

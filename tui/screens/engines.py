@@ -1,0 +1,175 @@
+"""The engines of one data-parallel run (`--engines`), one timeline lane each on a shared step axis.
+
+Each lane is one engine's target tokens against its target budget, with the tokens its
+reservation withheld; the line above them is the run's totals (tracer.analysis.engines.Run).
+`e`/`E` pick a lane and `o` opens that engine's trace in the single-trace view.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.markup import escape
+from textual.widgets import Footer, ProgressBar, Static
+
+from tracer.analysis.engines import RunTotals
+from tracer.trace.reader import TraceError
+from tracer.trace.source import TraceSource
+from tui.bins import Window
+from tui.data import RunModel
+from tui.lanes import engine_lanes
+from tui.screens.base import Command, StepScreen
+from tui.screens.main import MainScreen
+from tui.widgets.inspector import engine_line
+from tui.widgets.timeline import Timeline
+
+LABEL_W = 26  # "▶ engine 10 (pid 4194303)" fits
+
+
+def totals_line(t: RunTotals) -> str:
+    return (
+        f"{t.engines} engines · {t.steps} steps · {t.target_tokens} target tokens · "
+        f"{t.preempted} preempted · {t.withheld} tokens withheld · {t.flags} flags"
+    )
+
+
+class EngineScreen(MainScreen):
+    """One engine of the run, opened from its lane: the single-trace view, escape goes back."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "back", "Back to the engines")]
+
+    def action_back(self) -> None:
+        self.dismiss()
+
+
+class EnginesScreen(StepScreen):
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("e", "select(1)", "Next engine", tooltip="Select the next engine's lane"),
+        Binding("E", "select(-1)", "Previous engine", show=False),
+        Binding("o,enter", "open", "Open engine", tooltip="Open the selected engine alone"),
+    ]
+    DEFAULT_CSS = """
+    EnginesScreen #top { height: auto; background: $panel; padding: 0 1; }
+    EnginesScreen #titlebar { height: 1; }
+    EnginesScreen #run-title { width: 1fr; }
+    EnginesScreen #status { width: auto; color: $text-muted; }
+    EnginesScreen #progress { height: 1; }
+    EnginesScreen #progress.done { display: none; }
+    EnginesScreen #run-totals { padding: 0 1; }
+    EnginesScreen #engine-config { padding: 0 1; color: $text-muted; }
+    EnginesScreen Timeline { border: round $primary 40%; }
+    """
+
+    def __init__(self, paths: list[Path], *, strict: bool = True) -> None:
+        super().__init__()
+        self.paths = paths
+        self.strict = strict
+        self.model: RunModel | None = None
+        self.selected = 0
+        self.loaded = False
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="top"):
+            with Horizontal(id="titlebar"):
+                yield Static(f"[b]Engines[/b] · {len(self.paths)} traces of one run", id="run-title")
+                yield Static("loading…", id="status")
+            yield ProgressBar(id="progress", show_eta=False)
+        yield Static("", id="run-totals")
+        yield Static("", id="engine-config")
+        timeline = Timeline(id="lanes", label_width=LABEL_W)
+        timeline.border_title = "target tokens vs target budget, per engine"
+        timeline.border_subtitle = "e/E engine · o open · ←/→ step · +/- zoom · [ ] pan"
+        yield timeline
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.call_after_refresh(self.app.mark, "first_frame")  # type: ignore[attr-defined]
+        self.load()
+
+    @property
+    def total(self) -> int:
+        return len(self.model) if self.model is not None else 0
+
+    @work(thread=True, exclusive=True, group="engines")
+    def load(self) -> None:
+        """Every trace, their analyses and the one-run check, off the UI thread."""
+        bar = self.query_one(ProgressBar)
+
+        def progress(done: int, total: int) -> None:
+            self.app.call_from_thread(bar.update, total=total, progress=done)
+
+        try:
+            model = RunModel.load(self.paths, strict=self.strict, progress=progress)
+        except TraceError as exc:
+            self.app.call_from_thread(self.app.show_error, exc, strict=self.strict)  # type: ignore[attr-defined]
+            return
+        self.app.call_from_thread(self._ready, model)
+
+    def _ready(self, model: RunModel) -> None:
+        self.model = model
+        self.loaded = True
+        self.query_one(ProgressBar).add_class("done")
+        self.query_one("#run-totals", Static).update(escape(totals_line(model.totals)))
+        # Engines of one run share their config (Run.of checked it): one line says it for all.
+        self.query_one("#engine-config", Static).update(engine_line(model.models[0]))
+        self.window = Window.fit(len(model))
+        self._draw()
+        self.call_after_refresh(self.app.mark, "loaded")  # type: ignore[attr-defined]
+
+    def _draw(self) -> None:
+        if self.model is None:
+            return
+        timeline = self.query_one(Timeline)
+        timeline.show_lanes(engine_lanes(self.model, self.selected), self.model.steps, len(self.model))
+        self.apply_view()
+
+    def apply_view(self) -> None:
+        self.query_one(Timeline).set_view(self.window, self.cursor)
+        self.update_status()
+
+    def update_status(self) -> None:
+        if self.model is None:
+            return
+        label = self.model.run.engines[self.selected].label
+        self.query_one("#status", Static).update(f"{self.replay_status()} · selected {escape(label)}")
+
+    @on(Timeline.Clicked)
+    def _timeline_clicked(self, message: Timeline.Clicked) -> None:
+        self.set_cursor(message.row)
+
+    def action_select(self, delta: int) -> None:
+        if self.model is None:
+            return
+        self.selected = (self.selected + delta) % len(self.model.run.engines)
+        self._draw()
+
+    def action_open(self) -> None:
+        if self.model is None:
+            return
+        engine = self.model.run.engines[self.selected]
+        # The single-trace view reads its own source: the file again, shown as it loads.
+        source = TraceSource.file(engine.trace.path, strict=self.strict)
+        self.app.push_screen(EngineScreen(source))
+
+    def goto_step(self, text: str) -> None:
+        if self.model is None or not text.lstrip("-").isdigit():
+            super().goto_step(text)
+            return
+        row = self.model.row_of(int(text))
+        if row is None:
+            self.notify(f"no engine recorded a step {text}", severity="warning")
+        else:
+            self.set_cursor(row)
+
+    def commands(self) -> list[Command]:
+        return [
+            ("Next engine", "Select the next engine's lane", "select(1)"),
+            ("Previous engine", "Select the previous engine's lane", "select(-1)"),
+            ("Open engine", "Open the selected engine in the single-trace view", "open"),
+            *super().commands(),
+        ]
