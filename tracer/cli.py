@@ -69,7 +69,7 @@ def cmd_summary(args: argparse.Namespace) -> int:
         for line in summary_lines(engine.session, first=args.first, limit=limit):
             print(line)
         print()
-    print(run_totals_line(run.totals()))
+    print(f"run: {run_totals_line(run.totals())}")
     return 0
 
 
@@ -116,7 +116,7 @@ def cmd_flags(args: argparse.Namespace) -> int:
         doc = docs[0] if not several else {"engines": docs}
         sys.stdout.buffer.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
     elif several:
-        print(run_totals_line(run.totals()))
+        print(f"run: {run_totals_line(run.totals())}")
     return 0
 
 

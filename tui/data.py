@@ -82,20 +82,14 @@ class RunModel:
     def build(cls, traces: list[Trace]) -> RunModel:
         models = [TraceModel.build(t) for t in traces]
         run = Run.of(models)
-        columns = [m.trace.columns["step"] for m in models]
-        steps = np.unique(np.concatenate(columns)) if columns else np.zeros(0, np.int64)
-        at = [np.searchsorted(steps, c) for c in columns]
-        return cls(run, models, steps, at, run.totals())
+        return cls(run, models, run.axis.steps, run.axis.at, run.totals())
 
     def __len__(self) -> int:
         return len(self.steps)
 
     def on_axis(self, engine: int, values: np.ndarray) -> np.ndarray:
         """An engine's per-row array placed on the shared axis; 0 where it recorded no such step."""
-        out = np.zeros(len(self.steps), dtype=values.dtype)
-        out[self.at[engine]] = values
-        return out
+        return self.run.axis.place(engine, values, 0)
 
     def row_of(self, step: int) -> int | None:
-        row = int(np.searchsorted(self.steps, step))
-        return row if row < len(self.steps) and int(self.steps[row]) == step else None
+        return self.run.axis.row_of(step)

@@ -14,7 +14,7 @@ import numpy as np
 from tracer.analysis.engines import Run, RunTotals
 from tracer.analysis.flags import Flag, FlagReport
 from tracer.analysis.session import Session
-from tracer.render.text import RunLine, engine_line
+from tracer.render.text import RunLine, engine_line, run_totals_line
 from tracer.trace.reader import Trace
 
 
@@ -84,19 +84,11 @@ class RunView:
         for i, engine in enumerate(run.engines):
             _ = engine.session.report, engine.session.series  # now, not in the first callback
             views.append(TraceView(f"{key}-{i}", engine.label, engine.session))
-        columns = [v.steps for v in views]
-        steps = np.unique(np.concatenate(columns)) if columns else np.zeros(0, np.int64)
-        return cls(run, views, steps, [np.searchsorted(steps, c) for c in columns], run.totals())
+        return cls(run, views, run.axis.steps, run.axis.at, run.totals())
 
     def on_axis(self, engine: int, values: np.ndarray, missing: int) -> np.ndarray:
         """An engine's per-row array placed on the shared axis; `missing` where it has no such step."""
-        out = np.full(len(self.steps), missing, dtype=values.dtype)
-        out[self.at[engine]] = values
-        return out
+        return self.run.axis.place(engine, values, missing)
 
     def totals_line(self) -> str:
-        t = self.totals
-        return (
-            f"{t.engines} engines · {t.steps} steps · {t.target_tokens} target tokens · "
-            f"{t.preempted} preempted · {t.withheld} tokens withheld · {t.flags} flags"
-        )
+        return run_totals_line(self.totals)

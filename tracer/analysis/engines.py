@@ -11,8 +11,11 @@ header field that differs: engines of one server share every one of these.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
+
+import numpy as np
 
 from tracer.analysis.session import Session
 from tracer.trace.errors import TraceHeaderError
@@ -53,8 +56,33 @@ class RunTotals:
 
 
 @dataclass(frozen=True)
+class Axis:
+    """The engines on one step axis: each EngineCore numbers its own steps, and the axis is
+    every step number any engine recorded, so step k of each engine sits in one column."""
+
+    steps: np.ndarray  # sorted step numbers
+    at: list[np.ndarray] = field(default_factory=list)  # engine i's rows' places on the axis
+
+    def place(self, engine: int, values: np.ndarray, missing: int | float = 0) -> np.ndarray:
+        """An engine's per-row array on the axis; `missing` where it recorded no such step."""
+        out = np.full(len(self.steps), missing, dtype=values.dtype)
+        out[self.at[engine]] = values
+        return out
+
+    def row_of(self, step: int) -> int | None:
+        row = int(np.searchsorted(self.steps, step))
+        return row if row < len(self.steps) and int(self.steps[row]) == step else None
+
+
+@dataclass(frozen=True)
 class Run:
     engines: list[Engine]
+
+    @cached_property
+    def axis(self) -> Axis:
+        columns = [e.trace.columns["step"] for e in self.engines]
+        steps = np.unique(np.concatenate(columns)) if columns else np.zeros(0, np.int64)
+        return Axis(steps, [np.searchsorted(steps, c) for c in columns])
 
     @classmethod
     def of(cls, sessions: Sequence[Session | Trace]) -> Run:

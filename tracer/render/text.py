@@ -66,7 +66,7 @@ def flags_line(report: FlagReport) -> str:
 def run_totals_line(totals: RunTotals) -> str:
     """The whole run of a data-parallel server, over its engines' traces."""
     return (
-        f"run: {totals.engines} engines · {totals.steps} steps · {totals.target_tokens} target tokens · "
+        f"{totals.engines} engines · {totals.steps} steps · {totals.target_tokens} target tokens · "
         f"{totals.preempted} preempted · {withheld_phrase(totals.withheld)} · {totals.flags} flags"
     )
 

@@ -17,7 +17,7 @@ from textual.containers import Horizontal, Vertical
 from textual.markup import escape
 from textual.widgets import Footer, ProgressBar, Static
 
-from tracer.analysis.engines import RunTotals
+from tracer.render.text import run_totals_line
 from tracer.trace.reader import TraceError
 from tracer.trace.source import TraceSource
 from tui.bins import Window
@@ -29,13 +29,6 @@ from tui.widgets.inspector import engine_line
 from tui.widgets.timeline import Timeline
 
 LABEL_W = 26  # "▶ engine 10 (pid 4194303)" fits
-
-
-def totals_line(t: RunTotals) -> str:
-    return (
-        f"{t.engines} engines · {t.steps} steps · {t.target_tokens} target tokens · "
-        f"{t.preempted} preempted · {t.withheld} tokens withheld · {t.flags} flags"
-    )
 
 
 class EngineScreen(MainScreen):
@@ -114,7 +107,7 @@ class EnginesScreen(StepScreen):
         self.model = model
         self.loaded = True
         self.query_one(ProgressBar).add_class("done")
-        self.query_one("#run-totals", Static).update(escape(totals_line(model.totals)))
+        self.query_one("#run-totals", Static).update(escape(run_totals_line(model.totals)))
         # Engines of one run share their config (Run.of checked it): one line says it for all.
         self.query_one("#engine-config", Static).update(engine_line(model.models[0]))
         self.window = Window.fit(len(model))
