@@ -247,8 +247,9 @@ class StepFeatures:
 
 
 def records_of(trace: Trace) -> Iterator[dict[str, Any]]:
-    """A trace's step records one at a time (Trace.steps() holds them all: GBs at 1M steps)."""
-    return (trace.step(i) for i in range(len(trace)))
+    """A trace's step records one at a time (Trace.steps() holds them all: GBs at 1M steps),
+    read from the store in blocks rather than one read per step."""
+    return trace.iter_steps()
 
 
 def step_features(
