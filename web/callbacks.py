@@ -9,6 +9,7 @@ live tick extends them, a selection moves the marker line).
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -78,6 +79,12 @@ class Handlers:
         self.max_points = max_points
         self.feeds = list(feeds)  # web.follow.StoreFeed: their sources' states make the live status
         self.run = run  # the engines of a data-parallel run (--engines), or None
+        # The last full figure of each trace, by version. The page ticks every 0.3 s and Dash
+        # drops a callback's answer once a newer request for it is out: a figure that takes
+        # longer than a tick to build would be rebuilt, and dropped, forever. Built once (one
+        # builder at a time), every later request answers at once.
+        self._figures: dict[str, tuple[int, Any, int]] = {}
+        self._figure_lock = threading.Lock()
 
     def live_status(self) -> str:
         return " · ".join(status for feed in self.feeds if (status := feed.status))
@@ -106,8 +113,7 @@ class Handlers:
             or state.get("key") != view.key
             or state.get("run", _run_of(view)) != _run_of(view)  # a live stream's new run
         ):
-            fig = build_figure(timeline_chart(view), None, self.max_points, uirevision=view.key)
-            sent = max((len(t.x) for t in fig.data if t.type == "scattergl"), default=0)
+            fig, sent = self._full_figure(view)
             return fig, _state(view, sent), _version(view), status
         if trigger == ids.GRAPH:
             changed, x_range = parse_xrange(relayout)
@@ -123,6 +129,16 @@ class Handlers:
         if trigger == ids.TICK:
             return self._tick(view, state, bool(follow_tail), status)
         raise PreventUpdate
+
+    def _full_figure(self, view: TraceView) -> tuple[Any, int]:
+        """(the whole-run figure of `view`, points per trace sent), built once per version."""
+        with self._figure_lock:
+            held = self._figures.get(view.key)
+            if held is None or held[0] != view.version:
+                fig = build_figure(timeline_chart(view), None, self.max_points, uirevision=view.key)
+                sent = max((len(t.x) for t in fig.data if t.type == "scattergl"), default=0)
+                held = self._figures[view.key] = (view.version, fig, sent)
+            return held[1], held[2]
 
     def _select(self, view: TraceView, state: dict[str, Any], step: int | None) -> Patch:
         patch = Patch()
