@@ -83,7 +83,7 @@ class Handlers:
         # drops a callback's answer once a newer request for it is out: a figure that takes
         # longer than a tick to build would be rebuilt, and dropped, forever. Built once (one
         # builder at a time), every later request answers at once.
-        self._figures: dict[str, tuple[int, Any, int]] = {}
+        self._figures: dict[str, tuple[TraceView, Any, int]] = {}
         self._figure_lock = threading.Lock()
 
     def live_status(self) -> str:
@@ -131,13 +131,14 @@ class Handlers:
         raise PreventUpdate
 
     def _full_figure(self, view: TraceView) -> tuple[Any, int]:
-        """(the whole-run figure of `view`, points per trace sent), built once per version."""
+        """(the whole-run figure of `view`, points per trace sent), built once per snapshot
+        (a view is one snapshot: a new version, or an upload under the same key, is a new one)."""
         with self._figure_lock:
             held = self._figures.get(view.key)
-            if held is None or held[0] != view.version:
+            if held is None or held[0] is not view:
                 fig = build_figure(timeline_chart(view), None, self.max_points, uirevision=view.key)
                 sent = max((len(t.x) for t in fig.data if t.type == "scattergl"), default=0)
-                held = self._figures[view.key] = (view.version, fig, sent)
+                held = self._figures[view.key] = (view, fig, sent)
             return held[1], held[2]
 
     def _select(self, view: TraceView, state: dict[str, Any], step: int | None) -> Patch:

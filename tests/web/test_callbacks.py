@@ -61,6 +61,26 @@ def test_timeline_first_render_then_zoom_patches(h: Handlers) -> None:
         h.timeline(ids.GRAPH, "a", {"dragmode": "pan"}, None, state, None)
 
 
+def test_a_page_that_ticks_before_its_first_figure_arrived_gets_the_same_figure(
+    h: Handlers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Dash drops an answer once a newer request for the same output is out: ticks asked
+    while the first figure was on its way must not build it again (a big trace never drew)."""
+    import web.callbacks
+
+    built: list[str] = []
+    real = web.callbacks.build_figure
+    monkeypatch.setattr(web.callbacks, "build_figure", lambda *a, **k: built.append("x") or real(*a, **k))
+    first, state, *_ = h.timeline(None, "a", None, None, None, None)
+    for _ in range(3):  # the browser never got `state`: each tick asks for the whole figure again
+        again, again_state, *_ = h.timeline(ids.TICK, "a", None, None, None, None)
+        assert again is first and again_state == state
+    assert built == ["x"]
+    h.store.add("a", "A: separate now", sample("dflash_k7_separate.jsonl"))  # a new version
+    newer, *_ = h.timeline(ids.TICK, "a", None, None, None, None)
+    assert newer is not first and built == ["x", "x"]
+
+
 def test_selecting_a_step_draws_its_line_and_jumps_when_off_screen(h: Handlers) -> None:
     _, state, *_ = h.timeline(None, "a", None, None, None, None)
     patch, *_ = h.timeline(ids.SELECTED, "a", None, {"key": "a", "step": 3}, state, None)
