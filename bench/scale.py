@@ -249,7 +249,15 @@ def web_figures(path: Path, zooms: int) -> dict[str, Any]:
             if driver.title.startswith("Updating"):
                 quiet = time.perf_counter()
             time.sleep(0.05)
-        last = float(driver.execute_script(LAST_STEP_JS))
+        # Zoom the whole run: wait until the page holds every step (the file is still read
+        # while the first figure shows; its last step stops moving once it is all in).
+        last, steady = float(driver.execute_script(LAST_STEP_JS)), time.perf_counter()
+        while time.perf_counter() - steady < 5.0 and time.perf_counter() - t0 < 600:
+            time.sleep(0.25)
+            now = float(driver.execute_script(LAST_STEP_JS))
+            if now != last:
+                last, steady = now, time.perf_counter()
+        loaded = steady - t0
         driver.execute_script(SPY_JS)
         times, answers = [], []
         for j in range(zooms):
@@ -262,6 +270,7 @@ def web_figures(path: Path, zooms: int) -> dict[str, Any]:
         return {
             "served": served,
             "drawn": drawn,
+            "loaded": loaded,
             "zoom_ms": times,
             "answer_ms": answers,
             "server_rss": vm_hwm(server.pid),
@@ -440,11 +449,12 @@ def main(argv: list[str] | None = None) -> int:
         table.add(
             f"web first figure drawn in chromium from `schedscope web`'s start ({full_steps // 1000}k)",
             "≤ 2 s",
-            f"{web['drawn']:.2f} s (server listening at {web['served']:.2f} s)",
+            f"{web['drawn']:.2f} s (server listening at {web['served']:.2f} s; every step shown at "
+            f"{web['loaded']:.1f} s)",
             web["drawn"] <= 2.0,
         )
         table.add(
-            f"web zoom (relayout to re-decimated data drawn), worst of {len(zoom)}",
+            f"web zoom once every step is shown (relayout to re-decimated data drawn), worst of {len(zoom)}",
             "≤ 300 ms",
             f"{zoom[-1]:.0f} ms (median {zoom[len(zoom) // 2]:.0f} ms; the callback's response back after "
             f"{sorted(web['answer_ms'])[len(zoom) // 2]:.0f} ms median, the rest is the browser drawing)",

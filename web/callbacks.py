@@ -16,6 +16,7 @@ from typing import Any
 from dash import ALL, Dash, Input, Output, Patch, State, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
+from tracer.trace.source import Phase
 from web import layout as ids
 from web.chart import build_figure, extend_patch, range_patch, range_update, selected_shape
 from web.compare_view import compare_chart, headline, totals_children
@@ -239,6 +240,17 @@ class Handlers:
         return options, view.key, msg, options, options
 
     # -- live controls -------------------------------------------------------------------
+    def ticks_done(self, shown: str | None) -> Any:
+        """True (stop the page's ticks) once every source is a complete file, read to its end,
+        and the page shows the last snapshot: a tick's request would otherwise supersede a
+        zoom's on the same figure, and Dash drops the zoom's answer."""
+        if not self.feeds or any(f.source.live for f in self.feeds):
+            return no_update
+        if any(f.source.state.phase not in (Phase.COMPLETE, Phase.FAILED) for f in self.feeds):
+            return no_update
+        view = self.store.get((shown or "").rpartition(":")[0])
+        return True if view is not None and _version(view) == shown else no_update
+
     def pause(self, n_clicks: int | None) -> tuple[bool, str]:
         paused = bool(n_clicks) and n_clicks % 2 == 1
         return paused, "Resume" if paused else "Pause"
@@ -464,6 +476,14 @@ def register(app: Dash, h: Handlers) -> None:
     )
     def _upload(gate):  # type: ignore[no-untyped-def]
         return h.upload(gate)
+
+    @app.callback(
+        Output(ids.TICK, "disabled", allow_duplicate=True),
+        Input(ids.VERSION, "data"),
+        prevent_initial_call=True,
+    )
+    def _ticks_done(shown):  # type: ignore[no-untyped-def]
+        return h.ticks_done(shown)
 
     @app.callback(
         Output(ids.TICK, "disabled"),
