@@ -113,6 +113,31 @@ def test_a_complete_file_shows_as_a_while_it_loads() -> None:
         app.feeds[0].stop()
 
 
+def test_a_complete_file_stops_the_ticks_once_its_last_snapshot_is_shown(tmp_path: Path) -> None:
+    """A tick's request supersedes a zoom's (Dash then drops the zoom): a complete file stops
+    them, but only after the page shows its last snapshot; a followed file never does."""
+    from dash import no_update
+
+    app = make_app(TraceSource.file(ADDITIVE))
+    try:
+        wait_for(lambda: app.feeds[0].source.state.phase.value == "complete" and rows(app, "a") == 7)
+        h, view = app.handlers, app.store.get("a")
+        assert h.ticks_done(f"a:{view.version}") is True
+        assert h.ticks_done(f"a:{view.version - 1}") is no_update  # an older snapshot on the page
+        assert h.ticks_done(None) is no_update
+    finally:
+        app.feeds[0].stop()
+    path = tmp_path / "growing.jsonl"
+    path.write_bytes(b"".join(lines()[:4]))
+    followed = live_app(path)
+    try:
+        wait_for(lambda: followed.store.get(LIVE) is not None)
+        view = followed.store.get(LIVE)
+        assert followed.handlers.ticks_done(f"{LIVE}:{view.version}") is no_update
+    finally:
+        followed.feeds[0].stop()
+
+
 def test_attach_status_leads_the_live_status_and_a_new_run_redraws(tmp_path: Path) -> None:
     """make_app(stream source) over the real stream server: the stream's state is shown, and a
     restart's new run (saved to its own file) replaces the timeline with a new figure, not a patch."""
