@@ -43,6 +43,27 @@ def collect(follower: StreamFollower, n: int, timeout: float = 10, **kw: Any) ->
     return out
 
 
+def test_close_with_drain_returns_only_once_viewers_got_the_footer() -> None:
+    """At shutdown the footer is published just before the EngineCore exits, and the viewers'
+    HTTP threads are daemons: a drain (the scheduler's shutdown does
+    `hub.disconnect_all(drain=...)`, `close(drain=...)` the same) must not return before
+    they have sent it."""
+    hub = StreamHub()
+    server = StreamServer(hub, "127.0.0.1", 0)
+    hub.publish(records([HEADER, step_line(1)]))
+    got: list[bytes] = []
+    with urllib.request.urlopen(server.url, timeout=10) as resp:
+        while hub.viewers < 1:
+            time.sleep(0.01)
+        (viewer,) = hub._viewers
+        footer = orjson.dumps({"kind": "footer", "steps_written": 1}) + b"\n"
+        hub.publish(records([footer]))
+        server.close(drain=5.0)
+        sent_before_close_returned = viewer.done.is_set()  # drain=0 returns before the thread sends
+        got.append(resp.read())  # the connection was ended after the queued lines
+    assert sent_before_close_returned and got[0].endswith(footer)
+
+
 def test_backlog_then_live_to_two_viewers() -> None:
     hub = StreamHub()
     server = StreamServer(hub, "127.0.0.1", 0)

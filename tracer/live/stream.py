@@ -78,6 +78,7 @@ class _Viewer:
         self.ready = threading.Condition()
         self.cut = False
         self.ended = False
+        self.done = threading.Event()  # its HTTP thread has returned: all it will send is sent
 
     def offer(self, lines: list[bytes]) -> bool:
         with self.ready:
@@ -185,13 +186,18 @@ class StreamHub:
         with self._lock:
             self._viewers.discard(viewer)
 
-    def disconnect_all(self) -> None:
-        """End every viewer's connection (the server is closing); a viewer may reconnect with `since`."""
+    def disconnect_all(self, drain: float = 0.0) -> None:
+        """End every viewer's connection (the server is closing); a viewer may reconnect with
+        `since`. With `drain`, wait up to that many seconds in all for their HTTP threads to
+        send what is queued (at shutdown: the footer, published just before)."""
         with self._lock:
             viewers = list(self._viewers)
             self._viewers.clear()
         for viewer in viewers:
             viewer.end()
+        deadline = time.monotonic() + drain
+        for viewer in viewers:
+            viewer.done.wait(max(0.0, deadline - time.monotonic()))
 
     @property
     def viewers(self) -> int:
@@ -297,12 +303,17 @@ class StreamServer:
             return  # the viewer went away
         finally:
             self.hub.unsubscribe(viewer)
+            viewer.done.set()
 
-    def close(self) -> None:
+    def close(self, drain: float = 0.0) -> None:
+        """Stop serving. Connected viewers would otherwise be kept alive by heartbeats from a
+        closed server; with `drain` (seconds, bounded) they first get what is queued. Idempotent."""
+        if getattr(self, "_closed", False):
+            return
+        self._closed = True
         self.httpd.shutdown()
+        self.hub.disconnect_all(drain)
         self.httpd.server_close()
-        # Connected viewers would otherwise be kept alive by heartbeats from a closed server.
-        self.hub.disconnect_all()
 
 
 def start_from_env(value: str, token: str | None) -> tuple[StreamHub, StreamServer]:
