@@ -45,9 +45,8 @@ def collect(follower: StreamFollower, n: int, timeout: float = 10, **kw: Any) ->
 
 def test_close_with_drain_returns_only_once_viewers_got_the_footer() -> None:
     """At shutdown the footer is published just before the EngineCore exits, and the viewers'
-    HTTP threads are daemons: a drain (the scheduler's shutdown does
-    `hub.disconnect_all(drain=...)`, `close(drain=...)` the same) must not return before
-    they have sent it."""
+    HTTP threads are daemons: a drain (`close(drain=...)`, `hub.disconnect_all(drain=...)`)
+    must not return before they have sent it."""
     hub = StreamHub()
     server = StreamServer(hub, "127.0.0.1", 0)
     hub.publish(records([HEADER, step_line(1)]))

@@ -24,8 +24,6 @@ from tracer.live import stream
 from tracer.record import recorder as _recorder
 from tracer.record import runner_hook
 
-STREAM_DRAIN_S = 2.0  # at shutdown, the longest connected viewers get to receive the footer
-
 logger = logging.getLogger("schedscope.scheduler")
 
 
@@ -189,15 +187,6 @@ class TracingMixin:
             rec.close(timeout)
         except Exception:
             logger.exception("schedscope: error while closing the trace")
-        server = self._schedscope_stream
-        if server is not None:
-            try:
-                # The footer was just published: end each viewer's connection once it has
-                # received it, before the process exits (their HTTP threads are daemons).
-                # Bounded, at shutdown only; /metrics stays served until the process ends.
-                server.hub.disconnect_all(drain=STREAM_DRAIN_S)
-            except Exception:
-                logger.exception("schedscope: error while closing the live stream")
 
 
 def _close_trace_first_on_engine_shutdown() -> None:
