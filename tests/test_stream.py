@@ -43,24 +43,39 @@ def collect(follower: StreamFollower, n: int, timeout: float = 10, **kw: Any) ->
     return out
 
 
-def test_close_with_drain_returns_only_once_viewers_got_the_footer() -> None:
-    """At shutdown the footer is published just before the EngineCore exits, and the viewers'
-    HTTP threads are daemons: a drain (`close(drain=...)`, `hub.disconnect_all(drain=...)`)
-    must not return before they have sent it."""
+def test_flush_returns_once_viewers_got_the_footer_and_is_bounded_by_a_stalled_one() -> None:
+    """At shutdown the footer is published just before EngineCore exits, and the viewers' HTTP
+    threads are daemons: `hub.flush` returns only once each reading viewer has it on its socket,
+    and a viewer that stopped reading costs the bound, never a hang."""
     hub = StreamHub()
     server = StreamServer(hub, "127.0.0.1", 0)
-    hub.publish(records([HEADER, step_line(1)]))
-    got: list[bytes] = []
-    with urllib.request.urlopen(server.url, timeout=10) as resp:
+    try:
+        hub.publish(records([HEADER, step_line(1)]))
+        with urllib.request.urlopen(server.url, timeout=10) as resp:
+            while hub.viewers < 1:
+                time.sleep(0.01)
+            (viewer,) = hub._viewers
+            footer = orjson.dumps({"kind": "footer", "steps_written": 1}) + b"\n"
+            hub.publish(records([footer]))
+            assert viewer.unsent == 1
+            assert hub.flush(5.0)
+            assert viewer.unsent == 0  # written and flushed before flush() returned
+            got = b""
+            while not got.endswith(footer):
+                got += resp.read1(65536)
+        # A viewer that connected and never reads: its socket buffers fill, the HTTP thread blocks.
+        stalled = socket.create_connection(server.address[:2])
+        stalled.sendall(b"GET /trace HTTP/1.1\r\nHost: x\r\n\r\n")
         while hub.viewers < 1:
             time.sleep(0.01)
-        (viewer,) = hub._viewers
-        footer = orjson.dumps({"kind": "footer", "steps_written": 1}) + b"\n"
-        hub.publish(records([footer]))
-        server.close(drain=5.0)
-        sent_before_close_returned = viewer.done.is_set()  # drain=0 returns before the thread sends
-        got.append(resp.read())  # the connection was ended after the queued lines
-    assert sent_before_close_returned and got[0].endswith(footer)
+        big = [step_line(i) + b" " * 60_000 for i in range(2, 200)]  # ~12 MB, beyond any socket buffer
+        hub.publish(records(big))
+        t0 = time.monotonic()
+        assert not hub.flush(0.5)
+        assert 0.45 < time.monotonic() - t0 < 2.0
+        stalled.close()
+    finally:
+        server.close()
 
 
 def test_backlog_then_live_to_two_viewers() -> None:

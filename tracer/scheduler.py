@@ -26,6 +26,8 @@ from tracer.record import runner_hook
 
 logger = logging.getLogger("schedscope.scheduler")
 
+STREAM_FLUSH_S = 1.0  # at shutdown, how long connected viewers get to receive the footer
+
 
 class TracingMixin:
     """Wraps schedule(), update_from_output() and shutdown() of a vLLM scheduler."""
@@ -181,12 +183,17 @@ class TracingMixin:
     def close_trace(self, timeout: float = 5.0) -> None:
         """Flush and finish the trace (footer included); safe to call twice."""
         rec = self._schedscope
-        if rec is None:
+        if rec is None or rec.closed:
             return
         try:
             rec.close(timeout)
         except Exception:
             logger.exception("schedscope: error while closing the trace")
+        server = self._schedscope_stream
+        # The footer was just published; EngineCore may exit right after, and with it the
+        # viewers' daemon threads. A viewer that is not reading costs this bound, no more.
+        if server is not None and not server.hub.flush(STREAM_FLUSH_S):
+            logger.warning("schedscope: a stream viewer lacked the footer after %.1fs", STREAM_FLUSH_S)
 
 
 def _close_trace_first_on_engine_shutdown() -> None:

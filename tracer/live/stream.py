@@ -78,7 +78,8 @@ class _Viewer:
         self.ready = threading.Condition()
         self.cut = False
         self.ended = False
-        self.done = threading.Event()  # its HTTP thread has returned: all it will send is sent
+        self.unsent = 0  # lines offered and not yet written to the socket
+        self.done = False  # its HTTP thread has returned: all it will send is sent
 
     def offer(self, lines: list[bytes]) -> bool:
         with self.ready:
@@ -89,8 +90,27 @@ class _Viewer:
                 self.lines.clear()
             else:
                 self.lines.extend(lines)
+                self.unsent += len(lines)
             self.ready.notify()
         return not self.cut
+
+    def sent(self, n: int) -> None:
+        """Its HTTP thread wrote and flushed `n` lines that take() gave it."""
+        with self.ready:
+            self.unsent -= n
+            if self.unsent <= 0:
+                self.ready.notify_all()
+
+    def finish(self) -> None:
+        """Its HTTP thread has returned (sent all, or the viewer went away)."""
+        with self.ready:
+            self.done = True
+            self.ready.notify_all()
+
+    def wait_sent(self, timeout: float) -> bool:
+        """Wait up to `timeout` s until every line offered is on the socket (or it never will be)."""
+        with self.ready:
+            return self.ready.wait_for(lambda: self.unsent <= 0 or self.cut or self.done, timeout)
 
     def end(self) -> None:
         """End this viewer's connection once what is queued is sent (its HTTP thread returns)."""
@@ -186,18 +206,24 @@ class StreamHub:
         with self._lock:
             self._viewers.discard(viewer)
 
-    def disconnect_all(self, drain: float = 0.0) -> None:
-        """End every viewer's connection (the server is closing); a viewer may reconnect with
-        `since`. With `drain`, wait up to that many seconds in all for their HTTP threads to
-        send what is queued (at shutdown: the footer, published just before)."""
+    def disconnect_all(self) -> None:
+        """End every viewer's connection (the server is closing); a viewer may reconnect with `since`."""
         with self._lock:
             viewers = list(self._viewers)
             self._viewers.clear()
         for viewer in viewers:
             viewer.end()
-        deadline = time.monotonic() + drain
-        for viewer in viewers:
-            viewer.done.wait(max(0.0, deadline - time.monotonic()))
+
+    def flush(self, timeout: float) -> bool:
+        """Wait, at most `timeout` s in all, until every viewer has been sent what was published.
+
+        The viewers' HTTP threads are daemons. At shutdown the footer is published just before
+        EngineCore exits, which would take it down with them unsent. A viewer that is not
+        reading costs this wait, never more; False if one was still behind at the deadline."""
+        with self._lock:
+            viewers = list(self._viewers)
+        deadline = time.monotonic() + timeout
+        return all([viewer.wait_sent(max(0.0, deadline - time.monotonic())) for viewer in viewers])
 
     @property
     def viewers(self) -> int:
@@ -292,7 +318,11 @@ class StreamServer:
                     return  # cut off or ended: the viewer reconnects with `since`
                 if lines:
                     h.wfile.write(b"".join(lines))
-                elif time.monotonic() - sent_at >= self.heartbeat:
+                    h.wfile.flush()
+                    viewer.sent(len(lines))
+                    sent_at = time.monotonic()
+                    continue
+                if time.monotonic() - sent_at >= self.heartbeat:
                     # This viewer's own thread, never the scheduler's or the writer's.
                     h.wfile.write(self.hub.heartbeat())
                 else:
@@ -303,16 +333,16 @@ class StreamServer:
             return  # the viewer went away
         finally:
             self.hub.unsubscribe(viewer)
-            viewer.done.set()
+            viewer.finish()
 
-    def close(self, drain: float = 0.0) -> None:
+    def close(self) -> None:
         """Stop serving. Connected viewers would otherwise be kept alive by heartbeats from a
-        closed server; with `drain` (seconds, bounded) they first get what is queued. Idempotent."""
+        closed server. Idempotent."""
         if getattr(self, "_closed", False):
             return
         self._closed = True
         self.httpd.shutdown()
-        self.hub.disconnect_all(drain)
+        self.hub.disconnect_all()
         self.httpd.server_close()
 
 

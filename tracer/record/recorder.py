@@ -420,6 +420,10 @@ class Recorder:
         if self.errors == 1:
             logger.exception("schedscope: tracer error in %s; the server is unaffected", where)
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def close(self, timeout: float = 5.0) -> None:
         if self._closed:
             return
