@@ -68,3 +68,35 @@ def test_viewer_source_reads_follow_attach_save_and_lenient(tmp_path: Path) -> N
         viewer_source(args(attach="http://127.0.0.1:1/trace", follow="f.jsonl"))
     with pytest.raises(ValueError, match="give --attach too"):
         viewer_source(args(save="s.jsonl"))
+
+
+@pytest.mark.parametrize(
+    ("argv", "error"),
+    [
+        ([], "tui needs a TRACE, two to compare, --engines TRACE..., --follow FILE or --attach URL"),
+        ([SAMPLE, "--engines", SAMPLE], "--engines opens one run's traces: give no other trace"),
+        (["--follow", SAMPLE, "--engines", SAMPLE], "--engines opens one run's traces: give no other trace"),
+        ([SAMPLE, "--follow", SAMPLE], "--follow and --attach open a trace alone: give no other trace"),
+        (["--engines", SAMPLE, "gone.jsonl"], "gone.jsonl: no such file"),
+        ([str(ROOT)], f"{ROOT}: is a directory, not a trace file"),
+        (["--save", "x.jsonl", SAMPLE], "--save FILE keeps what --attach URL receives: give --attach too"),
+    ],
+)
+def test_viewer_inputs_are_checked_before_any_view_opens(argv: list[str], error: str) -> None:
+    """One rule for both viewers' inputs (tracer.cli.viewer_inputs), told before the terminal
+    switches screens or anything is served."""
+    from tracer.cli import build_parser, viewer_inputs
+
+    args = build_parser().parse_args(["tui", *argv])
+    with pytest.raises(ValueError) as exc:
+        viewer_inputs(args, "tui")
+    assert str(exc.value) == error
+
+
+def test_the_web_app_may_show_a_live_source_beside_a_trace() -> None:
+    from tracer.cli import build_parser, viewer_inputs
+
+    args = build_parser().parse_args(["web", SAMPLE, "--follow", SAMPLE])
+    inputs = viewer_inputs(args, "web", live_beside=True)
+    assert inputs.traces == (SAMPLE,) and inputs.source is not None and inputs.source.live
+    assert inputs.engines == ()

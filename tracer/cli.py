@@ -10,6 +10,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tracer import __version__
@@ -374,6 +375,37 @@ def cmd_attach(args: argparse.Namespace) -> int:
     return 0
 
 
+@dataclass(frozen=True)
+class ViewerInputs:
+    """What a viewer (`tui`, `web`) was asked to open, checked."""
+
+    source: TraceSource | None  # --attach or --follow
+    traces: tuple[str, ...]  # TRACE [TRACE_B]
+    engines: tuple[str, ...]  # --engines: one run's traces
+
+
+def viewer_inputs(args: argparse.Namespace, command: str, *, live_beside: bool = False) -> ViewerInputs:
+    """The inputs of `schedscope tui|web`, or ValueError with the sentence to print: before
+    the terminal switches screens or anything is served, so the user reads it. `live_beside`:
+    the viewer can show a live source beside traces (the web app compares them)."""
+    engines = tuple(args.engines or ())
+    traces = tuple(p for p in (args.trace, args.trace_b) if p is not None)
+    source = viewer_source(args)
+    if source is not None and traces and not live_beside:
+        raise ValueError("--follow and --attach open a trace alone: give no other trace")
+    if engines and (traces or source is not None):
+        raise ValueError("--engines opens one run's traces: give no other trace")
+    if source is None and not traces and not engines:
+        raise ValueError(
+            f"{command} needs a TRACE, two to compare, --engines TRACE..., --follow FILE or --attach URL"
+        )
+    for path in (*traces, *engines):
+        if not os.path.isfile(path):
+            what = "is a directory, not a trace file" if os.path.isdir(path) else "no such file"
+            raise ValueError(f"{path}: {what}")
+    return ViewerInputs(source, traces, engines)
+
+
 def viewer_source(args: argparse.Namespace) -> TraceSource | None:
     """--attach URL (with --save FILE: a copy) or --follow FILE: the live source both viewers show.
 
@@ -417,6 +449,13 @@ def viewer_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--save", metavar="FILE", help="with --attach: keep what is received in FILE")
     p.add_argument("--token", help="with --attach: bearer token (default: $SCHEDSCOPE_STREAM_TOKEN)")
+    p.add_argument(
+        "--engines",
+        nargs="+",
+        metavar="TRACE",
+        help="the traces of one data-parallel run (SCHEDSCOPE_TRACE=run.{pid}.jsonl), one lane per engine",
+    )
+    p.add_argument("--lenient", action="store_true", help="skip malformed lines instead of stopping")
 
 
 def build_parser() -> argparse.ArgumentParser:

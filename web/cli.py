@@ -4,11 +4,10 @@ tracer package never names the web app. Dash and plotly load only when it runs."
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import TYPE_CHECKING
 
-from tracer.cli import progress, viewer_args, viewer_source
+from tracer.cli import progress, viewer_args, viewer_inputs
 
 if TYPE_CHECKING:
     from tracer.trace.reader import Trace
@@ -22,25 +21,10 @@ def cmd_web(args: argparse.Namespace) -> int:
     from tracer.trace.source import TraceSource
 
     try:
-        live = viewer_source(args)
+        inputs = viewer_inputs(args, "web", live_beside=True)
     except ValueError as exc:
         print(f"schedscope: error: {exc}", file=sys.stderr)
         return 2
-    engines = args.engines or []
-    if engines and (live is not None or args.trace):
-        print("schedscope: error: --engines opens one run's traces: give no other trace", file=sys.stderr)
-        return 2
-    if not args.trace and live is None and not engines:
-        print(
-            "schedscope: error: web needs a TRACE, --engines TRACE..., --follow FILE or --attach URL",
-            file=sys.stderr,
-        )
-        return 2
-    for path in (args.trace, args.trace_b, *engines):  # a clear message before serving anything
-        if path is not None and not os.path.isfile(path):
-            what = "is a directory, not a trace file" if os.path.isdir(path) else "no such file"
-            print(f"schedscope: error: {path}: {what}", file=sys.stderr)
-            return 2
     if not is_loopback(args.host):
         if not args.allow_remote:
             print(
@@ -62,16 +46,15 @@ def cmd_web(args: argparse.Namespace) -> int:
     strict = not args.lenient
     trace_a: Trace | TraceSource | None = None
     trace_b = None
-    if args.trace_b:  # compare: both whole before the comparison is made
-        trace_a = load(args.trace, strict=strict, progress=progress)
-        trace_b = load(args.trace_b, strict=strict, progress=progress)
-    elif args.trace:  # one trace: shown while it loads
-        trace_a = TraceSource.file(args.trace, strict=strict)
+    if len(inputs.traces) == 2:  # compare: both whole before the comparison is made
+        trace_a, trace_b = (load(path, strict=strict, progress=progress) for path in inputs.traces)
+    elif inputs.traces:  # one trace: shown while it loads
+        trace_a = TraceSource.file(inputs.traces[0], strict=strict)
     run = None
-    if engines:  # every engine whole, and checked to be one run (a TraceError names file and field)
+    if inputs.engines:  # every engine whole, and checked to be one run (a TraceError names file and field)
         from tracer.analysis.engines import Run
 
-        run = Run.load(engines, strict=strict, progress=progress)
+        run = Run.load(list(inputs.engines), strict=strict, progress=progress)
     sweep = None
     if args.sweep:
         from tracer.whatif.sweep import SweepFileError, load_sweep
@@ -82,7 +65,7 @@ def cmd_web(args: argparse.Namespace) -> int:
             print(f"schedscope: error: --sweep {exc}", file=sys.stderr)
             return 2
     app = make_app(
-        trace_a, trace_b, follow=live, max_upload=args.max_upload_mb << 20, sweep=sweep, engines=run
+        trace_a, trace_b, follow=inputs.source, max_upload=args.max_upload_mb << 20, sweep=sweep, engines=run
     )
     host = f"[{args.host}]" if ":" in args.host else args.host
     print(f"schedscope web: http://{host}:{args.port}/  (Ctrl-C to stop)", flush=True)
@@ -103,12 +86,6 @@ def register(sub: argparse._SubParsersAction) -> None:
         "data-parallel run as lanes; --follow FILE shows a growing trace live.",
     )
     viewer_args(p)
-    p.add_argument(
-        "--engines",
-        nargs="+",
-        metavar="TRACE",
-        help="the traces of one data-parallel run (SCHEDSCOPE_TRACE=run.{pid}.jsonl), one lane per engine",
-    )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8050, help="port (default 8050)")
     p.add_argument(
@@ -116,5 +93,4 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--max-upload-mb", type=int, default=64, help="upload size limit in MiB (default 64)")
     p.add_argument("--sweep", metavar="JSON", help="show a saved `schedscope sweep --json` on a Sweep page")
-    p.add_argument("--lenient", action="store_true", help="skip malformed lines instead of stopping")
     p.set_defaults(func=cmd_web)
