@@ -7,9 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import orjson
 import pytest
 
+from tests.engine_support import engine_copy
 from tracer.analysis.engines import Run, check_one_run
 from tracer.analysis.session import Session
 from tracer.render.summary import summary_lines
@@ -19,18 +19,6 @@ from tracer.trace.reader import load
 ROOT = Path(__file__).resolve().parent.parent
 ADDITIVE = ROOT / "sample_traces" / "dflash_k7_additive.jsonl"
 PREEMPT = ROOT / "sample_traces" / "ngram_preempt.jsonl"
-
-
-def engine_copy(src: Path, out: Path, **header: object) -> Path:
-    """`src` as another engine of the same server would write it: its own pid in the header."""
-    lines = src.read_bytes().splitlines(keepends=True)
-    first = orjson.loads(lines[0])
-    config = header.pop("config", None)
-    first.update(header)
-    if config:
-        first["config"] = {**first["config"], **config}
-    out.write_bytes(orjson.dumps(first) + b"\n" + b"".join(lines[1:]))
-    return out
 
 
 def schedscope(*args: str) -> subprocess.CompletedProcess[str]:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 from textual.pilot import Pilot
 
+from tests.engine_support import engine_copy
 from tests.tui.helpers import ADDITIVE, drive, wait_until
 from tracer.cli import main as cli_main
 from tui import make_app
@@ -17,22 +17,12 @@ from tui.screens.help import HelpScreen
 from tui.widgets.timeline import Timeline
 
 
-def engine_trace(path: Path, pid: int, steps: int | None = None, **config: object) -> Path:
-    """The additive sample as the trace of EngineCore `pid` (its first `steps` steps)."""
-    header, *rest = ADDITIVE.read_text().splitlines(keepends=True)
-    h = json.loads(header)
-    h["pid"] = pid
-    h["config"].update(config)
-    path.write_text(json.dumps(h) + "\n" + "".join(rest[:steps] if steps is not None else rest))
-    return path
-
-
 @pytest.fixture
 def engines(tmp_path: Path) -> list[Path]:
     # Engine 0 records all 7 steps, engine 1 only the first 5: lanes of different lengths.
     return [
-        engine_trace(tmp_path / "run.5918.jsonl", 5918),
-        engine_trace(tmp_path / "run.5919.jsonl", 5919, steps=5),
+        engine_copy(ADDITIVE, tmp_path / "run.5918.jsonl", pid=5918),
+        engine_copy(ADDITIVE, tmp_path / "run.5919.jsonl", pid=5919, steps=5),
     ]
 
 
@@ -98,7 +88,7 @@ def test_help_lists_the_engine_keys(engines: list[Path]) -> None:
 
 
 def test_traces_of_different_runs_are_refused(engines: list[Path], tmp_path: Path) -> None:
-    other = engine_trace(tmp_path / "other.6000.jsonl", 6000, model="another-model")
+    other = engine_copy(ADDITIVE, tmp_path / "other.6000.jsonl", pid=6000, config={"model": "another-model"})
 
     async def body(pilot: Pilot) -> None:
         app = pilot.app

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,6 +10,7 @@ import pytest
 from dash import Dash
 from dash.exceptions import PreventUpdate
 
+from tests.engine_support import engine_copy
 from tracer.analysis.engines import Run
 from tracer.cli import main
 from web import layout as ids
@@ -21,22 +21,12 @@ from .helpers import ADDITIVE
 TOTALS = "2 engines · 12 steps · 65544 target tokens · 0 preempted · 56 tokens withheld · 8 flags"
 
 
-def engine_trace(path: Path, pid: int, steps: int | None = None, **config: object) -> Path:
-    """The additive sample as the trace of EngineCore `pid` (its first `steps` steps)."""
-    header, *rest = ADDITIVE.read_text().splitlines(keepends=True)
-    h = json.loads(header)
-    h["pid"] = pid
-    h["config"].update(config)
-    path.write_text(json.dumps(h) + "\n" + "".join(rest[:steps] if steps is not None else rest))
-    return path
-
-
 @pytest.fixture
 def paths(tmp_path: Path) -> list[Path]:
     # Engine 0 records all 7 steps, engine 1 only the first 5.
     return [
-        engine_trace(tmp_path / "run.5918.jsonl", 5918),
-        engine_trace(tmp_path / "run.5919.jsonl", 5919, steps=5),
+        engine_copy(ADDITIVE, tmp_path / "run.5918.jsonl", pid=5918),
+        engine_copy(ADDITIVE, tmp_path / "run.5919.jsonl", pid=5919, steps=5),
     ]
 
 
@@ -104,7 +94,9 @@ def test_download_on_the_engines_tab(app: Dash) -> None:
 
 
 def test_traces_of_different_runs_are_refused(paths: list[Path], capsys: pytest.CaptureFixture[str]) -> None:
-    other = engine_trace(paths[0].with_name("other.6000.jsonl"), 6000, max_num_batched_tokens=4096)
+    other = engine_copy(
+        ADDITIVE, paths[0].with_name("other.6000.jsonl"), pid=6000, config={"max_num_batched_tokens": 4096}
+    )
     assert main(["web", "--engines", str(paths[0]), str(other)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"schedscope: error: {other}:1: field 'config.max_num_batched_tokens'")
