@@ -121,8 +121,22 @@ class StepScreen(Screen[None]):
 
         self.app.push_screen(PromptScreen("Go to step", "a step number as recorded"), go)
 
+    # What `g` says of a step number this screen does not show.
+    no_step = "this trace has no step {}"
+
+    def row_of_step(self, step: int) -> int | None:
+        """The row showing `step` as recorded, None if none does (a subclass knows its rows)."""
+        return None
+
     def goto_step(self, text: str) -> None:
-        self.notify(f"not a step number: {text}", severity="warning")
+        if not text.lstrip("-").isdigit():
+            self.notify(f"not a step number: {text}", severity="warning")
+            return
+        row = self.row_of_step(int(text))
+        if row is None:
+            self.notify(self.no_step.format(text), severity="warning")
+        else:
+            self.set_cursor(row)
 
     # -- replay -------------------------------------------------------------------------
     @property

@@ -149,15 +149,10 @@ class EnginesScreen(StepScreen):
         source = TraceSource.file(engine.trace.path, strict=self.strict)
         self.app.push_screen(EngineScreen(source))
 
-    def goto_step(self, text: str) -> None:
-        if self.model is None or not text.lstrip("-").isdigit():
-            super().goto_step(text)
-            return
-        row = self.model.row_of(int(text))
-        if row is None:
-            self.notify(f"no engine recorded a step {text}", severity="warning")
-        else:
-            self.set_cursor(row)
+    no_step = "no engine recorded a step {}"
+
+    def row_of_step(self, step: int) -> int | None:
+        return self.model.row_of(step) if self.model is not None else None
 
     def commands(self) -> list[Command]:
         return [

@@ -295,15 +295,8 @@ class MainScreen(StepScreen):
                 if row is not None:
                     self.set_cursor(row)
 
-    def goto_step(self, text: str) -> None:
-        if self.model is None or not text.lstrip("-").isdigit():
-            super().goto_step(text)
-            return
-        row = self.model.row_of(int(text))
-        if row is None:
-            self.notify(f"this trace has no step {text}", severity="warning")
-        else:
-            self.set_cursor(row)
+    def row_of_step(self, step: int) -> int | None:
+        return self.model.row_of(step) if self.model is not None else None
 
     def commands(self) -> list[Command]:
         out: list[Command] = [
