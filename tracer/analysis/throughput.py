@@ -10,8 +10,9 @@ server's own work, are not in the trace, so TTFT here is a lower bound.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -111,28 +112,39 @@ class LatencyTracker:
                 self.last[rid] = i
                 self.tokens[rid] = self.tokens.get(rid, 0) + n
 
-    def latency(self, trace: Trace, durations: Durations) -> Latency:
-        """TTFT and TPOT per request (TPOT: time after the first token over the tokens after it)."""
-        t, end = trace.columns["t"], durations.end
-        ttft, tpot = [], []
-        for rid, i in self.seen.items():
-            f = self.first.get(rid)
-            if f is None or not np.isfinite(end[f]):
-                continue
-            ttft.append((end[f] - t[i]) * 1e3)
-            last, tokens = self.last[rid], self.tokens[rid]
-            if tokens > 1 and np.isfinite(end[last]):
-                tpot.append((end[last] - end[f]) * 1e3 / (tokens - 1))
-        return Latency(
-            requests=len(ttft),
-            ttft_ms=np.array(ttft),
-            tpot_ms=np.array(tpot),
-            unmeasured=len(self.seen) - len(ttft),
+    def times(self) -> RequestTimes:
+        """Each request's rows, in the order they were first seen."""
+        first, last, tokens = self.first, self.last, self.tokens
+        return RequestTimes(
+            seen=np.fromiter(self.seen.values(), np.int64, len(self.seen)),
+            first=np.fromiter(map(first.get, self.seen, repeat(-1)), np.int64, len(self.seen)),
+            last=np.fromiter(map(last.get, self.seen, repeat(-1)), np.int64, len(self.seen)),
+            tokens=np.fromiter(map(tokens.get, self.seen, repeat(0)), np.int64, len(self.seen)),
         )
 
 
-def measure_latency(trace: Trace, durations: Durations, records: Iterable[Mapping[str, Any]]) -> Latency:
-    tracker = LatencyTracker()
-    for i, rec in enumerate(records):
-        tracker.add(i, rec)
-    return tracker.latency(trace, durations)
+@dataclass
+class RequestTimes:
+    """Per request, in the order first seen: the row of the first step that saw it, of its
+    first and last sampled token (-1: none), and the tokens sampled. Rows, not times, so a
+    retimed trace (tracer.whatif.clock.retimed) shares them."""
+
+    seen: np.ndarray
+    first: np.ndarray
+    last: np.ndarray
+    tokens: np.ndarray
+
+    def latency(self, trace: Trace, durations: Durations) -> Latency:
+        """TTFT and TPOT per request (TPOT: time after the first token over the tokens after it)."""
+        t, end = trace.columns["t"], durations.end
+        sampled = self.first >= 0
+        first_end = np.where(sampled, end[np.where(sampled, self.first, 0)], np.nan)
+        measured = np.isfinite(first_end)
+        last_end = end[np.where(measured, self.last, 0)]
+        more = measured & (self.tokens > 1) & np.isfinite(last_end)
+        return Latency(
+            requests=int(measured.sum()),
+            ttft_ms=(first_end[measured] - t[self.seen[measured]]) * 1e3,
+            tpot_ms=(last_end[more] - first_end[more]) * 1e3 / (self.tokens[more] - 1),
+            unmeasured=int(len(self.seen) - measured.sum()),
+        )

@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 
 from tracer.analysis import timing
-from tracer.analysis.throughput import Latency, LatencyTracker, Throughput, measure_throughput
+from tracer.analysis.steppass import step_pass
+from tracer.analysis.throughput import Latency, Throughput, measure_throughput
 from tracer.trace.reader import Trace
 from tracer.whatif.offline import OFFLINE_MODEL_NAME
 
@@ -108,8 +109,8 @@ def _throughput_doc(tp: Throughput, lat: Latency) -> dict[str, Any]:
 
 def timing_report(trace: Trace) -> dict[str, Any]:
     """Everything `schedscope timing` shows, JSON-able; "model" is None when refused."""
-    tracker = LatencyTracker()  # fed by the features' pass: each record is parsed once
-    features = timing.step_features(timing.records_of(trace), len(trace), also=tracker.add)
+    done = step_pass(trace)  # each record parsed once, for the features and the latency
+    features = done.features
     durations = timing.step_durations(trace)
     model: dict[str, Any] | None = None
     refused: str | None = None
@@ -146,7 +147,7 @@ def timing_report(trace: Trace) -> dict[str, Any]:
     }
     if len(trace):
         tp = measure_throughput(trace, durations, features)
-        doc["throughput"] = _throughput_doc(tp, tracker.latency(trace, durations))
+        doc["throughput"] = _throughput_doc(tp, done.requests.latency(trace, durations))
         if fitted is not None and len(fitted.stalls):
             calm = measure_throughput(trace, durations, features, without=fitted.stalls)
             doc["throughput"]["without_stalls"] = {

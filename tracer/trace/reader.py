@@ -157,6 +157,9 @@ class Trace:
     # place, or in a gzip member; `_spans` are the records' [start, end) in it.
     store: Store = field(default_factory=lambda: MemoryStore(b""))
     _spans: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), dtype=np.int64))
+    # The file state (tracer.trace.sidecar.fingerprint) a whole big file was loaded from:
+    # derived sidecars (tracer.analysis.steppass) are valid for exactly it. None otherwise.
+    fingerprint: dict[str, Any] | None = None
 
     @property
     def config(self) -> dict[str, Any]:
@@ -198,6 +201,7 @@ class Trace:
             columns={k: v[rows] for k, v in self.columns.items()},
             runner={k: v[rows] for k, v in self.runner.items()},
             _spans=self._spans[rows],
+            fingerprint=None,  # a part of the file's steps: nothing derived from the whole fits it
         )
 
     def _parse_step(self, i: int, raw: bytes) -> dict[str, Any]:
@@ -926,6 +930,7 @@ def _load_open(path: Path, f: IO[bytes], strict: bool, progress: Progress | None
         fingerprint = sidecar.fingerprint(fd, st)
         trace, resumed = _from_sidecar(path, fd, st, strict, kind or "plain", progress)
         if trace is not None:
+            trace.fingerprint = fingerprint
             return trace
     if kind == "gzip":
         builder, torn, note = _parse_gzip(path, fd, st, strict, progress)
@@ -938,6 +943,7 @@ def _load_open(path: Path, f: IO[bytes], strict: bool, progress: Progress | None
     trace = _built(path, builder, torn, note, st.st_size, progress)
     if use_sidecar and builder.store is not None:
         _save_sidecar(path, builder, torn, fingerprint, kind or "plain")
+        trace.fingerprint = fingerprint
     return trace
 
 
@@ -954,7 +960,10 @@ def reopen(path: str | Path, *, strict: bool = True) -> Trace | None:
             kind = _compressed(path, os.pread(fd, 2, 0)) or "plain"
             if kind == "zstd":
                 return None
-            return _from_sidecar(path, fd, st, strict, kind, None)[0]
+            trace = _from_sidecar(path, fd, st, strict, kind, None)[0]
+            if trace is not None:
+                trace.fingerprint = sidecar.fingerprint(fd, st)
+            return trace
     except OSError:
         return None
 

@@ -49,14 +49,15 @@ def cache_dir() -> Path:
 ENV_SIDECAR = "SCHEDSCOPE_SIDECAR"
 
 
-def locations(source: Path) -> list[Path]:
+def locations(source: Path, name: str = "") -> list[Path]:
     """Where a sidecar for `source` may be: next to it, then in the cache directory (none
-    with SCHEDSCOPE_SIDECAR=off)."""
+    with SCHEDSCOPE_SIDECAR=off). `name`: a derived one's (`<trace>.<name>.ssidx`)."""
     if os.environ.get(ENV_SIDECAR, "").strip().lower() == "off":
         return []
     source = Path(os.path.abspath(source))
     key = hashlib.blake2b(os.fsencode(source), digest_size=12).hexdigest()
-    return [source.with_name(source.name + SUFFIX), cache_dir() / f"{source.name}.{key}{SUFFIX}"]
+    suffix = f".{name}{SUFFIX}" if name else SUFFIX
+    return [source.with_name(source.name + suffix), cache_dir() / f"{source.name}.{key}{suffix}"]
 
 
 def _hash(fd: int, start: int, end: int) -> str:
@@ -90,15 +91,15 @@ def _matches(fp: dict[str, Any], fd: int, st: os.stat_result) -> str | None:
     return "grown"
 
 
-def write(source: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> Path | None:
+def write(source: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray], name: str = "") -> Path | None:
     """Write the sidecar next to `source`, else in the cache directory; None if neither
     could be written (never raises for that)."""
     layout: dict[str, Any] = {}
     offset = 0
     blobs = []
-    for name, array in arrays.items():
+    for key, array in arrays.items():
         array = np.ascontiguousarray(array)
-        layout[name] = {"dtype": str(array.dtype.descr), "count": len(array), "offset": offset}
+        layout[key] = {"dtype": str(array.dtype.descr), "count": len(array), "offset": offset}
         blobs.append((offset, array))
         offset += -(-array.nbytes // _ALIGN) * _ALIGN
     body = {**meta, "version": VERSION, "arrays": layout}
@@ -108,7 +109,7 @@ def write(source: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> 
     head = -(-(len(MAGIC) + _LEN.size + len(raw) + 32) // _ALIGN) * _ALIGN
     meta_bytes = orjson.dumps({**body, "total": head + offset, "data": head})
     meta_bytes += b" " * (head - len(MAGIC) - _LEN.size - len(meta_bytes))
-    for target in locations(source):
+    for target in locations(source, name):
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
             tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
@@ -177,3 +178,37 @@ def _read_one(where: Path, dtypes: dict[str, np.dtype]) -> tuple[dict[str, Any],
             raise ValueError(f"array {name!r} lies outside the file")
         arrays[name] = np.frombuffer(data, dtype=dtype, count=count, offset=at)
     return meta, arrays
+
+
+# -- derived sidecars: what an analysis computed from a whole trace --------------------
+#
+# They carry the fingerprint of the file state the analysed Trace was loaded from (the one
+# its reader sidecar matched or was written with), and are used only for a Trace loaded
+# from that same state: the file is not read again to check them.
+
+
+def write_derived(
+    source: str | Path,
+    name: str,
+    fingerprint: dict[str, Any],
+    meta: dict[str, Any],
+    arrays: dict[str, np.ndarray],
+) -> Path | None:
+    return write(Path(source), {**meta, "source": fingerprint}, arrays, name)
+
+
+def read_derived(
+    source: str | Path, name: str, fingerprint: dict[str, Any], dtypes: dict[str, np.dtype]
+) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
+    """(meta, arrays) of the first whole derived sidecar `name` made for this fingerprint."""
+    for where in locations(Path(source), name):
+        try:
+            meta, arrays = _read_one(where, dtypes)
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError, KeyError, TypeError, struct.error) as exc:
+            logger.debug("schedscope: sidecar %s not used (%s)", where, exc)
+            continue
+        if meta.get("source") == fingerprint:
+            return meta, arrays
+    return None

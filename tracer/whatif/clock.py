@@ -20,8 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from tracer.analysis import timing
-from tracer.analysis.throughput import LatencyTracker, busy_mask, measure_throughput
+from tracer.analysis import steppass, timing
+from tracer.analysis.steppass import step_pass
+from tracer.analysis.throughput import busy_mask, measure_throughput
 from tracer.trace.reader import Trace
 
 
@@ -62,7 +63,7 @@ class NoClock(ValueError):
 def clock_for(trace: Trace) -> StepClock:
     """The fitted model when the trace supports one, else its measured median step."""
     try:
-        f = timing.fit(trace)
+        f = timing.fit(trace, step_pass(trace).features)
     except timing.TimingRefused as exc:
         durations = timing.step_durations(trace)
         usable = durations.ms[durations.status == timing.USABLE]
@@ -104,7 +105,7 @@ def attach_idle_waits(workload: Any, trace: Trace, clock: StepClock) -> None:
     idle = np.flatnonzero(durations.status == timing.IDLE)
     if not len(idle):
         return
-    features = timing.step_features(timing.records_of(trace), len(trace))
+    features = step_pass(trace).features
     price = np.asarray(clock.model.predict(features.columns), dtype=float) * np.ones(len(trace))
     steps = trace.columns["step"]
     for i in idle:  # under async scheduling (duration_lag 1) the gap precedes step i + 2
@@ -137,11 +138,13 @@ class Performance:
 
 def retimed(trace: Trace, model: timing.TimingModel) -> Trace:
     """The trace with each step's `t` rebuilt from the model's predicted durations."""
-    features = timing.step_features(timing.records_of(trace), len(trace))
+    features = step_pass(trace).features
     ms = np.asarray(model.predict(features.columns), dtype=float) * np.ones(len(trace))
     t0 = float(trace.columns["t"][0]) if len(trace) else 0.0
     t = t0 + np.concatenate([[0.0], np.cumsum(ms[:-1])]) / 1e3
-    return dataclasses.replace(trace, columns={**trace.columns, "t": t})
+    out = dataclasses.replace(trace, columns={**trace.columns, "t": t})
+    steppass.share(trace, out)  # the same records: one pass
+    return out
 
 
 def is_timed(trace: Trace) -> bool:
@@ -166,11 +169,11 @@ def performance(trace: Trace, clock: StepClock | None = None) -> Performance:
             basis = "unpriced"
         else:
             trace, basis, error = retimed(trace, clock.model), "priced", clock.sum_error_pct
-    tracker = LatencyTracker()
-    features = timing.step_features(timing.records_of(trace), len(trace), also=tracker.add)
+    done = step_pass(trace)
+    features = done.features
     durations = timing.step_durations(trace)
     tp = measure_throughput(trace, durations, features)
-    lat = tracker.latency(trace, durations)
+    lat = done.requests.latency(trace, durations)
     col = trace.columns
     busy = np.flatnonzero(col["target_used"] > 0)
     drain, steps = 0.0, 0

@@ -1,0 +1,179 @@
+"""tracer.analysis.steppass: the one full-record pass (step-time features, request token
+rows) and its derived sidecar.
+
+- `RequestTimes.latency` (vectorised) must equal the per-request loop it replaced, to the bit.
+- `<trace>.steppass.ssidx` is used only for the file state the Trace was loaded from, and a
+  torn, stale or foreign one is run again, never trusted.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import ROOT
+from tracer.analysis import steppass, timing
+from tracer.analysis.throughput import LatencyTracker
+from tracer.trace import sidecar
+from tracer.trace.reader import Trace, load
+from tracer.whatif import clock
+
+SAMPLES = sorted((ROOT / "sample_traces").glob("*.jsonl"))
+
+
+def assert_latency_equals_the_loop(trace: Trace) -> None:
+    tracker = LatencyTracker()
+    for i, rec in enumerate(trace.iter_steps()):
+        tracker.add(i, rec)
+    durations = timing.step_durations(trace)
+    t, end = trace.columns["t"], durations.end
+    ttft, tpot = [], []
+    for rid, i in tracker.seen.items():
+        f = tracker.first.get(rid)
+        if f is None or not np.isfinite(end[f]):
+            continue
+        ttft.append((end[f] - t[i]) * 1e3)
+        last, tokens = tracker.last[rid], tracker.tokens[rid]
+        if tokens > 1 and np.isfinite(end[last]):
+            tpot.append((end[last] - end[f]) * 1e3 / (tokens - 1))
+    got = tracker.times().latency(trace, durations)
+    assert (got.requests, got.unmeasured) == (len(ttft), len(tracker.seen) - len(ttft))
+    assert got.requests > 0, trace.path
+    np.testing.assert_array_equal(got.ttft_ms, np.array(ttft))  # exact: the same float operations
+    np.testing.assert_array_equal(got.tpot_ms, np.array(tpot))
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.name)
+def test_vectorised_latency_equals_the_per_request_loop(path: Path) -> None:
+    """`RequestTimes.latency` against the loop it replaced, to the bit, on the sample traces
+    (recorded from vLLM's scheduler)."""
+    assert_latency_equals_the_loop(load(path))
+
+
+def test_vectorised_latency_on_a_busy_generated_server(tmp_path: Path) -> None:
+    out = tmp_path / "busy.jsonl"
+    args = ["--steps", "400", "--seed", "5", "--max-running", "256", "--arrival-rate", "3"]
+    args += ["--kv-blocks", "3000"]
+    subprocess.run([sys.executable, str(ROOT / "bench" / "gen_trace.py"), str(out), *args], check=True)
+    trace = load(out)
+    assert trace.columns["num_running"].max() >= 100 and trace.columns["n_preempted"].sum() > 0
+    assert_latency_equals_the_loop(trace)
+
+
+# -- the derived sidecar ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def big(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A trace the reader keeps a sidecar for (the threshold lowered: the samples are small)."""
+    monkeypatch.setattr(sidecar, "MIN_SOURCE_BYTES", 0)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    path = tmp_path / "t.jsonl"
+    path.write_bytes((ROOT / "sample_traces" / "live_cpu_ngram.jsonl").read_bytes())
+    return path
+
+
+def _derived(path: Path) -> Path:
+    return path.with_name(path.name + ".steppass.ssidx")
+
+
+def _refuse_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(trace: Trace) -> None:
+        raise AssertionError("ran the pass instead of reading it back")
+
+    monkeypatch.setattr(steppass, "_run", refuse)
+
+
+def assert_same_pass(a: steppass.StepPass, b: steppass.StepPass) -> None:
+    for name in timing.FEATURES:
+        np.testing.assert_array_equal(a.features.columns[name], b.features.columns[name], err_msg=name)
+    assert a.features.context_recorded == b.features.context_recorded
+    for name in ("seen", "first", "last", "tokens"):
+        np.testing.assert_array_equal(getattr(a.requests, name), getattr(b.requests, name), err_msg=name)
+
+
+def test_a_big_trace_keeps_its_pass_and_a_reopen_reads_it_back(
+    big: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    trace = load(big)
+    first = steppass.step_pass(trace)
+    assert _derived(big).exists() and trace.fingerprint is not None
+    assert steppass.step_pass(trace) is first  # remembered with the Trace object
+    performance = clock.performance(trace)
+    with monkeypatch.context() as m:
+        _refuse_runs(m)
+        again = load(big)
+        assert_same_pass(first, steppass.step_pass(again))
+        assert clock.performance(again) == performance
+    uncached = steppass._run(load(big, sidecar=False))
+    assert_same_pass(first, uncached)
+
+
+def test_the_kept_pass_is_not_used_once_the_file_changed(big: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    steppass.step_pass(load(big))
+    lines = big.read_bytes().splitlines(keepends=True)
+    big.write_bytes(b"".join(lines[:-3]))  # the same file, three records shorter
+    shorter = load(big)
+    assert len(shorter) < len(steppass.step_pass(load(big)).features.columns["step"]) + 3
+    assert_same_pass(steppass.step_pass(shorter), steppass._run(shorter))
+    stamp = big.stat().st_mtime_ns
+    os.utime(big, ns=(stamp + 10**9, stamp + 10**9))  # touched: the reader's fingerprint differs
+    touched = load(big)
+    calls: list[Trace] = []
+    real = steppass._run
+    monkeypatch.setattr(steppass, "_run", lambda t: calls.append(t) or real(t))
+    steppass.step_pass(touched)
+    assert calls == [touched]
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["torn", "other version", "fewer steps", "rows outside"],
+)
+def test_a_damaged_kept_pass_is_run_again(big: Path, monkeypatch: pytest.MonkeyPatch, damage: str) -> None:
+    trace = load(big)
+    good = steppass.step_pass(trace)
+    where = _derived(big)
+    if damage == "torn":
+        where.write_bytes(where.read_bytes()[:-100])
+    else:
+        arrays = {f"f_{n}": good.features.columns[n] for n in timing.FEATURES}
+        arrays |= {f"r_{n}": getattr(good.requests, n) for n in ("seen", "first", "last", "tokens")}
+        meta = {"pass_version": steppass.VERSION, "steps": len(trace), "context_recorded": False}
+        if damage == "other version":
+            meta["pass_version"] = steppass.VERSION + 1
+        elif damage == "fewer steps":
+            arrays = {n: a[:-1] if n.startswith("f_") else a for n, a in arrays.items()}
+        else:
+            arrays["r_first"] = arrays["r_first"] + len(trace)
+        assert trace.fingerprint is not None
+        sidecar.write_derived(big, steppass.NAME, trace.fingerprint, meta, arrays)
+    calls: list[Trace] = []
+    real = steppass._run
+    monkeypatch.setattr(steppass, "_run", lambda t: calls.append(t) or real(t))
+    again = load(big)
+    assert_same_pass(good, steppass.step_pass(again))
+    assert calls == [again]
+
+
+def test_no_kept_pass_for_a_part_of_a_trace_or_with_sidecars_off(
+    big: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    part = load(big).subset(np.arange(5))
+    assert part.fingerprint is None
+    steppass.step_pass(part)
+    assert not _derived(big).exists()
+    monkeypatch.setenv(sidecar.ENV_SIDECAR, "off")
+    steppass.step_pass(load(big))
+    assert not _derived(big).exists() and not list((big.parent / "cache").glob("**/*.ssidx"))
+
+
+def test_a_retimed_copy_shares_the_pass(big: Path) -> None:
+    trace = load(big)
+    model = timing.TimingModel({"step": 2.0})
+    assert steppass.step_pass(clock.retimed(trace, model)) is steppass.step_pass(trace)

@@ -1,0 +1,105 @@
+"""One pass over every step's full record, shared and kept: the step-time features
+(tracer.analysis.timing.FeatureBuilder) and each request's token rows (LatencyTracker).
+
+It is the one analysis that must parse every record whole (0.3 ms a step at 256 running),
+and throughput, latency, the step-time fit and a replay's clock all need it. So it runs
+once per Trace object, and a big trace file (one that has a reader sidecar) keeps the
+result beside it, `<trace>.steppass.ssidx`, valid for exactly the file state the Trace
+was loaded from (the reader's fingerprint: size, mtime and hashes) and that many steps.
+Rows, not times, are kept: a retimed trace shares them.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+import numpy as np
+
+from tracer.analysis import timing
+from tracer.analysis.throughput import LatencyTracker, RequestTimes
+from tracer.trace import sidecar
+from tracer.trace.reader import Trace
+
+NAME = "steppass"
+# Bump when FeatureBuilder or LatencyTracker changes what it computes: older files are rebuilt.
+VERSION = 1
+_REQUEST_ARRAYS = ("seen", "first", "last", "tokens")
+_DTYPES = {
+    **{f"f_{name}": np.dtype("<f8") for name in timing.FEATURES},
+    **{f"r_{name}": np.dtype("<i8") for name in _REQUEST_ARRAYS},
+}
+
+
+@dataclass
+class StepPass:
+    features: timing.StepFeatures
+    requests: RequestTimes
+
+
+_CACHE: dict[int, tuple[weakref.ref[Trace], StepPass]] = {}
+
+
+def step_pass(trace: Trace) -> StepPass:
+    """The pass for `trace`: remembered with the Trace object, else read back from its file's
+    cache, else run (and saved there when the trace has a fingerprint)."""
+    hit = _CACHE.get(id(trace))
+    if hit is not None and hit[0]() is trace:
+        return hit[1]
+    found = _read(trace)
+    if found is None:
+        found = _run(trace)
+        _write(trace, found)
+    _remember(trace, found)
+    return found
+
+
+def share(trace: Trace, copy: Trace) -> None:
+    """`copy` holds `trace`'s records (a retimed copy, say): it shares the pass, not run again."""
+    _remember(copy, step_pass(trace))
+
+
+def _remember(trace: Trace, found: StepPass) -> None:
+    key = id(trace)
+    _CACHE[key] = (weakref.ref(trace, lambda _, key=key: _CACHE.pop(key, None)), found)
+
+
+def _run(trace: Trace) -> StepPass:
+    tracker = LatencyTracker()
+    features = timing.step_features(timing.records_of(trace), len(trace), also=tracker.add)
+    return StepPass(features, tracker.times())
+
+
+def _read(trace: Trace) -> StepPass | None:
+    if trace.fingerprint is None:
+        return None
+    found = sidecar.read_derived(trace.path, NAME, trace.fingerprint, _DTYPES)
+    if found is None:
+        return None
+    meta, arrays = found
+    n = len(trace)
+    if meta.get("pass_version") != VERSION or meta.get("steps") != n or set(arrays) != set(_DTYPES):
+        return None
+    columns = {name: np.array(arrays[f"f_{name}"]) for name in timing.FEATURES}
+    requests = {name: np.array(arrays[f"r_{name}"]) for name in _REQUEST_ARRAYS}
+    lengths = {len(requests[name]) for name in _REQUEST_ARRAYS}
+    if any(len(c) != n for c in columns.values()) or len(lengths) != 1:
+        return None
+    rows = np.concatenate([requests["seen"], requests["first"], requests["last"]])
+    if len(rows) and (rows.min() < -1 or rows.max() >= n or requests["seen"].min(initial=0) < 0):
+        return None  # rows outside the trace: not this trace's
+    features = timing.StepFeatures(columns, context_recorded=bool(meta.get("context_recorded")))
+    return StepPass(features, RequestTimes(**requests))
+
+
+def _write(trace: Trace, found: StepPass) -> None:
+    if trace.fingerprint is None:
+        return
+    meta = {
+        "pass_version": VERSION,
+        "steps": len(trace),
+        "context_recorded": found.features.context_recorded,
+    }
+    arrays = {f"f_{name}": found.features.columns[name] for name in timing.FEATURES}
+    arrays.update({f"r_{name}": getattr(found.requests, name) for name in _REQUEST_ARRAYS})
+    sidecar.write_derived(trace.path, NAME, trace.fingerprint, meta, arrays)
