@@ -25,7 +25,7 @@ import numpy as np
 import orjson
 
 from tracer.analysis import detail
-from tracer.trace import schema
+from tracer.trace import schema, sidecar
 from tracer.trace.reader import Trace
 
 # Where the bytes of one record's keys start (in the recorder's order) and the
@@ -74,10 +74,14 @@ def cached_index(trace: Trace) -> RequestIndex | None:
 
 
 def request_index(trace: Trace) -> RequestIndex:
-    """The per-request index of `trace`, built on first use and cached with the Trace."""
+    """The per-request index of `trace`, built on first use and cached with the Trace (and,
+    for a big trace file, beside it: `<trace>.requests.ssidx`, as tracer.analysis.steppass)."""
     index = cached_index(trace)
     if index is None:
-        index = _build(trace)
+        index = _read(trace)
+        if index is None:
+            index = _build(trace)
+            _write(trace, index)
         key = id(trace)
         _CACHE[key] = (weakref.ref(trace, lambda _, key=key: _CACHE.pop(key, None)), index)
     return index
@@ -257,3 +261,95 @@ def _build(trace: Trace) -> RequestIndex:
             if compact_layout or not _step_from_bytes(b, data, s, e, steps[i], c):
                 b.record(steps[i], detail.with_defaults(orjson.loads(data[s:e])))
     return RequestIndex(b.events, b.since)
+
+
+# -- kept beside a big trace -------------------------------------------------------------
+
+NAME = "requests"
+VERSION = 1  # bump when what the index holds changes: older files are rebuilt
+_NONE = np.iinfo(np.int64).min  # a step that is None
+_PER_REQUEST = ("admitted", "prefill_done", "finished", "n_preempted", "n_resumed")
+_ARRAYS = {
+    "ids": np.dtype("u1"),  # the ids, as one JSON list
+    **{name: np.dtype("<i8") for name in (*_PER_REQUEST, "preempted", "resumed", "since_of", "since_step")},
+}
+
+
+def _steps(values: list[int | None]) -> np.ndarray:
+    return np.array([_NONE if v is None else v for v in values], dtype=np.int64)
+
+
+def _write(trace: Trace, index: RequestIndex) -> None:
+    if trace.fingerprint is None:
+        return
+    events = list(index.events.values())
+    try:
+        ids = orjson.dumps([ev.id for ev in events])
+    except TypeError:
+        return  # an id JSON cannot hold (never the recorder's)
+    order = {rid: i for i, rid in enumerate(index.events)}
+    if any(rid not in order for rid in index.since):
+        return
+    arrays = {
+        "ids": np.frombuffer(ids, dtype=np.uint8),
+        "admitted": _steps([ev.admitted for ev in events]),
+        "prefill_done": _steps([ev.prefill_done for ev in events]),
+        "finished": _steps([ev.finished for ev in events]),
+        "n_preempted": np.array([len(ev.preempted) for ev in events], dtype=np.int64),
+        "n_resumed": np.array([len(ev.resumed) for ev in events], dtype=np.int64),
+        "preempted": np.array([s for ev in events for s in ev.preempted], dtype=np.int64),
+        "resumed": np.array([s for ev in events for s in ev.resumed], dtype=np.int64),
+        "since_of": np.array([order[rid] for rid in index.since], dtype=np.int64),
+        "since_step": np.array(list(index.since.values()), dtype=np.int64),
+    }
+    meta = {"index_version": VERSION, "steps": len(trace)}
+    sidecar.write_derived(trace.path, NAME, trace.fingerprint, meta, arrays)
+
+
+def _read(trace: Trace) -> RequestIndex | None:
+    if trace.fingerprint is None:
+        return None
+    found = sidecar.read_derived(trace.path, NAME, trace.fingerprint, _ARRAYS)
+    if found is None:
+        return None
+    meta, arrays = found
+    if meta.get("index_version") != VERSION or meta.get("steps") != len(trace) or set(arrays) != set(_ARRAYS):
+        return None
+    try:
+        ids = orjson.loads(arrays["ids"].tobytes())
+    except orjson.JSONDecodeError:
+        return None
+    n = len(ids) if type(ids) is list else -1
+    counts = arrays["n_preempted"], arrays["n_resumed"]
+    since_of = arrays["since_of"]
+    if (
+        any(len(arrays[name]) != n for name in _PER_REQUEST)
+        or len(arrays["preempted"]) != counts[0].sum()
+        or len(arrays["resumed"]) != counts[1].sum()
+        or min(counts[0].min(initial=0), counts[1].min(initial=0)) < 0
+        or len(since_of) != len(arrays["since_step"])
+        or (len(since_of) and (since_of.min() < 0 or since_of.max() >= n))
+    ):
+        return None  # torn or not this index: built again
+
+    def steps(name: str) -> list[int | None]:
+        return [None if v == _NONE else v for v in arrays[name].tolist()]
+
+    def lists(name: str, n_name: str) -> list[list[int]]:
+        flat, ends = arrays[name].tolist(), np.cumsum(arrays[n_name]).tolist()
+        return [flat[a:b] if b > a else [] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
+
+    events = {
+        rid: RequestEvents(rid, admitted, prefill_done, finished, preempted, resumed)
+        for rid, admitted, prefill_done, finished, preempted, resumed in zip(
+            ids,
+            steps("admitted"),
+            steps("prefill_done"),
+            steps("finished"),
+            lists("preempted", "n_preempted"),
+            lists("resumed", "n_resumed"),
+            strict=True,
+        )
+    }
+    since = dict(zip([ids[i] for i in since_of.tolist()], arrays["since_step"].tolist(), strict=True))
+    return RequestIndex(events, since)

@@ -1,9 +1,9 @@
-"""tracer.analysis.steppass: the one full-record pass (step-time features, request token
-rows) and its derived sidecar.
+"""What analysis keeps beside a big trace: the full-record pass (tracer.analysis.steppass:
+step-time features, request token rows) and the request index (tracer.analysis.requests).
 
 - `RequestTimes.latency` (vectorised) must equal the per-request loop it replaced, to the bit.
-- `<trace>.steppass.ssidx` is used only for the file state the Trace was loaded from, and a
-  torn, stale or foreign one is run again, never trusted.
+- `<trace>.steppass.ssidx` and `<trace>.requests.ssidx` are used only for the file state the
+  Trace was loaded from; a torn, stale or foreign one is computed again, never trusted.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import ROOT
-from tracer.analysis import steppass, timing
+from tracer.analysis import requests, steppass, timing
 from tracer.analysis.throughput import LatencyTracker
 from tracer.trace import sidecar
 from tracer.trace.reader import Trace, load
@@ -177,3 +177,68 @@ def test_a_retimed_copy_shares_the_pass(big: Path) -> None:
     trace = load(big)
     model = timing.TimingModel({"step": 2.0})
     assert steppass.step_pass(clock.retimed(trace, model)) is steppass.step_pass(trace)
+
+
+# -- the request index, kept the same way --------------------------------------------------
+
+
+@pytest.fixture
+def preempting(big: Path) -> Path:
+    """A big trace with preemptions and resumptions (the index's lists), and finishes."""
+    big.write_bytes((ROOT / "sample_traces" / "ngram_preempt.jsonl").read_bytes())
+    return big
+
+
+def _index_file(path: Path) -> Path:
+    return path.with_name(path.name + ".requests.ssidx")
+
+
+def _assert_same_index(a: requests.RequestIndex, b: requests.RequestIndex) -> None:
+    assert list(a.events.items()) == list(b.events.items())  # the same events, in the same order
+    assert list(a.since.items()) == list(b.since.items())
+
+
+def test_a_big_trace_keeps_its_request_index(big: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    built = requests.request_index(load(big))
+    assert _index_file(big).exists()
+    assert any(ev.preempted for ev in built.events.values()) or any(
+        ev.finished for ev in built.events.values()
+    )
+    with monkeypatch.context() as m:
+        m.setattr(requests, "_build", lambda trace: pytest.fail("built the index instead of reading it back"))
+        _assert_same_index(built, requests.request_index(load(big)))
+    _assert_same_index(built, requests._build(load(big, sidecar=False)))
+
+
+@pytest.mark.parametrize("damage", ["torn", "other version", "ids cut", "since outside", "file changed"])
+def test_a_damaged_or_stale_request_index_is_built_again(
+    preempting: Path, monkeypatch: pytest.MonkeyPatch, damage: str
+) -> None:
+    big = preempting
+    trace = load(big)
+    good = requests.request_index(trace)
+    where = _index_file(big)
+    if damage == "torn":
+        where.write_bytes(where.read_bytes()[:-64])
+    elif damage == "file changed":
+        big.write_bytes(b"".join(big.read_bytes().splitlines(keepends=True)[:-2]))
+    else:
+        found = sidecar.read_derived(big, requests.NAME, trace.fingerprint or {}, requests._ARRAYS)
+        assert found is not None
+        meta, arrays = found
+        arrays = {k: np.array(v) for k, v in arrays.items()}
+        if damage == "other version":
+            meta["index_version"] = requests.VERSION + 1
+        elif damage == "ids cut":
+            arrays["ids"] = arrays["ids"][:-5]
+        else:
+            arrays["since_of"] = arrays["since_of"] + len(good.events)
+        meta.pop("source")
+        sidecar.write_derived(big, requests.NAME, trace.fingerprint or {}, meta, arrays)
+    built: list[Trace] = []
+    real = requests._build
+    monkeypatch.setattr(requests, "_build", lambda t: built.append(t) or real(t))
+    again = load(big)
+    index = requests.request_index(again)
+    assert built == [again]
+    _assert_same_index(real(load(big, sidecar=False)), index)
