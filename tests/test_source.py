@@ -334,3 +334,19 @@ def test_a_stream_gap_is_shown_as_a_gap(servers: list[StreamServer]) -> None:
         assert source.state.text().startswith("gap: steps 3..6 missing")
     finally:
         source.close()
+
+
+def test_stopping_a_stream_source_ends_its_connection_at_once(servers: list[StreamServer]) -> None:
+    """A silent server (no record, heartbeats 60 s apart): stop() ends the connection being
+    read instead of waiting for the next line or the read timeout."""
+    hub = StreamHub()
+    hub.publish(records(sample_lines()[:3]))
+    servers.append(StreamServer(hub, "127.0.0.1", 0, heartbeat=60.0))
+    source = TraceSource.stream(servers[0].url, timeout=60.0, interval=0.02)
+    seen = Recorder(source)
+    source.start()
+    wait_for(lambda: seen.steps == 2 and source.state.phase is Phase.LIVE)
+    t0 = time.monotonic()
+    source.stop()
+    assert not source.alive and time.monotonic() - t0 < 2.0
+    source.close()

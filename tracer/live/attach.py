@@ -16,6 +16,8 @@ timeout.
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -154,6 +156,22 @@ class StreamFollower:
         self._from_start = False  # a run begun while attached: steps before its first are a gap
         self._idle_said: float | Literal[False] | None = False  # idle_since of the last idle note
 
+    _response: Any = None  # the connection being read, for interrupt()
+
+    def interrupt(self) -> None:
+        """From another thread: end the connection being read now (its read returns at once),
+        rather than at the next record or the read timeout."""
+        response = self._response
+        if response is None:
+            return
+        # A duplicate of the socket's fd: shutting it down ends the connection itself, and
+        # closing the duplicate leaves the reader's own fd to the reader.
+        with (
+            contextlib.suppress(OSError, ValueError),
+            socket.fromfd(response.fileno(), socket.AF_INET, socket.SOCK_STREAM) as dup,
+        ):
+            dup.shutdown(socket.SHUT_RDWR)
+
     def _set(self, **changes: Any) -> LinkState:
         self.state = replace(self.state, **changes)
         return self.state
@@ -189,9 +207,13 @@ class StreamFollower:
                 request.add_header("Authorization", f"Bearer {self.token}")
             try:
                 with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                    self._response = response
                     yield self._status(f"connected to {self.url}", phase="live", detail="")
                     delay = self.backoff[0]
-                    resync = yield from self._read(response, since)
+                    try:
+                        resync = yield from self._read(response, since)
+                    finally:
+                        self._response = None
                 if not resync:
                     message = "the server closed the stream"
                     yield self._status(message, phase="reconnecting", detail=message)

@@ -256,6 +256,7 @@ class TraceSource:
         self._footer = False  # the current run wrote its footer
         self._stream_error: TraceError | None = None  # from the stream reader, reported by the publisher
         self._thread = threading.Thread(target=self._run, name=f"schedscope-source:{target}", daemon=True)
+        self._reader: threading.Thread | None = None  # a stream's reading thread
 
     # -- making one ----------------------------------------------------------------------------
     @classmethod
@@ -327,11 +328,14 @@ class TraceSource:
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Stop reading. A stream stops at its next event: within the read timeout when silent."""
+        """Stop reading; a stream's connection is ended at once, silent or not."""
         self._stop.set()
         self._wake.set()
-        if self._thread.is_alive() and threading.current_thread() is not self._thread:
-            self._thread.join(timeout)
+        if self.follower is not None:
+            self.follower.interrupt()
+        for thread in (self._thread, self._reader):
+            if thread is not None and thread.is_alive() and threading.current_thread() is not thread:
+                thread.join(timeout)
 
     def join(self, timeout: float | None = None) -> bool:
         """Wait for the thread to end by itself (a complete file read, a refused stream); True if it did."""
@@ -348,7 +352,8 @@ class TraceSource:
 
     @property
     def alive(self) -> bool:
-        return self._thread.is_alive()
+        """Whether any of its threads (the publisher, a stream's reader) still runs."""
+        return self._thread.is_alive() or (self._reader is not None and self._reader.is_alive())
 
     # -- reporting -------------------------------------------------------------------------------
     def _set(self, **changes: Any) -> SourceState:
@@ -540,7 +545,9 @@ class TraceSource:
 
     # -- a live stream ---------------------------------------------------------------------------
     def _stream(self) -> None:
-        reader = threading.Thread(target=self._read_stream, name="schedscope-source-stream", daemon=True)
+        reader = self._reader = threading.Thread(
+            target=self._read_stream, name="schedscope-source-stream", daemon=True
+        )
         reader.start()
         # This thread publishes: snapshots at most every _wait, state changes at once.
         while True:
