@@ -7,9 +7,9 @@ steps, copied once under --dir (a prefix of a gen_trace run: no footer).
 
 Each figure is timed from what the user does, never after an excluded load:
 - `schedscope summary` / `flags` / `diff A B`: the command as a subprocess, from its
-  start to its exit; peak RSS from the kernel (wait4). The diff of the 200k trace would hold
-  two 4.5 GB traces at once, so `diff` runs the trace against itself (both sides loaded and
-  analysed, as for two traces) at the smaller sizes and its 200k figure is the fit's;
+  start to its exit; peak RSS from the kernel (wait4). Here `diff` runs each smaller trace
+  against itself (both sides loaded and analysed, as for two traces) on a first open, for the
+  fit; bench/diff_scale.py measures the diff of two 200k traces, first open and re-open;
 - first full load: `tracer.trace.reader.load()` in a fresh interpreter (MB/s over the
   file's bytes, wall time; peak RSS / file size), and the same for the baseline reader
   (`git archive BASELINE tracer`), the limit being "no slower than today";

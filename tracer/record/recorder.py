@@ -60,6 +60,34 @@ class Candidates:
     priority: dict[str, int] | None  # non-zero priorities of those waiting (priority scheduling)
 
 
+# What the engine told the scheduler between two steps (a replay gives it again), taken on
+# the scheduler thread and encoded on the writer thread as the record's `inputs` entries.
+class Arrival(NamedTuple):  # add_request(): ["a", id, prompt, max_tokens, priority, arrival, prefix]
+    rid: str
+    prompt: int
+    max_tokens: int
+    priority: int
+    arrival: float
+    hashes: list[Any] | None  # vLLM's chained block hashes; the prefix is found from them
+
+
+class Abort(NamedTuple):  # finish_requests() from outside: ["x", ids, status]
+    ids: list[str] | None
+    status: str
+
+
+class Drafts(NamedTuple):  # update_draft_token_ids(): ["d", ids (or positions), counts]
+    ids: list[str]
+    counts: list[int]
+
+
+class Applied(NamedTuple):  # a step's output applied: ["u", step] (-1: a step not traced)
+    step: int
+
+
+SchedulerInput = Arrival | Abort | Drafts | Applied
+
+
 @dataclass(slots=True, kw_only=True)
 class StepSnapshot:
     """One step, taken in after_schedule() and completed in after_update(); the writer
@@ -80,7 +108,7 @@ class StepSnapshot:
     n_waiting: int
     kv: float  # KV cache usage
     candidates: Candidates | None  # None when before_schedule failed
-    inputs: list[tuple[Any, ...]]  # what the scheduler was told since the step before
+    inputs: list[SchedulerInput]  # what the scheduler was told since the step before
     # From update_from_output, when it arrives: (ids, tokens sampled per request), and
     # how requests ended, {id: (reason, tokens kept)}.
     sampled: tuple[list[str], list[int]] | None = None
@@ -212,7 +240,7 @@ class Recorder:
         self._preempted: set[str] = set()  # ids preempted and not yet back
         # What the scheduler was told since the last schedule(), in order: arrivals,
         # aborts, drafts and model outputs. A replay re-tells it in the same order.
-        self._inputs: list[tuple[Any, ...]] = []
+        self._inputs: list[SchedulerInput] = []
         self._prefix = _PrefixIndex()  # writer thread only
         self._closed = False
         self._fast_demand = True  # until the canary in _fast_demand_ok disagrees once
@@ -358,14 +386,13 @@ class Recorder:
         """A request reached the scheduler: what a replay needs to re-create it."""
         hashes = getattr(request, "block_hashes", None)
         self._inputs.append(
-            (
-                "a",
-                request.request_id,
-                int(getattr(request, "num_prompt_tokens", 0) or 0),
-                int(getattr(request, "max_tokens", 0) or 0),
-                int(getattr(request, "priority", 0) or 0),
-                float(getattr(request, "arrival_time", 0.0) or 0.0),
-                list(hashes) if hashes else None,
+            Arrival(
+                rid=request.request_id,
+                prompt=int(getattr(request, "num_prompt_tokens", 0) or 0),
+                max_tokens=int(getattr(request, "max_tokens", 0) or 0),
+                priority=int(getattr(request, "priority", 0) or 0),
+                arrival=float(getattr(request, "arrival_time", 0.0) or 0.0),
+                hashes=list(hashes) if hashes else None,
             )
         )
 
@@ -377,13 +404,13 @@ class Recorder:
             ids = [request_ids]
         else:
             ids = list(request_ids)
-        self._inputs.append(("x", ids, str(getattr(status, "name", status))))
+        self._inputs.append(Abort(ids, str(getattr(status, "name", status))))
 
     def on_drafts(self, draft_token_ids: Any) -> None:
         """update_draft_token_ids(): how many drafts the proposer offered each request."""
         ids = list(getattr(draft_token_ids, "req_ids", None) or ())
         drafts = getattr(draft_token_ids, "draft_token_ids", None) or ()
-        self._inputs.append(("d", ids, [len(d) for d in drafts]))
+        self._inputs.append(Drafts(ids, [len(d) for d in drafts]))
 
     def after_update(self, out: Any, runner_output: Any, result: Any = None) -> None:
         snap = self._pending.pop(id(out), None)
@@ -391,10 +418,10 @@ class Recorder:
         if hooks:
             self.writer.emit({"kind": schema.HOOKS, "step": snap.step if snap else None, **hooks})
         if snap is None:
-            self._inputs.append(("u", -1))
+            self._inputs.append(Applied(-1))
             return
         step = snap.step
-        self._inputs.append(("u", step))
+        self._inputs.append(Applied(step))
         if result:
             snap.ends = _ends(result)
         req_ids = getattr(runner_output, "req_ids", None) or ()
@@ -531,23 +558,27 @@ class Recorder:
         self.steps_built += 1
         return record
 
-    def _input_entries(self, events: list[tuple[Any, ...]], order: list[Any]) -> list[list[Any]]:
+    def _input_entries(self, events: list[SchedulerInput], order: list[Any]) -> list[list[Any]]:
         out: list[list[Any]] = []
         position: dict[Any, int] | None = None
         for event in events:
-            kind = event[0]
-            if kind == "a":
-                _, rid, prompt, max_tokens, priority, arrival, hashes = event
-                out.append([kind, rid, prompt, max_tokens, priority, arrival, self._prefix.add(rid, hashes)])
-            elif kind == "d" and order:
-                # A request this step schedules by its position in the scheduled order, any
-                # other (finished since its drafts were made) by its id.
-                if position is None:
-                    position = dict(zip(order, range(len(order)), strict=True))
-                _, ids, counts = event
-                out.append([kind, list(map(position.get, ids, ids)), counts])
+            kind = type(event)
+            if kind is Applied:
+                out.append(["u", event.step])
+            elif kind is Arrival:
+                rid, prompt, max_tokens, priority, arrival, hashes = event
+                out.append(["a", rid, prompt, max_tokens, priority, arrival, self._prefix.add(rid, hashes)])
+            elif kind is Drafts:
+                ids = event.ids
+                if order:
+                    # A request this step schedules by its position in the scheduled order, any
+                    # other (finished since its drafts were made) by its id.
+                    if position is None:
+                        position = dict(zip(order, range(len(order)), strict=True))
+                    ids = list(map(position.get, ids, ids))
+                out.append(["d", ids, event.counts])
             else:
-                out.append(list(event))
+                out.append(["x", event.ids, event.status])
         return out
 
 
