@@ -133,7 +133,7 @@ def test_the_kept_pass_is_not_used_once_the_file_changed(big: Path, monkeypatch:
 
 @pytest.mark.parametrize(
     "damage",
-    ["torn", "other version", "fewer steps", "rows outside"],
+    ["torn", "other version", "other step count", "short arrays", "rows outside"],
 )
 def test_a_damaged_kept_pass_is_run_again(big: Path, monkeypatch: pytest.MonkeyPatch, damage: str) -> None:
     trace = load(big)
@@ -144,15 +144,17 @@ def test_a_damaged_kept_pass_is_run_again(big: Path, monkeypatch: pytest.MonkeyP
     else:
         arrays = {f"f_{n}": good.features.columns[n] for n in timing.FEATURES}
         arrays |= {f"r_{n}": getattr(good.requests, n) for n in ("seen", "first", "last", "tokens")}
-        meta = {"pass_version": steppass.VERSION, "steps": len(trace), "context_recorded": False}
+        version, steps = steppass.VERSION, len(trace)
         if damage == "other version":
-            meta["pass_version"] = steppass.VERSION + 1
-        elif damage == "fewer steps":
+            version += 1
+        elif damage == "other step count":
+            steps -= 1
+        elif damage == "short arrays":
             arrays = {n: a[:-1] if n.startswith("f_") else a for n, a in arrays.items()}
         else:
             arrays["r_first"] = arrays["r_first"] + len(trace)
         assert trace.fingerprint is not None
-        sidecar.write_derived(big, steppass.NAME, trace.fingerprint, meta, arrays)
+        sidecar.write_derived(big, steppass.NAME, trace.fingerprint, arrays, version=version, steps=steps)
     calls: list[Trace] = []
     real = steppass._run
     monkeypatch.setattr(steppass, "_run", lambda t: calls.append(t) or real(t))
@@ -223,18 +225,19 @@ def test_a_damaged_or_stale_request_index_is_built_again(
     elif damage == "file changed":
         big.write_bytes(b"".join(big.read_bytes().splitlines(keepends=True)[:-2]))
     else:
-        found = sidecar.read_derived(big, requests.NAME, trace.fingerprint or {}, requests._ARRAYS)
+        version, steps = requests.VERSION, len(trace)
+        found = sidecar.read_derived(
+            big, requests.NAME, trace.fingerprint, requests._ARRAYS, version=version, steps=steps
+        )
         assert found is not None
-        meta, arrays = found
-        arrays = {k: np.array(v) for k, v in arrays.items()}
+        arrays = {k: np.array(v) for k, v in found[1].items()}
         if damage == "other version":
-            meta["index_version"] = requests.VERSION + 1
+            version += 1
         elif damage == "ids cut":
             arrays["ids"] = arrays["ids"][:-5]
         else:
             arrays["since_of"] = arrays["since_of"] + len(good.events)
-        meta.pop("source")
-        sidecar.write_derived(big, requests.NAME, trace.fingerprint or {}, meta, arrays)
+        sidecar.write_derived(big, requests.NAME, trace.fingerprint, arrays, version=version, steps=steps)
     built: list[Trace] = []
     real = requests._build
     monkeypatch.setattr(requests, "_build", lambda t: built.append(t) or real(t))

@@ -281,7 +281,7 @@ def _steps(values: list[int | None]) -> np.ndarray:
 
 def _write(trace: Trace, index: RequestIndex) -> None:
     if trace.fingerprint is None:
-        return
+        return  # nothing would be kept: not worth packing
     events = list(index.events.values())
     try:
         ids = orjson.dumps([ev.id for ev in events])
@@ -302,19 +302,16 @@ def _write(trace: Trace, index: RequestIndex) -> None:
         "since_of": np.array([order[rid] for rid in index.since], dtype=np.int64),
         "since_step": np.array(list(index.since.values()), dtype=np.int64),
     }
-    meta = {"index_version": VERSION, "steps": len(trace)}
-    sidecar.write_derived(trace.path, NAME, trace.fingerprint, meta, arrays)
+    sidecar.write_derived(trace.path, NAME, trace.fingerprint, arrays, version=VERSION, steps=len(trace))
 
 
 def _read(trace: Trace) -> RequestIndex | None:
-    if trace.fingerprint is None:
-        return None
-    found = sidecar.read_derived(trace.path, NAME, trace.fingerprint, _ARRAYS)
+    found = sidecar.read_derived(
+        trace.path, NAME, trace.fingerprint, _ARRAYS, version=VERSION, steps=len(trace)
+    )
     if found is None:
         return None
-    meta, arrays = found
-    if meta.get("index_version") != VERSION or meta.get("steps") != len(trace) or set(arrays) != set(_ARRAYS):
-        return None
+    _, arrays = found
     try:
         ids = orjson.loads(arrays["ids"].tobytes())
     except orjson.JSONDecodeError:

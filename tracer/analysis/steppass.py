@@ -71,15 +71,11 @@ def _run(trace: Trace) -> StepPass:
 
 
 def _read(trace: Trace) -> StepPass | None:
-    if trace.fingerprint is None:
-        return None
-    found = sidecar.read_derived(trace.path, NAME, trace.fingerprint, _DTYPES)
+    n = len(trace)
+    found = sidecar.read_derived(trace.path, NAME, trace.fingerprint, _DTYPES, version=VERSION, steps=n)
     if found is None:
         return None
     meta, arrays = found
-    n = len(trace)
-    if meta.get("pass_version") != VERSION or meta.get("steps") != n or set(arrays) != set(_DTYPES):
-        return None
     columns = {name: np.array(arrays[f"f_{name}"]) for name in timing.FEATURES}
     requests = {name: np.array(arrays[f"r_{name}"]) for name in _REQUEST_ARRAYS}
     lengths = {len(requests[name]) for name in _REQUEST_ARRAYS}
@@ -93,13 +89,9 @@ def _read(trace: Trace) -> StepPass | None:
 
 
 def _write(trace: Trace, found: StepPass) -> None:
-    if trace.fingerprint is None:
-        return
-    meta = {
-        "pass_version": VERSION,
-        "steps": len(trace),
-        "context_recorded": found.features.context_recorded,
-    }
     arrays = {f"f_{name}": found.features.columns[name] for name in timing.FEATURES}
     arrays.update({f"r_{name}": getattr(found.requests, name) for name in _REQUEST_ARRAYS})
-    sidecar.write_derived(trace.path, NAME, trace.fingerprint, meta, arrays)
+    meta = {"context_recorded": found.features.context_recorded}
+    sidecar.write_derived(
+        trace.path, NAME, trace.fingerprint, arrays, version=VERSION, steps=len(trace), meta=meta
+    )

@@ -190,17 +190,35 @@ def _read_one(where: Path, dtypes: dict[str, np.dtype]) -> tuple[dict[str, Any],
 def write_derived(
     source: str | Path,
     name: str,
-    fingerprint: dict[str, Any],
-    meta: dict[str, Any],
+    fingerprint: dict[str, Any] | None,
     arrays: dict[str, np.ndarray],
+    *,
+    version: int,
+    steps: int,
+    meta: dict[str, Any] | None = None,
 ) -> Path | None:
-    return write(Path(source), {**meta, "source": fingerprint}, arrays, name)
+    """Keep `arrays` (computed from all `steps` steps of the trace loaded from the file state
+    `fingerprint`) as derived sidecar `name`, of that result's `version`; nothing without a
+    fingerprint (a part of a trace, a stream, a small file)."""
+    if fingerprint is None:
+        return None
+    doc = {**(meta or {}), "source": fingerprint, "derived_version": version, "steps": steps}
+    return write(Path(source), doc, arrays, name)
 
 
 def read_derived(
-    source: str | Path, name: str, fingerprint: dict[str, Any], dtypes: dict[str, np.dtype]
+    source: str | Path,
+    name: str,
+    fingerprint: dict[str, Any] | None,
+    dtypes: dict[str, np.dtype],
+    *,
+    version: int,
+    steps: int,
 ) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
-    """(meta, arrays) of the first whole derived sidecar `name` made for this fingerprint."""
+    """(meta, arrays) of the first whole derived sidecar `name` made for this fingerprint, of
+    this version and number of steps, holding exactly the arrays `dtypes` names; else None."""
+    if fingerprint is None:
+        return None
     for where in locations(Path(source), name):
         try:
             meta, arrays = _read_one(where, dtypes)
@@ -209,6 +227,11 @@ def read_derived(
         except (OSError, ValueError, KeyError, TypeError, struct.error) as exc:
             logger.debug("schedscope: sidecar %s not used (%s)", where, exc)
             continue
-        if meta.get("source") == fingerprint:
+        if (
+            meta.get("source") == fingerprint
+            and meta.get("derived_version") == version
+            and meta.get("steps") == steps
+            and set(arrays) == set(dtypes)
+        ):
             return meta, arrays
     return None
