@@ -27,6 +27,7 @@ Each figure is timed from what the user does, never after an excluded load:
 
     .venv/bin/python bench/scale.py                       # about 20 min on 2 busy cores
     .venv/bin/python bench/scale.py --sizes 25000 50000 --no-web --no-tui   # a quick look
+    .venv/bin/python bench/scale.py --web-only                            # the web figures alone
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import asyncio
 import importlib.util
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -203,6 +205,17 @@ def vm_hwm(pid: int) -> int:
     return 0
 
 
+def last_step(path: Path) -> int:
+    """The number of the file's last step record, read from its tail (plain files)."""
+    with path.open("rb") as f:
+        f.seek(max(0, path.stat().st_size - (4 << 20)))
+        tail = f.read()
+    steps = re.findall(rb'"kind":"step","step":(\d+)', tail)
+    if not steps:
+        raise SystemExit(f"{path}: no step record in its last 4 MiB")
+    return int(steps[-1])
+
+
 def web_figures(path: Path, zooms: int) -> dict[str, Any]:
     from selenium import webdriver
     from selenium.webdriver.chrome.options import Options
@@ -249,14 +262,13 @@ def web_figures(path: Path, zooms: int) -> dict[str, Any]:
             if driver.title.startswith("Updating"):
                 quiet = time.perf_counter()
             time.sleep(0.05)
-        # Zoom the whole run: wait until the page holds every step (the file is still read
-        # while the first figure shows; its last step stops moving once it is all in).
-        last, steady = float(driver.execute_script(LAST_STEP_JS)), time.perf_counter()
-        while time.perf_counter() - steady < 5.0 and time.perf_counter() - t0 < 600:
-            time.sleep(0.25)
-            now = float(driver.execute_script(LAST_STEP_JS))
-            if now != last:
-                last, steady = now, time.perf_counter()
+        # Zoom the whole run: wait until the page holds the file's last step (the file is still
+        # read while the first figure shows; the page's ticks stop once it is all shown).
+        last = float(last_step(path))
+        while float(driver.execute_script(LAST_STEP_JS)) < last and time.perf_counter() - t0 < 600:
+            time.sleep(0.05)
+        steady = time.perf_counter()
+        time.sleep(1.0)  # the last tick's answer, and the page's other callbacks on it
         loaded = steady - t0
         driver.execute_script(SPY_JS)
         times, answers = [], []
@@ -280,6 +292,28 @@ def web_figures(path: Path, zooms: int) -> dict[str, Any]:
         if server is not None:
             server.terminate()
             server.wait(10)
+
+
+def add_web_figures(table: Table, big: Path, zooms: int, size: str) -> None:
+    """The web figures of `big` (bench's docstring), as rows of `table`."""
+    web = web_figures(big, zooms)
+    # -1: the zoom's data never arrived within 30 s
+    zoom = sorted(ms if ms >= 0 else float("inf") for ms in web["zoom_ms"])
+    table.add(
+        f"web first figure drawn in chromium from `schedscope web`'s start ({size})",
+        "≤ 2 s",
+        f"{web['drawn']:.2f} s (server listening at {web['served']:.2f} s; every step shown at "
+        f"{web['loaded']:.1f} s)",
+        web["drawn"] <= 2.0,
+    )
+    table.add(
+        f"web zoom once every step is shown (relayout to re-decimated data drawn), worst of {len(zoom)}",
+        "≤ 300 ms",
+        f"{zoom[-1]:.0f} ms (median {zoom[len(zoom) // 2]:.0f} ms; the callback's response back after "
+        f"{sorted(web['answer_ms'])[len(zoom) // 2]:.0f} ms median, the rest is the browser drawing)",
+        zoom[-1] <= 300,
+    )
+    table.add("web server peak RSS", "≤ 1 GB", f"{web['server_rss'] / MB:,.0f} MB", web["server_rss"] <= 1e9)
 
 
 # -- fitting --------------------------------------------------------------------------------
@@ -314,6 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--no-tui", action="store_true")
     ap.add_argument("--no-web", action="store_true")
+    ap.add_argument("--web-only", action="store_true", help="only the web figures (about a minute)")
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -323,6 +358,11 @@ def main(argv: list[str] | None = None) -> int:
 
     args.dir.mkdir(parents=True, exist_ok=True)
     big = args.trace
+    if args.web_only:
+        table = Table()
+        add_web_figures(table, big, args.zooms, big.name)
+        table.print()
+        return 0
     print(f"scale bench: {machine()}; load average {os.getloadavg()[0]:.1f}")
     print(f"  200k trace: {big} ({big.stat().st_size / MB:,.0f} MB)")
     paths = [prefix(big, n, args.dir) for n in sorted(args.sizes)] + [big]
@@ -443,26 +483,7 @@ def main(argv: list[str] | None = None) -> int:
         )
 
     if not args.no_web:
-        web = web_figures(big, args.zooms)
-        # -1: the zoom's data never arrived within 30 s
-        zoom = sorted(ms if ms >= 0 else float("inf") for ms in web["zoom_ms"])
-        table.add(
-            f"web first figure drawn in chromium from `schedscope web`'s start ({full_steps // 1000}k)",
-            "≤ 2 s",
-            f"{web['drawn']:.2f} s (server listening at {web['served']:.2f} s; every step shown at "
-            f"{web['loaded']:.1f} s)",
-            web["drawn"] <= 2.0,
-        )
-        table.add(
-            f"web zoom once every step is shown (relayout to re-decimated data drawn), worst of {len(zoom)}",
-            "≤ 300 ms",
-            f"{zoom[-1]:.0f} ms (median {zoom[len(zoom) // 2]:.0f} ms; the callback's response back after "
-            f"{sorted(web['answer_ms'])[len(zoom) // 2]:.0f} ms median, the rest is the browser drawing)",
-            zoom[-1] <= 300,
-        )
-        table.add(
-            "web server peak RSS", "≤ 1 GB", f"{web['server_rss'] / MB:,.0f} MB", web["server_rss"] <= 1e9
-        )
+        add_web_figures(table, big, args.zooms, f"{full_steps // 1000}k")
 
     # 1M steps by extrapolation.
     for key, unit in (("summary", "s"), ("flags", "s"), ("diff", "s"), ("load", "s")):

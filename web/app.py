@@ -86,7 +86,6 @@ def make_app(
         default=default,
         compare_pair=pair,
         live=live is not None,
-        ticking=bool(feeds),
         max_upload=max_upload,
         sweep=sweep,
         engines=None if run is None else (engines_figure(run, max_points), totals_children(run)),

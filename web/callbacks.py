@@ -107,7 +107,7 @@ class Handlers:
             if trigger == ids.TICK:
                 return no_update, no_update, no_update, status
             msg = status or "no trace loaded: upload one"
-            return _empty_figure(msg), None, None, status
+            return _empty_figure(msg), None, "", status  # "": shown, nothing yet (ticks_done)
         if (
             trigger in (None, ids.TRACE)
             or not state
@@ -115,21 +115,31 @@ class Handlers:
             or state.get("run", _run_of(view)) != _run_of(view)  # a live stream's new run
         ):
             fig, sent = self._full_figure(view)
-            return fig, _state(view, sent), _version(view), status
+            # The range the graph's relayoutData holds is not this figure's zoom: a tick must not
+            # take it for a zoom's superseded answer.
+            return fig, {**_state(view, sent), "zoomed": parse_xrange(relayout)[1]}, _version(view), status
         if trigger == ids.GRAPH:
             changed, x_range = parse_xrange(relayout)
             if not changed:
                 raise PreventUpdate
-            patch, sent = range_update(timeline_chart(view), x_range, self.max_points)
-            # The arrays now hold every step of this view: a later tick extends from here.
-            held = {"range": x_range, "sent": sent, "rows": len(view), "version": view.version}
-            return patch, {**state, **held}, _version(view), status
+            return self._zoom(view, state, x_range, status)
         if trigger == ids.SELECTED:
             step = (selected or {}).get("step") if (selected or {}).get("key") == view.key else None
             return self._select(view, state, step), {**state, "selected": step}, no_update, status
         if trigger == ids.TICK:
+            changed, x_range = parse_xrange(relayout)
+            if changed and not follow_tail and x_range != state.get("zoomed"):
+                # Dash drops an answer once a newer request for its output is out: a tick asked
+                # while a zoom's answer was on its way superseded it, so the tick zooms.
+                return self._zoom(view, state, x_range, status)
             return self._tick(view, state, bool(follow_tail), status)
         raise PreventUpdate
+
+    def _zoom(self, view: TraceView, state: dict[str, Any], x_range: Range, status: str) -> tuple[Any, ...]:
+        patch, sent = range_update(timeline_chart(view), x_range, self.max_points)
+        # The arrays now hold every step of this view: a later tick extends from here.
+        held = {"range": x_range, "zoomed": x_range, "sent": sent, "rows": len(view), "version": view.version}
+        return patch, {**state, **held}, _version(view), status
 
     def _full_figure(self, view: TraceView) -> tuple[Any, int]:
         """(the whole-run figure of `view`, points per trace sent), built once per snapshot
@@ -137,8 +147,10 @@ class Handlers:
         with self._figure_lock:
             held = self._figures.get(view.key)
             if held is None or held[0] is not view:
-                fig = build_figure(timeline_chart(view), None, self.max_points, uirevision=view.key)
-                sent = max((len(t.x) for t in fig.data if t.type == "scattergl"), default=0)
+                chart = timeline_chart(view)
+                fig = build_figure(chart, None, self.max_points, uirevision=view.key)
+                lines = sum(len(panel.lines) for panel in chart.panels)  # the first traces (web.chart)
+                sent = max((len(t.x) for t in fig.data[:lines]), default=0)
                 held = self._figures[view.key] = (view, fig, sent)
             return held[1], held[2]
 
@@ -240,16 +252,23 @@ class Handlers:
         return options, view.key, msg, options, options
 
     # -- live controls -------------------------------------------------------------------
-    def ticks_done(self, shown: str | None) -> Any:
-        """True (stop the page's ticks) once every source is a complete file, read to its end,
-        and the page shows the last snapshot: a tick's request would otherwise supersede a
-        zoom's on the same figure, and Dash drops the zoom's answer."""
-        if not self.feeds or any(f.source.live for f in self.feeds):
+    def ticks_done(self, shown: str | None, pause_clicks: int | None = None) -> Any:
+        """Whether the page's ticks are off, each time a figure is shown (`shown`: its version).
+
+        They start off and the first figure turns them on: a tick's request while the first
+        figure is on its way had the whole figure sent, and drawn, again (Dash reads the page's
+        view state before the answer lands). They go off again (True) once every source is a
+        complete file, read to its end, and the page shows the last snapshot: a tick's request
+        would otherwise supersede a zoom's on the same figure, and Dash drops the zoom's
+        answer. A paused page is left paused."""
+        if not self.feeds or self.pause(pause_clicks)[0]:
             return no_update
+        if any(f.source.live for f in self.feeds):
+            return False
         if any(f.source.state.phase not in (Phase.COMPLETE, Phase.FAILED) for f in self.feeds):
-            return no_update
+            return False
         view = self.store.get((shown or "").rpartition(":")[0])
-        return True if view is not None and _version(view) == shown else no_update
+        return view is not None and _version(view) == shown
 
     def pause(self, n_clicks: int | None) -> tuple[bool, str]:
         paused = bool(n_clicks) and n_clicks % 2 == 1
@@ -480,10 +499,11 @@ def register(app: Dash, h: Handlers) -> None:
     @app.callback(
         Output(ids.TICK, "disabled", allow_duplicate=True),
         Input(ids.VERSION, "data"),
+        State(ids.PAUSE, "n_clicks"),
         prevent_initial_call=True,
     )
-    def _ticks_done(shown):  # type: ignore[no-untyped-def]
-        return h.ticks_done(shown)
+    def _ticks_done(shown, pause_clicks):  # type: ignore[no-untyped-def]
+        return h.ticks_done(shown, pause_clicks)
 
     @app.callback(
         Output(ids.TICK, "disabled"),

@@ -1,10 +1,14 @@
 """Stacked step charts: a pure description (Chart) and the figures and patches built from it.
 
-A Chart is rows of panels sharing the step axis; each panel's lines are WebGL
-traces fed from NumPy arrays, decimated together (web.decimate); markers (flags)
-are SVG points so each one can be hovered and clicked. Trace indices are fixed
-by the Chart (panel lines in order, then markers), which is what lets a Patch
-replace or extend one trace's arrays without resending the figure.
+A Chart is rows of panels sharing the step axis; each panel's lines are SVG
+traces fed from NumPy arrays, decimated together (web.decimate) to at most
+max_points each; markers (flags) are SVG points that can be hovered and clicked.
+SVG, not WebGL: at that size a path draws faster than WebGL sets up, and it needs
+no GPU (headless chromium with software GL drew the first figure of a 2,000-step
+trace in 2.2 s instead of 5.0 s, and a zoom in 0.3–0.4 s instead of 1.9–2.8 s;
+docs/performance.md). Trace indices are fixed by the Chart (panel lines in order,
+then markers), which is what lets a Patch replace or extend one trace's arrays
+without resending the figure.
 
 Arrays reach the browser as JSON lists, not base64 typed arrays: Patch.extend
 (the live view) needs lists, and at ≤4k points per trace lists are no larger.
@@ -35,8 +39,8 @@ class Line:
     name: str
     y: np.ndarray
     color: str
-    # Bands are drawn as opaque "tozeroy" fills, the upper series first and the lower over it:
-    # WebGL traces do not render "tonexty" fills reliably.
+    # Bands are drawn as opaque "tozeroy" fills, the upper series first and the lower over it
+    # (as when the lines were WebGL, which does not render "tonexty" fills reliably).
     fill: bool = False
     dash: str | None = None
     gaps_below: float | None = None  # values below this are "no data" (a gap in the line)
@@ -144,8 +148,8 @@ def selected_shape(step: int | None) -> list[dict[str, Any]]:
     ]
 
 
-def _line_trace(line: Line, data: dict[str, Any], legend: str) -> go.Scattergl:
-    return go.Scattergl(
+def _line_trace(line: Line, data: dict[str, Any], legend: str) -> go.Scatter:
+    return go.Scatter(
         x=data["x"],
         y=data["y"],
         name=line.name,
@@ -164,7 +168,7 @@ def _line_trace(line: Line, data: dict[str, Any], legend: str) -> go.Scattergl:
 
 
 def _marker_trace(m: Markers, data: dict[str, Any], legend: str) -> go.Scatter:
-    # SVG, not WebGL: few points, and each is a DOM element that can be hovered and clicked.
+    # Few points, each a DOM element that can be hovered and clicked.
     return go.Scatter(
         x=data["x"],
         y=data["y"],

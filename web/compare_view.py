@@ -46,7 +46,7 @@ def compare_chart(c: Comparison) -> Chart:
         )
 
     def delta(title: str, column: str) -> Panel:
-        # No fill: WebGL fills of signed step data draw stray polygons.
+        # No fill under the signed line (the WebGL lines used before drew stray polygons for one).
         return Panel(title, (Line("B − A", c.delta(column), DELTA_COLOR, width=2),), weight=0.7)
 
     panels = (

@@ -215,11 +215,9 @@ def layout(
     live: bool,
     max_upload: int,
     sweep: dict[str, Any] | None = None,
-    ticking: bool | None = None,
     engines: tuple[Any, list[Any]] | None = None,
 ) -> html.Div:
-    """`live`: show the live controls; `ticking`: poll for new snapshots (a live trace, or one
-    still loading; default: as `live`); `engines`: (figure, totals) of a run's engines, shown
+    """`live`: show the live controls; `engines`: (figure, totals) of a run's engines, shown
     first on their own tab."""
     tabs = [_timeline_tab(options, default, live, max_upload), _compare_tab(options, *compare_pair)]
     if engines is not None:
@@ -256,6 +254,8 @@ def layout(
             dcc.Store(id=CMP_VIEW),
             dcc.Store(id=SELECTED),
             dcc.Store(id=VERSION),
-            dcc.Interval(id=TICK, interval=TICK_MS, disabled=not (live if ticking is None else ticking)),
+            # Off until the first figure is shown (web.callbacks.Handlers.ticks_done turns it on):
+            # a tick's request while the first figure is on its way had it sent, and drawn, again.
+            dcc.Interval(id=TICK, interval=TICK_MS, disabled=True),
         ]
     )

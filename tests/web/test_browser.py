@@ -65,10 +65,14 @@ def test_timeline_flags_and_inspector(dash_duo: Any, artifacts: Path, apps: list
     dash_duo.start_server(apps[0])
     dash_duo.wait_for_element("#timeline .js-plotly-plot", timeout=10)
     dash_duo.wait_for_contains_text("#summary", "additive-double-reservation ×4", timeout=10)
-    assert dash_duo.find_elements("#timeline canvas")  # the lines are WebGL
+    # The lines are SVG paths (no WebGL canvas: web.chart says why).
+    assert dash_duo.find_elements("#timeline .scatterlayer .trace.scatter path.js-line")
+    assert not dash_duo.find_elements("#timeline canvas")
 
-    # The flag markers: one per withheld prefill step, coloured by kind.
-    markers = dash_duo.find_elements("#timeline .scatterlayer .trace.scatter .points path")
+    # The flag markers (outlined in #222, unlike the lines' own points): one per withheld
+    # prefill step, coloured by kind.
+    points = dash_duo.find_elements("#timeline .scatterlayer .trace.scatter .points path")
+    markers = [p for p in points if "stroke: rgb(34, 34, 34)" in (p.get_attribute("style") or "")]
     assert len(markers) == 4
     assert {m.get_attribute("style").split("fill: ")[1].split(";")[0] for m in markers} == {
         "rgb(214, 39, 40)"

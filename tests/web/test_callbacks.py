@@ -61,6 +61,25 @@ def test_timeline_first_render_then_zoom_patches(h: Handlers) -> None:
         h.timeline(ids.GRAPH, "a", {"dragmode": "pan"}, None, state, None)
 
 
+def test_a_tick_that_superseded_a_zoom_zooms(h: Handlers) -> None:
+    """Dash drops an answer once a newer request for its output is out: a tick asked while the
+    zoom's answer was on its way carries the zoom; a jump, a stale range from before the
+    figure, or following the tail is never taken for one."""
+    zoom = {"xaxis.range[0]": 1.5, "xaxis.range[1]": 3.5}
+    _, state, *_ = h.timeline(None, "a", None, None, None, None)
+    h.timeline(ids.GRAPH, "a", zoom, None, state, None)  # its answer never lands: the page keeps `state`
+    patch, zoomed, *_ = h.timeline(ids.TICK, "a", zoom, None, state, None)
+    assert isinstance(patch, Patch) and zoomed["range"] == [1.5, 3.5] and zoomed["sent"] == 4
+    again = h.timeline(ids.TICK, "a", zoom, None, zoomed, None)
+    assert again[0] is no_update  # the zoom is in: an ordinary tick, nothing new
+    jumped = h.timeline(ids.SELECTED, "a", zoom, {"key": "a", "step": 6}, zoomed, None)[1]
+    assert jumped["range"] != [1.5, 3.5]
+    assert h.timeline(ids.TICK, "a", zoom, None, jumped, None)[0] is no_update  # the jump stays
+    _, fresh, *_ = h.timeline(ids.TRACE, "a", zoom, None, None, None)  # a new figure; the old range held
+    assert h.timeline(ids.TICK, "a", zoom, None, fresh, None)[0] is no_update
+    assert h.timeline(ids.TICK, "a", zoom, None, state, ["on"])[0] is no_update  # the tail is followed
+
+
 def test_a_page_that_ticks_before_its_first_figure_arrived_gets_the_same_figure(
     h: Handlers, monkeypatch: pytest.MonkeyPatch
 ) -> None:

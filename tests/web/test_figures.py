@@ -19,8 +19,9 @@ def _by_name(fig, name: str):  # type: ignore[no-untyped-def]
     return next(t for t in fig.data if t.name == name)
 
 
-def test_timeline_panels_and_webgl_traces() -> None:
-    fig = build_figure(timeline_chart(view()))
+def test_timeline_panels_and_svg_traces() -> None:
+    chart = timeline_chart(view())
+    fig = build_figure(chart)
     titles = [a.text for a in fig.layout.annotations]
     for title in (
         "target tokens vs target budget",
@@ -31,9 +32,11 @@ def test_timeline_panels_and_webgl_traces() -> None:
         "KV cache usage (%)",
     ):
         assert title in titles
-    lines = [t for t in fig.data if t.type == "scattergl"]
-    markers = [t for t in fig.data if t.type == "scatter"]
-    assert len(lines) >= 17 and len(markers) == 6  # every line is WebGL; flags are one SVG trace per kind
+    n_lines = sum(len(panel.lines) for panel in chart.panels)
+    lines, markers = fig.data[:n_lines], fig.data[n_lines:]  # the Chart's order: lines, then markers
+    assert len(lines) >= 17 and len(markers) == 6  # flags are one trace per kind
+    assert {t.type for t in fig.data} == {"scatter"}  # SVG throughout: no WebGL trace
+    assert all(t.marker.line.color == "#222" for t in markers)
 
 
 def test_the_withheld_band_is_on_every_prefill_step_and_each_is_flagged() -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.stream_support import records
+from tracer.trace.reader import load
 from tracer.trace.source import TraceSource
 from web.app import make_app
 from web.callbacks import LIVE
@@ -113,18 +114,25 @@ def test_a_complete_file_shows_as_a_while_it_loads() -> None:
         app.feeds[0].stop()
 
 
-def test_a_complete_file_stops_the_ticks_once_its_last_snapshot_is_shown(tmp_path: Path) -> None:
-    """A tick's request supersedes a zoom's (Dash then drops the zoom): a complete file stops
-    them, but only after the page shows its last snapshot; a followed file never does."""
+def test_ticks_start_with_the_first_figure_and_stop_once_a_complete_file_is_shown(tmp_path: Path) -> None:
+    """The page's ticks start off, and the first figure shown turns them on (a tick asked while
+    the first figure was on its way had it sent and drawn again). A tick's request supersedes a
+    zoom's (Dash then drops the zoom): a complete file stops them, but only after the page shows
+    its last snapshot; a followed file never does; a paused page stays paused."""
     from dash import no_update
+
+    from web import layout as ids
 
     app = make_app(TraceSource.file(ADDITIVE))
     try:
+        assert app.layout[ids.TICK].disabled is True
         wait_for(lambda: app.feeds[0].source.state.phase.value == "complete" and rows(app, "a") == 7)
         h, view = app.handlers, app.store.get("a")
         assert h.ticks_done(f"a:{view.version}") is True
-        assert h.ticks_done(f"a:{view.version - 1}") is no_update  # an older snapshot on the page
-        assert h.ticks_done(None) is no_update
+        assert h.ticks_done(f"a:{view.version - 1}") is False  # an older snapshot on the page: tick on
+        assert h.ticks_done("") is False  # the page shows "nothing yet"
+        assert h.ticks_done(f"a:{view.version - 1}", pause_clicks=1) is no_update  # paused
+        assert h.ticks_done(f"a:{view.version - 1}", pause_clicks=2) is False  # resumed
     finally:
         app.feeds[0].stop()
     path = tmp_path / "growing.jsonl"
@@ -133,9 +141,10 @@ def test_a_complete_file_stops_the_ticks_once_its_last_snapshot_is_shown(tmp_pat
     try:
         wait_for(lambda: followed.store.get(LIVE) is not None)
         view = followed.store.get(LIVE)
-        assert followed.handlers.ticks_done(f"{LIVE}:{view.version}") is no_update
+        assert followed.handlers.ticks_done(f"{LIVE}:{view.version}") is False
     finally:
         followed.feeds[0].stop()
+    assert make_app(load(ADDITIVE)).handlers.ticks_done("a:0") is no_update  # a loaded trace: no ticks
 
 
 def test_attach_status_leads_the_live_status_and_a_new_run_redraws(tmp_path: Path) -> None:
