@@ -20,8 +20,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "sample_traces"
 ARTIFACTS = ROOT / "artifacts" / "web"
-# Its own pytest process (as the TUI suite), plus software WebGL: headless chromium without a GPU only renders
-# WebGL (the timeline's traces) through SwiftShader, which it now wants opted into.
+# Its own pytest process (as the TUI suite). The figures are SVG; software WebGL (SwiftShader, which
+# headless chromium without a GPU now wants opted into) stays on for anything plotly draws with WebGL.
 CHROMIUM_FLAGS = (
     "--no-sandbox",
     "--disable-gpu",

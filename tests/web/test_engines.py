@@ -114,7 +114,7 @@ ENGINES_DATA_JS = """
 const gd = document.querySelector('#engines-graph .js-plotly-plot');
 return gd.data.map(t => ({name: t.name, y: Array.from(t.y || [])}));
 """
-# A click on engine 1's lane, as plotly reports one (WebGL points cannot be clicked by position).
+# A click on engine 1's lane, as plotly reports one (a click by position would depend on the layout).
 CLICK_JS = """
 const gd = document.querySelector('#engines-graph .js-plotly-plot');
 gd.emit('plotly_click', {points: [{curveNumber: 3, pointNumber: 1, x: 2, y: 8185,
