@@ -51,3 +51,21 @@ def machine() -> str:
     except OSError:
         pass
     return f"{cpu}, {os.cpu_count()} CPUs, Python {sys.version.split()[0]}, {platform.system()}"
+
+
+def first_steps(source: Path, steps: int, out: Path) -> Path:
+    """`out`: the first `steps` step records of `source` and the records before the next
+    step (the header, runner records), written once (kept while it exists)."""
+    if out.exists():
+        return out
+    tmp = out.with_name(out.name + ".tmp")
+    n = 0
+    with source.open("rb") as f, tmp.open("wb") as w:
+        for line in f:
+            if line.startswith(b'{"kind":"step"'):
+                n += 1
+                if n > steps:
+                    break
+            w.write(line)
+    tmp.rename(out)
+    return out

@@ -40,7 +40,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import BENCH, ROOT, fmt_spread, machine, peak_rss_bytes, spread
+from _common import BENCH, ROOT, first_steps, fmt_spread, machine, peak_rss_bytes, spread
 
 PY = sys.executable
 
@@ -117,19 +117,7 @@ def ensure_gz(path: Path) -> Path:
 
 def ensure_head(path: Path, steps: int) -> Path:
     """The first `steps` step records of `path` (header and runner records with them)."""
-    head = path.with_name(f"{path.stem}_head{steps}.jsonl")
-    if not head.exists():
-        tmp = head.with_suffix(".tmp.jsonl")
-        seen = 0
-        with open(path, "rb") as src, open(tmp, "wb") as dst:
-            for line in src:
-                if line.startswith(b'{"kind":"step"'):
-                    seen += 1
-                    if seen > steps:
-                        break
-                dst.write(line)
-        tmp.rename(head)
-    return head
+    return first_steps(path, steps, path.with_name(f"{path.stem}_head{steps}.jsonl"))
 
 
 def compare(label: str, path: Path, kinds: list[str], reps: int, raw_size: int) -> dict[str, list]:

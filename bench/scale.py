@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, machine
+from _common import ROOT, first_steps, machine
 
 PY = sys.executable
 BASELINE = "7aea626"  # the reader and analysis before the production-scale work
@@ -97,20 +97,7 @@ def run(args: list[str], env: dict[str, str] | None = None, cwd: Path = ROOT) ->
 # -- traces ---------------------------------------------------------------------------------
 def prefix(source: Path, steps: int, directory: Path) -> Path:
     """The first `steps` steps of `source` (and the records before the next step), made once."""
-    out = directory / f"{source.stem}.first{steps}.jsonl"
-    if out.exists():
-        return out
-    tmp = out.with_suffix(".tmp")
-    n = 0
-    with source.open("rb") as f, tmp.open("wb") as w:
-        for line in f:
-            if line.startswith(b'{"kind":"step"'):
-                n += 1
-                if n > steps:
-                    break
-            w.write(line)
-    tmp.rename(out)
-    return out
+    return first_steps(source, steps, directory / f"{source.stem}.first{steps}.jsonl")
 
 
 def baseline_tracer(directory: Path, rev: str) -> Path:

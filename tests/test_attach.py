@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.stream_support import records
+from tests.stream_support import records, wait_for
 from tracer.cli import main
 from tracer.live.attach import RunSaver, StreamEvent, StreamFollower, link_status, run_path
 from tracer.live.stream import StreamHub, StreamServer
@@ -44,14 +44,6 @@ def runner(i: int) -> bytes:
 
 def with_runner(*steps: int) -> list[bytes]:
     return [line for i in steps for line in (step(i), runner(i))]
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 4.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out")
-        time.sleep(0.01)
 
 
 def steps_in(path: Path) -> list[int]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import gzip
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ import numpy as np
 import orjson
 import pytest
 
-from tests.stream_support import records
+from tests.stream_support import records, wait_for
 from tracer.live.stream import StreamHub, StreamServer
 from tracer.trace.reader import Trace, TraceError, TraceHeaderError, load
 from tracer.trace.source import Mode, Phase, SourceState, TraceSource
@@ -53,14 +52,6 @@ class Recorder:
 
     def phases(self) -> list[Phase]:
         return [s.phase for s in self.states]
-
-
-def wait_for(condition: Callable[[], Any], timeout: float = 6.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out")
-        time.sleep(0.01)
 
 
 def same(a: Trace, b: Trace) -> bool:

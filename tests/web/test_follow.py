@@ -5,25 +5,16 @@ from __future__ import annotations
 
 import gzip
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.stream_support import records
+from tests.stream_support import records, wait_for
 from tracer.trace.reader import load
 from tracer.trace.source import TraceSource
 from web.app import make_app
 from web.callbacks import LIVE
 
 from .helpers import ADDITIVE, lines
-
-
-def wait_for(condition: Callable[[], Any], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out")
-        time.sleep(0.01)
 
 
 def live_app(path: Path, **options: Any) -> Any:
