@@ -219,10 +219,10 @@ def test_the_index_is_dropped_with_its_trace(generated: Path) -> None:
     trace = load(generated)
     request_index(trace)
     key = id(trace)
-    assert key in requests_module._CACHE
+    assert key in requests_module._INDEX._held
     del trace
     gc.collect()
-    assert key not in requests_module._CACHE
+    assert key not in requests_module._INDEX._held
 
 
 def test_compare_uses_the_events(generated: Path) -> None:

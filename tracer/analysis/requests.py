@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import re
-import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +24,7 @@ import numpy as np
 import orjson
 
 from tracer.analysis import detail
+from tracer.analysis.pertrace import PerTrace
 from tracer.trace import schema, sidecar
 from tracer.trace.reader import Trace
 
@@ -64,26 +64,24 @@ class RequestIndex:
     since: dict[str, int]
 
 
-_CACHE: dict[int, tuple[weakref.ref[Trace], RequestIndex]] = {}
+_INDEX: PerTrace[RequestIndex] = PerTrace()
 
 
 def cached_index(trace: Trace) -> RequestIndex | None:
     """The index if it was already built for this Trace object, else None (never builds)."""
-    hit = _CACHE.get(id(trace))
-    return hit[1] if hit is not None and hit[0]() is trace else None
+    return _INDEX.get(trace)
 
 
 def request_index(trace: Trace) -> RequestIndex:
     """The per-request index of `trace`, built on first use and cached with the Trace (and,
     for a big trace file, beside it: `<trace>.requests.ssidx`, as tracer.analysis.steppass)."""
-    index = cached_index(trace)
+    index = _INDEX.get(trace)
     if index is None:
         index = _read(trace)
         if index is None:
             index = _build(trace)
             _write(trace, index)
-        key = id(trace)
-        _CACHE[key] = (weakref.ref(trace, lambda _, key=key: _CACHE.pop(key, None)), index)
+        _INDEX.put(trace, index)
     return index
 
 

@@ -11,12 +11,12 @@ Rows, not times, are kept: a retimed trace shares them.
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 
 import numpy as np
 
 from tracer.analysis import timing
+from tracer.analysis.pertrace import PerTrace
 from tracer.analysis.throughput import LatencyTracker, RequestTimes
 from tracer.trace import sidecar
 from tracer.trace.reader import Trace
@@ -37,31 +37,26 @@ class StepPass:
     requests: RequestTimes
 
 
-_CACHE: dict[int, tuple[weakref.ref[Trace], StepPass]] = {}
+_PASSES: PerTrace[StepPass] = PerTrace()
 
 
 def step_pass(trace: Trace) -> StepPass:
     """The pass for `trace`: remembered with the Trace object, else read back from its file's
     cache, else run (and saved there when the trace has a fingerprint)."""
-    hit = _CACHE.get(id(trace))
-    if hit is not None and hit[0]() is trace:
-        return hit[1]
+    found = _PASSES.get(trace)
+    if found is not None:
+        return found
     found = _read(trace)
     if found is None:
         found = _run(trace)
         _write(trace, found)
-    _remember(trace, found)
+    _PASSES.put(trace, found)
     return found
 
 
 def share(trace: Trace, copy: Trace) -> None:
     """`copy` holds `trace`'s records (a retimed copy, say): it shares the pass, not run again."""
-    _remember(copy, step_pass(trace))
-
-
-def _remember(trace: Trace, found: StepPass) -> None:
-    key = id(trace)
-    _CACHE[key] = (weakref.ref(trace, lambda _, key=key: _CACHE.pop(key, None)), found)
+    _PASSES.put(copy, step_pass(trace))
 
 
 def _run(trace: Trace) -> StepPass:
