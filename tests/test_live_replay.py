@@ -99,3 +99,30 @@ def test_diff_of_a_live_trace_against_its_separate_replay(
     assert (
         f"replay identity error: none (the recorded policy's replay re-makes all {len(trace)} steps)" in text
     )
+
+
+@pytest.mark.parametrize("run", ["ngram_live", "async_live"])
+def test_what_a_big_live_trace_keeps_beside_it_reads_back_equal(
+    run: str, request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On these live traces (bench serve's clients, hang-ups, prefix hits, preemptions, async
+    scheduling): the vectorised latency equals the per-request loop, and the step pass, the
+    request index and `diff` read back from the derived sidecars equal what was computed."""
+    from tests.test_derived import assert_latency_equals_the_loop, assert_same_pass
+    from tracer.analysis import requests, steppass
+    from tracer.trace import sidecar
+
+    trace, _ = request.getfixturevalue(run)
+    assert_latency_equals_the_loop(trace)
+    monkeypatch.setattr(sidecar, "MIN_SOURCE_BYTES", 0)  # as a big trace: sidecars are kept
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    path = tmp_path / "live.jsonl"
+    path.write_bytes(Path(trace.path).read_bytes())
+    first = load(path)
+    computed, index = steppass.step_pass(first), requests.request_index(first)
+    assert first.columns["n_preempted"].sum() > 0 and len(index.events) >= 40
+    monkeypatch.setattr(steppass, "_run", lambda t: pytest.fail("ran the step pass again"))
+    monkeypatch.setattr(requests, "_build", lambda t: pytest.fail("built the request index again"))
+    again = load(path)
+    assert_same_pass(computed, steppass.step_pass(again))
+    assert list(requests.request_index(again).events.items()) == list(index.events.items())
