@@ -31,6 +31,7 @@ from typing import Any
 import orjson
 import pytest
 
+from tracer.trace import schema
 from tracer.trace.compact import expand
 from tracer.whatif.offline import EngineSpec, RequestSpec, build_scheduler, run_workload
 from tracer.whatif.scenarios import SCENARIOS, mixed_accept
@@ -85,7 +86,9 @@ def workloads() -> dict[str, tuple[EngineSpec, list[RequestSpec], str]]:
     return out
 
 
-def record(name: str, path: Path, probe: list[dict[str, int]] | None = None) -> list[dict[str, Any]]:
+def record(
+    name: str, path: Path, probe: list[dict[str, int]] | None = None, *, keep_why: bool = False
+) -> list[dict[str, Any]]:
     """Record workload `name` to `path`; its step and runner records without volatile fields.
     `probe` gets, per step, each running request's demand read through vLLM's property."""
     import os
@@ -117,6 +120,10 @@ def record(name: str, path: Path, probe: list[dict[str, int]] | None = None) -> 
         if rec["kind"] in ("step", "runner"):
             for key in VOLATILE:
                 rec.pop(key, None)
+            if rec["kind"] == "step" and not keep_why:
+                # The 1.3 facts are checked against vLLM by test_why_facts_are_vllms_own.
+                for key in schema.WHY_STEP_KEYS:
+                    rec.pop(key)
             if rec["kind"] == "step":  # sets in vLLM: their order differs with the hash seed
                 rec["finished"], rec["preempted"] = sorted(rec["finished"]), sorted(rec["preempted"])
             records.append(rec)

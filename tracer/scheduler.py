@@ -14,6 +14,7 @@ import atexit
 import functools
 import logging
 import os
+import sys
 import time
 from typing import Any
 
@@ -142,6 +143,27 @@ class TracingMixin:
                 rec.after_update(scheduler_output, model_runner_output, result if ended else None)
             except Exception:
                 rec.fail("update_from_output()")
+        return result
+
+    def _preempt_request(self, request: Any, *args: Any, **kwargs: Any) -> Any:
+        """Who was evicted, for whom, and what it lost: read as vLLM evicts it (rare, so the
+        caller's frame is looked at only here: schedule()'s `request` is the one whose KV
+        allocation failed)."""
+        rec = self._schedscope
+        if rec is None:
+            return super()._preempt_request(request, *args, **kwargs)  # type: ignore[misc]
+        try:
+            caller = sys._getframe(1)
+            trigger = caller.f_locals.get("request") if caller.f_code.co_name == "schedule" else None
+            lost, free = int(request.num_computed_tokens), _recorder._free_blocks(self)
+        except Exception:
+            rec.fail("_preempt_request()")
+            return super()._preempt_request(request, *args, **kwargs)  # type: ignore[misc]
+        result = super()._preempt_request(request, *args, **kwargs)  # type: ignore[misc]
+        try:
+            rec.on_preempt(request, trigger, free, lost, self)
+        except Exception:
+            rec.fail("_preempt_request()")
         return result
 
     # The engine's other calls into the scheduler: a replay re-makes a run from them.

@@ -37,7 +37,7 @@ def flag_rows(trace: Trace, report: FlagReport) -> tuple[np.ndarray, np.ndarray]
     return rows_of_steps(trace, steps), kinds
 
 
-def _rows_mentioning(trace: Trace, needle: bytes, first: int = 0) -> np.ndarray:
+def rows_mentioning(trace: Trace, needle: bytes, first: int = 0) -> np.ndarray:
     """Rows from row `first` on whose record contains `needle`."""
     hits = [row for row, raw in trace.raw_many(range(first, len(trace))) if needle in raw]
     return np.asarray(hits, dtype=np.int64)
@@ -50,7 +50,7 @@ def request_life(trace: Trace, request_id: str) -> RequestLife | None:
     since = index.since.get(request_id) if index is not None else None
     if since is not None:  # before its first admission only the waiting lists name it
         first = max(0, int(rows_of_steps(trace, [since])[0]))
-    rows = _rows_mentioning(trace, orjson.dumps(request_id), first)
+    rows = rows_mentioning(trace, orjson.dumps(request_id), first)
     if not len(rows):
         return None
     return lifetimes(trace.subset(rows)).get(request_id)

@@ -68,6 +68,33 @@ def describe_scheduler(sched: Any) -> dict[str, Any]:
         "model": _get(model, "served_model_name", "model"),
         "enable_prefix_caching": bool(getattr(cache, "enable_prefix_caching", False)),
         "long_prefill_token_threshold": int(getattr(scfg, "long_prefill_token_threshold", 0) or 0),
+        # 1.3: what the waiting loop's breaks and skips depend on (tracer.analysis.why). Each is
+        # read with a default and left null when this vLLM does not say.
+        **why_config(sched, scfg),
+    }
+
+
+def why_config(sched: Any, scfg: Any) -> dict[str, Any]:
+    """The config facts a "why" needs beyond the budgets; null where this vLLM does not say."""
+    chunked = getattr(scfg, "enable_chunked_prefill", None)
+    lora = getattr(sched, "lora_config", None)
+    sd_lookup = getattr(sched, "dynamic_sd_lookup", None)
+    spec_tokens = getattr(sched, "num_spec_tokens", None)
+    sampled = getattr(sched, "num_sampled_tokens_per_step", None)
+    adaptive = getattr(sched, "adaptive_long_prefill_threshold", None)
+    encoder = getattr(sched, "max_num_encoder_input_tokens", None)
+    return {
+        "enable_chunked_prefill": None if chunked is None else bool(chunked),
+        "max_loras": int(getattr(lora, "max_loras", 0) or 0) if lora is not None else 0,
+        "kv_connector": getattr(sched, "connector", None) is not None,
+        # New one-token requests are padded to 1 + K rows beside decoders (uniform spec decode).
+        "spec_padding": (
+            None
+            if spec_tokens is None or sampled is None
+            else bool(spec_tokens) and sd_lookup is None and sampled > 0
+        ),
+        "adaptive_long_prefill_threshold": None if adaptive is None else bool(adaptive),
+        "max_num_encoder_input_tokens": None if encoder is None else int(encoder),
     }
 
 

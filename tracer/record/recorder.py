@@ -58,6 +58,8 @@ class Candidates:
     waiting: list[tuple[str, int]]  # (id, tokens still needed) of the first waiting requests
     waiting_truncated: int  # waiting requests beyond schema.WAITING_DEMAND_LIMIT
     priority: dict[str, int] | None  # non-zero priorities of those waiting (priority scheduling)
+    waiting_refs: list[Any]  # the listed waiting Request objects: their status after schedule()
+    kv_free: int  # free KV blocks before schedule() (-1: not readable)
 
 
 # What the engine told the scheduler between two steps (a replay gives it again), taken on
@@ -85,6 +87,14 @@ class Applied(NamedTuple):  # a step's output applied: ["u", step] (-1: a step n
     step: int
 
 
+class Preemption(NamedTuple):  # one _preempt_request() call inside schedule()
+    victim: str
+    trigger: str | None  # the request whose KV allocation failed; None when not seen
+    lost: int  # the victim's computed tokens, dropped (vLLM recomputes them on resume)
+    free_before: int  # free KV blocks before its blocks were freed, after
+    free_after: int
+
+
 SchedulerInput = Arrival | Abort | Drafts | Applied
 
 
@@ -109,6 +119,12 @@ class StepSnapshot:
     kv: float  # KV cache usage
     candidates: Candidates | None  # None when before_schedule failed
     inputs: list[SchedulerInput]  # what the scheduler was told since the step before
+    # The facts a "why" rests on (format 1.3), all read on the scheduler thread.
+    kv_free: tuple[int, int] | None = None  # free KV blocks before schedule(), after
+    admitted: tuple[list[str], list[int]] | None = None  # new/resumed ids, computed tokens after
+    statuses: list[Any] | None = None  # status of each Candidates.waiting_refs after schedule()
+    preemptions: list[Preemption] | None = None
+    paused: str | None = None
     # From update_from_output, when it arrives: (ids, tokens sampled per request), and
     # how requests ended, {id: (reason, tokens kept)}.
     sampled: tuple[list[str], list[int]] | None = None
@@ -241,6 +257,7 @@ class Recorder:
         # What the scheduler was told since the last schedule(), in order: arrivals,
         # aborts, drafts and model outputs. A replay re-tells it in the same order.
         self._inputs: list[SchedulerInput] = []
+        self._preemptions: list[Preemption] = []  # this schedule()'s, by on_preempt
         self._prefix = _PrefixIndex()  # writer thread only
         self._closed = False
         self._fast_demand = True  # until the canary in _fast_demand_ok disagrees once
@@ -335,6 +352,8 @@ class Recorder:
             waiting=waiting,
             waiting_truncated=max(0, n_waiting - limit),
             priority=priority,
+            waiting_refs=head,
+            kv_free=_free_blocks(sched),
         )
 
     def after_schedule(
@@ -358,6 +377,20 @@ class Recorder:
         self._preempted.update(preempted)
         kv = getattr(sched, "kv_cache_manager", None)
         n_running, n_waiting = _request_counts(sched)
+        # The facts a "why" needs (1.3): cheap reads; the admitted requests' computed tokens
+        # (after schedule(), so the prefix-cache hit is that minus the tokens scheduled).
+        admitted = None
+        if new_ids or resumed:
+            ids = new_ids
+            if resumed:
+                fresh = set(new_ids)
+                ids = new_ids + [r for r in resumed if r not in fresh]
+            requests = sched.requests
+            admitted = (ids, [requests[r].num_computed_tokens for r in ids])
+        preemptions = self._preemptions
+        if preemptions:
+            self._preemptions = []
+        pause = getattr(sched, "_pause_state", 0)
         snap = StepSnapshot(
             step=self.step,
             t=t_start,
@@ -375,6 +408,11 @@ class Recorder:
             kv=float(getattr(kv, "usage", 0.0) or 0.0),
             candidates=pre,
             inputs=self._inputs,
+            kv_free=(pre.kv_free, _free_blocks(sched)) if pre is not None else None,
+            admitted=admitted,
+            statuses=[r.status for r in pre.waiting_refs] if pre is not None and n_waiting else None,
+            preemptions=preemptions or None,
+            paused=getattr(pause, "name", str(pause)) if pause else None,
         )
         self._inputs = []
         self._pending[id(out)] = snap
@@ -395,6 +433,11 @@ class Recorder:
                 hashes=list(hashes) if hashes else None,
             )
         )
+
+    def on_preempt(self, victim: Any, trigger: Any, free_before: int, lost: int, sched: Any) -> None:
+        """_preempt_request() inside schedule(): who was evicted, for whom, and what it lost."""
+        rid = getattr(trigger, "request_id", None)
+        self._preemptions.append(Preemption(victim.request_id, rid, lost, free_before, _free_blocks(sched)))
 
     def on_finish(self, request_ids: Any, status: Any) -> None:
         """finish_requests() from outside the scheduler: a client abort, mostly."""
@@ -554,6 +597,7 @@ class Recorder:
             "sampled": None if sampled is None else _aligned(order, *sampled),
             "inputs": self._input_entries(inputs, order),
             "ends": ends or None,
+            **_why_fields(snap, num_sched),
         }
         self.steps_built += 1
         return record
@@ -658,6 +702,39 @@ def _fast_demand_ok(request: Any) -> bool:
         return len(request._all_token_ids) + len(request.spec_token_ids) == request.num_tokens_with_spec
     except Exception:
         return False
+
+
+def _free_blocks(sched: Any) -> int:
+    """Free KV blocks in the scheduler's block pool; -1 when this vLLM does not say."""
+    try:
+        return int(sched.kv_cache_manager.block_pool.get_num_free_blocks())
+    except Exception:
+        return -1
+
+
+def _why_fields(snap: StepSnapshot, num_sched: dict[str, int]) -> dict[str, Any]:
+    """The 1.3 fields of a step record, built on the writer thread from the snapshot."""
+    cached = None
+    if snap.admitted is not None:
+        ids, computed = snap.admitted
+        hits = {rid: c - num_sched.get(rid, 0) for rid, c in zip(ids, computed, strict=True)}
+        cached = {rid: h for rid, h in hits.items() if h > 0} or None
+    status = None
+    cand = snap.candidates
+    if snap.statuses is not None and cand is not None:
+        # Only the states in which the waiting loop skips a request: plain WAITING (and
+        # PREEMPTED) requests wait in line, RUNNING ones were admitted.
+        pairs = zip(cand.waiting_refs, snap.statuses, strict=True)
+        named = ((r.request_id, getattr(st, "name", str(st))) for r, st in pairs)
+        status = {rid: name for rid, name in named if name.startswith("WAITING_FOR")} or None
+    kv_free = snap.kv_free
+    return {
+        "kv_free": list(kv_free) if kv_free is not None and min(kv_free) >= 0 else None,
+        "cached": cached,
+        "waiting_status": status,
+        "preemptions": [list(p) for p in snap.preemptions] if snap.preemptions else None,
+        "paused": snap.paused,
+    }
 
 
 def _request_counts(sched: Any) -> tuple[int, int]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-SCHEMA_VERSION: Final = "1.2"
+SCHEMA_VERSION: Final = "1.3"
 SCHEMA_MAJOR: Final = 1
 
 HEADER: Final = "header"
@@ -46,6 +46,13 @@ CONFIG_DEFAULTS: Final[dict[str, Any]] = {
     # 1.1; None (unknown) in older traces.
     "enable_prefix_caching": None,
     "long_prefill_token_threshold": None,
+    # 1.3: what the waiting loop's breaks and skips depend on; None (unknown) in older traces.
+    "enable_chunked_prefill": None,
+    "max_loras": None,
+    "kv_connector": None,
+    "spec_padding": None,
+    "adaptive_long_prefill_threshold": None,
+    "max_num_encoder_input_tokens": None,
 }
 
 HEADER_DEFAULTS: Final[dict[str, Any]] = {
@@ -81,7 +88,16 @@ STEP_DEFAULTS: Final[dict[str, Any]] = {
     # None in older traces, which a replay can re-make only approximately.
     "inputs": None,
     "ends": None,
+    # 1.3: the facts a "why" rests on (tracer.analysis.why); None in older traces.
+    "kv_free": None,  # [free KV blocks before schedule(), after]
+    "cached": None,  # {id: tokens found in the prefix cache} for requests admitted or resumed
+    "waiting_status": None,  # {id: status} of listed waiting requests in a WAITING_FOR_* state
+    "preemptions": None,  # [[victim, trigger, computed tokens lost, free blocks before, after], ...]
+    "paused": None,  # the scheduler's pause state when not unpaused ("PAUSED_NEW", "PAUSED_ALL")
 }
+
+# The step keys format 1.3 added: the facts a "why" rests on.
+WHY_STEP_KEYS: Final = ("kv_free", "cached", "waiting_status", "preemptions", "paused")
 
 RUNNER_REQUIRED: Final = ("step", "pass", "rows")
 # Optional runner keys: "cap", "reqs", and since 1.1 "padded" (rows after CUDA-graph/DP padding).

@@ -1,0 +1,644 @@
+"""Why: the constraint that ended each step's admission, and each request's reason.
+
+Every reason is decided from what `schedule()` saw, in the order its loops test them
+(tracer.analysis.reasons lists the codes):
+
+- the running loop schedules running requests in queue order, each clipped to
+  `min(demand, long-prefill threshold, token budget left, input budget left - draft slots)`;
+- the waiting loop runs only when nothing was preempted and the scheduler is not paused; it
+  stops when the token budget is spent, when `input budget <= draft slots`, when the running
+  count reaches the admission cap (`max_num_seqs`, or 0.33's `B // lookahead` for
+  DFlash/DSpark), or at the head request: its padded 1 + K rows do not fit, chunked prefill
+  is off and its prompt does not fit, or its KV allocation fails. A request in a WAITING_FOR_*
+  state (grammar, remote KV, streaming input) is skipped and the loop goes on.
+- Behind a break, every request waits behind the head (FCFS and priority queues alike).
+
+A step's facts come from its record: the budgets left after the step, the running count,
+the waiting list (queue order), and since format 1.3 the free KV blocks before and after,
+the skipped requests' states, the prefix-cache hits of admitted requests and each
+preemption's victim, trigger and lost work. Where those facts decide, a reason is `exact`
+(`derived` in an older trace, from the fields it has); where they only narrow it, it is
+`likely` with the alternatives; `schedscope why --exact` then settles it on vLLM's real
+scheduler (tracer.whatif.probe).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import orjson
+
+from tracer.analysis import detail
+from tracer.analysis.lookup import rows_mentioning, rows_of_steps
+from tracer.analysis.reasons import (
+    CODE_INDEX,
+    CODES,
+    DERIVED,
+    EXACT,
+    LIKELY,
+    REASONS,
+    SKIP_STATUS,
+    UNKNOWN,
+)
+from tracer.trace import schema
+from tracer.trace.reader import Trace
+
+
+@dataclass(frozen=True)
+class Cause:
+    """One reason, how sure it is, and the numbers behind it."""
+
+    code: str
+    certainty: str
+    numbers: dict[str, Any] = field(default_factory=dict)
+    alternatives: tuple[str, ...] = ()  # when `likely`: the other codes the trace allows
+    behind: str | None = None  # for `behind`: the head request
+
+    @property
+    def root(self) -> str:
+        """The constraint itself: for `behind`, the head's."""
+        return str(self.numbers.get("root", self.code)) if self.code == "behind" else self.code
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"reason": self.code, "certainty": self.certainty, **self.numbers}
+        if self.alternatives:
+            out["alternatives"] = list(self.alternatives)
+        if self.behind is not None:
+            out["behind"] = self.behind
+        return out
+
+
+@dataclass(frozen=True)
+class RequestWhy:
+    """A request of one step that did not get all it needed: waiting, clipped or unscheduled."""
+
+    id: str
+    state: str  # "waiting", "clipped" (scheduled below its demand) or "unscheduled" (running, none)
+    demand: int
+    tokens: int
+    cause: Cause
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "state": self.state, "demand": self.demand, "tokens": self.tokens, **self.cause.as_dict()}
+
+
+@dataclass(frozen=True)
+class PreemptionWhy:
+    victim: str
+    trigger: str | None  # whose KV allocation failed (the victim itself: nothing else to evict)
+    policy: str  # "fcfs" (the newest running request is evicted) or "priority"
+    lost: int | None  # computed tokens dropped
+    kv_before: float | None  # KV usage before and after the eviction
+    kv_after: float | None
+    certainty: str
+    resumed_step: int | None = None
+    steps_until_resumed: int | None = None
+    recomputed: int | None = None  # tokens spent re-computing the lost work after it resumed
+    cached_on_resume: int | None = None  # of the lost work, found again in the prefix cache
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class StepWhy:
+    step: int
+    row: int
+    binding: Cause  # what ended admission (or "none")
+    requests: list[RequestWhy]  # waiting (queue order), then clipped and unscheduled running
+    unlisted: int  # waiting requests the trace does not list (beyond schema.WAITING_DEMAND_LIMIT)
+    preemptions: list[PreemptionWhy]
+    facts: dict[str, Any]  # what the reasons were decided from
+
+    @property
+    def waiting(self) -> list[RequestWhy]:
+        return [r for r in self.requests if r.state == "waiting"]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "binding": self.binding.as_dict(),
+            "requests": [r.as_dict() for r in self.requests],
+            "unlisted_waiting": self.unlisted,
+            "preemptions": [p.as_dict() for p in self.preemptions],
+            "facts": self.facts,
+        }
+
+
+def has_why_fields(trace: Trace) -> bool:
+    """Whether the trace records the 1.3 facts (else its reasons are `derived` at best)."""
+    try:
+        return schema.parse_version(trace.header.get("schema", "1.0")) >= (1, 3)
+    except ValueError:
+        return False
+
+
+class _Config:
+    """The header config a reason needs, typed once."""
+
+    def __init__(self, trace: Trace) -> None:
+        cfg = trace.config
+        self.cfg = cfg
+        self.exact = EXACT if has_why_fields(trace) else DERIVED
+        self.draft_slots = int(cfg.get("draft_slots") or 0)
+        self.seqs = cfg.get("max_num_seqs")
+        self.active = cfg.get("max_num_active_seqs") or self.seqs
+        self.k = int(cfg.get("num_speculative_tokens") or 0)
+        self.lookahead = int(cfg.get("num_lookahead_tokens") or 0)
+        self.block = cfg.get("block_size")
+        self.blocks = cfg.get("num_kv_blocks")
+        self.threshold = int(cfg.get("long_prefill_token_threshold") or 0)
+        self.adaptive = cfg.get("adaptive_long_prefill_threshold")
+        self.input_cap = int(cfg.get("max_num_batched_tokens") or 0)
+        self.chunked = cfg.get("enable_chunked_prefill")
+        self.padding = cfg.get("spec_padding")
+        self.loras = cfg.get("max_loras")
+        self.connector = cfg.get("kv_connector")
+        self.encoder = cfg.get("max_num_encoder_input_tokens")
+        self.policy = str(cfg.get("scheduling_policy") or "fcfs")
+        self.async_ = bool(cfg.get("async_scheduling"))
+        self.max_model_len = cfg.get("max_model_len")
+
+    def cap_code(self) -> str:
+        if self.active and self.seqs and self.active < self.seqs:
+            return "max_num_active_seqs"
+        return "max_num_seqs"
+
+    def usage(self, free: int | None) -> float | None:
+        if free is None or not self.blocks:
+            return None
+        return round(1.0 - free / int(self.blocks), 6)
+
+
+# -- one step ---------------------------------------------------------------------------------
+def step_why(trace: Trace, row: int, rec: dict[str, Any] | None = None, *, config: _Config | None = None) -> StepWhy:
+    """The reasons of one step (row), from its record."""
+    cfg = config or _Config(trace)
+    rec = rec if rec is not None else trace.step(row)
+    binding, head = _admission(rec, cfg)
+    requests = _waiting(rec, binding, head, cfg) + _running(rec, cfg)
+    listed = len(rec.get("waiting_demand") or ())
+    preemptions = _preemptions(rec, cfg)
+    facts = {
+        "target_left": rec["target"]["left"],
+        "input_left": rec["input"]["left"],
+        "input_reserved": rec["input"].get("reserved", 0),
+        "draft_slots": cfg.draft_slots,
+        "num_running": rec.get("num_running", 0),
+        "num_waiting": rec.get("num_waiting", 0),
+        "admission_cap": cfg.active,
+        "kv_free": rec.get("kv_free"),
+        "kv_usage": rec.get("kv_usage"),
+    }
+    return StepWhy(
+        step=int(rec["step"]),
+        row=row,
+        binding=binding,
+        requests=requests,
+        unlisted=int(rec.get("waiting_demand_truncated") or 0) if listed else 0,
+        preemptions=preemptions,
+        facts=facts,
+    )
+
+
+def _skip_code(status: str) -> str:
+    return SKIP_STATUS.get(status, "unknown")
+
+
+def _admission(rec: dict[str, Any], cfg: _Config) -> tuple[Cause, str | None]:
+    """What ended the waiting loop, and the head request it ended at (None if none)."""
+    exact = cfg.exact
+    listed = rec.get("waiting_demand") or []
+    statuses = rec.get("waiting_status") or {}
+    waiting = max(0, int(rec.get("num_waiting") or 0) - len(rec.get("preempted") or ()))
+    if not listed and not waiting:
+        return Cause("none", exact, {"why": "nothing waiting"}), None
+    if rec.get("preempted"):
+        return Cause("preemption", exact, {"preempted": len(rec["preempted"])}), None
+    if rec.get("paused"):
+        return Cause("paused", EXACT, {"state": rec["paused"]}), None
+    target, inp = rec["target"], rec["input"]
+    if target["left"] <= 0:
+        return Cause("target_budget", exact, {"cap": target["cap"], "used": target["used"]}), None
+    ds = cfg.draft_slots
+    if inp["left"] <= ds:
+        numbers = {"cap": inp["cap"], "left": inp["left"], "draft_slots": ds, "reserved": inp.get("reserved", 0)}
+        return Cause("input_budget", exact, numbers), None
+    running = int(rec.get("num_running") or 0)
+    if cfg.active and running >= cfg.active:
+        numbers = {
+            "cap": int(cfg.active),
+            "running": running,
+            "target_left": target["left"],
+            "target_cap": target["cap"],
+            "kv_usage": rec.get("kv_usage"),
+        }
+        return Cause(cfg.cap_code(), exact, numbers), None
+    # The loop reached a request: the first listed one not skipped for its state.
+    head = next((e for e in listed if e[0] not in statuses), None)
+    if head is None:
+        if listed:  # every listed request was skipped for its state
+            codes = sorted({_skip_code(statuses[e[0]]) for e in listed})
+            return Cause(codes[0], EXACT, {"skipped": len(listed)}), None
+        return Cause("unknown", UNKNOWN, {"why": "no waiting request listed"}), None
+    return _head_cause(rec, cfg, head[0], int(head[1])), head[0]
+
+
+def _head_cause(rec: dict[str, Any], cfg: _Config, rid: str, demand: int) -> Cause:
+    """Why the loop stopped at the head request, budgets and caps having room."""
+    target, inp = rec["target"], rec["input"]
+    room = min(target["left"], inp["left"] - cfg.draft_slots)
+    numbers: dict[str, Any] = {"request": rid, "demand": demand, "room": room}
+    kv_free = rec.get("kv_free")
+    free_after = kv_free[1] if kv_free else None
+    # Blocks the head's chunk would take at most (no prefix hit, a fresh partial block).
+    chunk = max(1, min(demand, room))
+    need_max = math.ceil((chunk + cfg.lookahead) / cfg.block) + 1 if cfg.block else None
+    kv_ruled_out = free_after is not None and need_max is not None and free_after >= need_max
+    alternatives: list[str] = []
+    scheduled = bool(rec["new"] or rec["resumed"] or rec["running"])
+    padded = cfg.padding is not False and cfg.k > 0 and demand == 1 and scheduled
+    if padded and 1 + cfg.k > room:
+        numbers["padded_rows"] = 1 + cfg.k
+        # vLLM pads only when no prefill chunk is in the step; the trace cannot tell a prefill
+        # chunk from a decode for certain, so the KV cache stays an alternative unless ruled out.
+        if kv_ruled_out:
+            return Cause("spec_padding", cfg.exact if cfg.padding else LIKELY, numbers)
+        alternatives.append("spec_padding")
+    if cfg.chunked is False and demand > room:
+        if kv_ruled_out and not rec.get("cached"):
+            return Cause("chunked_prefill_off", cfg.exact, numbers)
+        alternatives.append("chunked_prefill_off")
+    others = [code for code, on in (("lora_limit", cfg.loras), ("remote_kv", cfg.connector)) if on]
+    if cfg.encoder:
+        others.append("encoder_budget")
+    if cfg.chunked is None:
+        others.append("chunked_prefill_off")
+    if kv_ruled_out:
+        numbers.update(kv_free=free_after, kv_needed_at_most=need_max)
+        return Cause("unknown", UNKNOWN, numbers, tuple(alternatives + others + ["encoder_budget", "deferred"]))
+    if free_after is not None:
+        numbers.update(kv_free=free_after, kv_needed_at_most=need_max)
+        certainty = LIKELY if alternatives or others else EXACT
+        return Cause("kv_blocks", certainty, numbers, tuple(alternatives + others))
+    numbers["kv_usage"] = rec.get("kv_usage")
+    return Cause("kv_blocks", LIKELY, numbers, tuple(dict.fromkeys([*alternatives, *others, "unknown"])))
+
+
+def _waiting(rec: dict[str, Any], binding: Cause, head: str | None, cfg: _Config) -> list[RequestWhy]:
+    statuses = rec.get("waiting_status") or {}
+    out = []
+    for rid, demand in rec.get("waiting_demand") or ():
+        if rid in statuses:
+            cause = Cause(_skip_code(statuses[rid]), EXACT, {"status": statuses[rid]})
+        elif head is not None and rid != head:
+            cause = Cause("behind", binding.certainty, {"root": binding.code}, behind=head)
+        else:
+            cause = binding
+        out.append(RequestWhy(rid, "waiting", int(demand), 0, cause))
+    return out
+
+
+def _running(rec: dict[str, Any], cfg: _Config) -> list[RequestWhy]:
+    """Scheduled requests clipped below their demand, and running ones not scheduled at all."""
+    target, inp = rec["target"], rec["input"]
+    t_left, i_left, ds = target["cap"], inp["cap"], cfg.draft_slots
+    cached = rec.get("cached") or {}
+    eligible = (
+        len(rec["new"]) + len(rec["resumed"]) + len(rec["running"]) + len(rec.get("unscheduled") or ())
+        + len(rec.get("waiting_demand") or ()) + int(rec.get("waiting_demand_truncated") or 0)
+    )  # fmt: skip
+    threshold = cfg.threshold if eligible > 1 else 0
+    adaptive_unknown = threshold and cfg.adaptive is None
+    if threshold and cfg.adaptive:
+        threshold = max(threshold, cfg.input_cap // max(1, eligible))
+    out: list[RequestWhy] = []
+    # vLLM's order: the running loop, then the waiting loop (resumed and new admissions).
+    for group in ("running", "resumed", "new"):
+        for rid, tokens, _spec, demand in rec[group]:
+            if group != "running":
+                demand = demand - cached.get(rid, 0) if demand >= 0 else demand
+            room_t, room_i = t_left, i_left - ds
+            t_left -= tokens
+            i_left -= tokens + ds
+            if demand < 0 or tokens >= demand:
+                continue
+            numbers = {"group": group, "withheld": demand - tokens}
+            exact = cfg.exact if group == "running" or cfg.exact == EXACT else LIKELY
+            if threshold and tokens == threshold and threshold < min(room_t, room_i):
+                cause = Cause("long_prefill", LIKELY if adaptive_unknown else exact, {**numbers, "threshold": threshold})
+            elif tokens == room_t:
+                cause = Cause("target_budget", exact, {**numbers, "taken_ahead": target["cap"] - room_t})
+            elif tokens == room_i:
+                ahead = inp["cap"] - (room_i + ds)
+                cause = Cause("input_budget", exact, {**numbers, "taken_ahead": ahead, "reserved": ds})
+            else:
+                alternatives = ("max_model_len", "encoder_budget", "deferred")
+                if group != "running" and cfg.exact != EXACT:
+                    alternatives = ("unknown", *alternatives)  # the prefix-cache hit is not recorded
+                cause = Cause(alternatives[0], LIKELY, numbers, alternatives[1:])
+            out.append(RequestWhy(rid, "clipped", int(demand), int(tokens), cause))
+    # Running requests left out: the loop ended on a spent budget, or skipped them.
+    spent = target["left"] <= 0 or inp["left"] <= ds
+    gone = set(rec.get("preempted") or ())
+    for rid, demand in rec.get("unscheduled") or ():
+        if rid in gone:
+            continue
+        if spent:
+            code = "target_budget" if target["left"] <= 0 else "input_budget"
+            certainty = LIKELY if cfg.async_ else cfg.exact
+            cause = Cause(code, certainty, {}, ("async_done",) if cfg.async_ else ())
+        elif cfg.async_:
+            cause = Cause("async_done", LIKELY, {}, ("encoder_budget", "deferred"))
+        elif rec.get("preempted"):
+            cause = Cause("kv_blocks", LIKELY, {"why": "the loop ended at a preemption"}, ("encoder_budget",))
+        else:
+            cause = Cause("unknown", UNKNOWN, {}, ("encoder_budget", "deferred", "max_model_len"))
+        out.append(RequestWhy(rid, "unscheduled", int(demand), 0, cause))
+    return out
+
+
+def _preemptions(rec: dict[str, Any], cfg: _Config) -> list[PreemptionWhy]:
+    recorded = rec.get("preemptions")
+    if recorded:
+        return [
+            PreemptionWhy(
+                victim=victim,
+                trigger=trigger,
+                policy=cfg.policy,
+                lost=int(lost),
+                kv_before=cfg.usage(before),
+                kv_after=cfg.usage(after),
+                certainty=EXACT if trigger is not None else LIKELY,
+            )
+            for victim, trigger, lost, before, after in recorded
+        ]
+    return [
+        PreemptionWhy(victim, None, cfg.policy, None, None, rec.get("kv_usage"), UNKNOWN)
+        for victim in rec.get("preempted") or ()
+    ]
+
+
+# -- a whole trace, cheaply: the binding constraint of every step ---------------------------
+_COLUMN_CODES = ("none", "preemption", "target_budget", "input_budget")
+
+
+def bindings(trace: Trace) -> np.ndarray:
+    """The code index (tracer.analysis.reasons.CODES) of every step's binding constraint.
+
+    Decided from the reader's columns where they suffice (nothing waiting, a preemption, a
+    spent budget, the admission cap); the remaining steps' records are parsed (only those)."""
+    col = trace.columns
+    cfg = _Config(trace)
+    n = len(trace)
+    out = np.full(n, CODE_INDEX["unknown"], dtype=np.int8)
+    waiting = np.maximum(col["num_waiting"] - col["n_preempted"], 0)
+    undecided = np.ones(n, dtype=bool)
+
+    def decide(mask: np.ndarray, code: str) -> None:
+        hit = mask & undecided
+        out[hit] = CODE_INDEX[code]
+        undecided[hit] = False
+
+    decide(waiting == 0, "none")
+    decide(col["n_preempted"] > 0, "preemption")
+    # A step that scheduled nothing may have been paused: only its record says.
+    idle = undecided & (col["target_used"] == 0)
+    undecided &= ~idle
+    decide(col["target_left"] <= 0, "target_budget")
+    decide(col["input_left"] <= cfg.draft_slots, "input_budget")
+    if cfg.active:
+        decide(col["num_running"] >= int(cfg.active), cfg.cap_code())
+    rest = np.flatnonzero(undecided | idle)
+    if len(rest):
+        for row, rec in detail.records(trace, rest):
+            out[row] = CODE_INDEX[_admission(rec, cfg)[0].code]
+    return out
+
+
+def waiting_weights(trace: Trace) -> np.ndarray:
+    """Requests that waited through each step (queued before it and not admitted)."""
+    col = trace.columns
+    return np.maximum(col["num_waiting"] - col["n_preempted"], 0)
+
+
+@dataclass(frozen=True)
+class WaitingSummary:
+    """Waiting request-steps by the constraint that held them, over a whole trace."""
+
+    total: int
+    by_reason: dict[str, int]  # code -> request-steps, largest first
+    steps_by_reason: dict[str, int]  # code -> steps in which it bound admission
+    idle_tokens: dict[str, float]  # code -> mean target tokens left in those steps
+    idle_kv: dict[str, float]  # code -> mean KV share free in those steps
+    config: dict[str, Any]
+
+    def share(self, code: str) -> float:
+        return self.by_reason.get(code, 0) / self.total if self.total else 0.0
+
+
+def waiting_summary(trace: Trace, codes: np.ndarray | None = None) -> WaitingSummary:
+    codes = bindings(trace) if codes is None else codes
+    weights = waiting_weights(trace)
+    col = trace.columns
+    by: Counter[str] = Counter()
+    steps: Counter[str] = Counter()
+    idle: dict[str, float] = {}
+    kv: dict[str, float] = {}
+    for i in np.unique(codes).tolist():
+        mask = (codes == i) & (weights > 0)
+        if not mask.any():
+            continue
+        code = CODES[i]
+        by[code] = int(weights[mask].sum())
+        steps[code] = int(mask.sum())
+        idle[code] = float(col["target_left"][mask].mean())
+        kv[code] = float(1.0 - col["kv_usage"][mask].mean())
+    return WaitingSummary(
+        total=int(sum(by.values())),
+        by_reason=dict(by.most_common()),
+        steps_by_reason=dict(steps),
+        idle_tokens=idle,
+        idle_kv=kv,
+        config=dict(trace.config),
+    )
+
+
+def limit_steps(trace: Trace, codes: np.ndarray | None = None) -> np.ndarray:
+    """Rows where a cap or limit (tracer.analysis.reasons.Reason.limit) held requests back."""
+    codes = bindings(trace) if codes is None else codes
+    limits = [CODE_INDEX[r.code] for r in REASONS.values() if r.limit]
+    return np.flatnonzero(np.isin(codes, limits) & (waiting_weights(trace) > 0))
+
+
+# -- one request's life -----------------------------------------------------------------------
+@dataclass(frozen=True)
+class LifeStep:
+    step: int
+    state: str  # arrived, waiting, scheduled, clipped, unscheduled, preempted, resumed, finished
+    tokens: int
+    demand: int
+    cause: Cause | None
+    seconds: float  # this step's duration on the scheduler clock
+
+
+@dataclass(frozen=True)
+class RequestStory:
+    id: str
+    steps: list[LifeStep]
+    waiting_by_reason: dict[str, tuple[int, float]]  # code (behind: root) -> (steps, seconds)
+    ttft: dict[str, Any]  # waiting by reason, prefill steps and the first token's step, seconds
+    preemptions: list[PreemptionWhy]
+    finished: int | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "steps": [
+                {
+                    "step": s.step,
+                    "state": s.state,
+                    "tokens": s.tokens,
+                    "demand": s.demand,
+                    "seconds": round(s.seconds, 6),
+                    **(s.cause.as_dict() if s.cause else {}),
+                }
+                for s in self.steps
+            ],
+            "waiting_by_reason": {k: {"steps": n, "seconds": round(t, 6)} for k, (n, t) in self.waiting_by_reason.items()},
+            "ttft": self.ttft,
+            "preemptions": [p.as_dict() for p in self.preemptions],
+            "finished": self.finished,
+        }
+
+
+def durations(trace: Trace) -> np.ndarray:
+    """Each step's duration on the scheduler clock: to the next step's start (the last: the median)."""
+    t = trace.columns["t"]
+    if len(t) < 2:
+        return np.zeros(len(t))
+    d = np.diff(t)
+    return np.append(d, float(np.median(d)))
+
+
+def request_story(trace: Trace, request_id: str) -> RequestStory | None:
+    """A request's life step by step, with its reason at every step it was held back."""
+    rows = rows_mentioning(trace, orjson.dumps(request_id))
+    if not len(rows):
+        return None
+    cfg = _Config(trace)
+    dur = durations(trace)
+    steps: list[LifeStep] = []
+    preemptions: list[PreemptionWhy] = []
+    waited: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+    ttft_wait: dict[str, float] = defaultdict(float)
+    prefill_s = first_s = 0.0
+    prefill_steps = 0
+    first_token: int | None = None
+    finished: int | None = None
+    for row, rec in detail.records(trace, rows):
+        why = step_why(trace, row, rec, config=cfg)
+        seconds = float(dur[row])
+        arrived = any(e[0] == "a" and e[1] == request_id for e in rec.get("inputs") or ())
+        if arrived:
+            steps.append(LifeStep(why.step, "arrived", 0, -1, None, 0.0))
+        mine = next((r for r in why.requests if r.id == request_id), None)
+        entry = next((e for g in ("new", "resumed", "running") for e in rec[g] if e[0] == request_id), None)
+        if entry is not None:
+            group = next(g for g in ("new", "resumed", "running") if any(e[0] == request_id for e in rec[g]))
+            state = {"new": "admitted", "resumed": "resumed", "running": "scheduled"}[group]
+            if mine is not None and mine.state == "clipped":
+                state = f"{state}, clipped"
+            steps.append(LifeStep(why.step, state, int(entry[1]), int(entry[3]), mine.cause if mine else None, seconds))
+            sampled = _sampled(rec, request_id)
+            if first_token is None:
+                if sampled:
+                    first_token = why.step
+                    first_s = seconds
+                else:
+                    prefill_s += seconds
+                    prefill_steps += 1
+        elif mine is not None:
+            steps.append(LifeStep(why.step, mine.state, 0, mine.demand, mine.cause, seconds))
+            if mine.state == "waiting":
+                bucket = waited[mine.cause.root]
+                bucket[0] += 1
+                bucket[1] += seconds
+                if first_token is None:
+                    ttft_wait[mine.cause.root] += seconds
+        for p in why.preemptions:
+            if p.victim == request_id:
+                preemptions.append(p)
+                steps.append(LifeStep(why.step, "preempted", 0, -1, None, 0.0))
+        if request_id in (rec.get("finished") or ()):
+            steps.append(LifeStep(why.step, "finished", 0, -1, None, 0.0))
+            finished = why.step
+    preemptions = _resume_costs(steps, preemptions, trace, request_id)
+    ttft = {
+        "waiting": {k: round(v, 6) for k, v in ttft_wait.items()},
+        "prefill_steps": prefill_steps,
+        "prefill_seconds": round(prefill_s, 6),
+        "first_token_step": first_token,
+        "first_token_seconds": round(first_s, 6),
+        "total_seconds": round(sum(ttft_wait.values()) + prefill_s + first_s, 6) if first_token else None,
+    }
+    return RequestStory(
+        id=request_id,
+        steps=steps,
+        waiting_by_reason={k: (int(v[0]), float(v[1])) for k, v in waited.items()},
+        ttft=ttft,
+        preemptions=preemptions,
+        finished=finished,
+    )
+
+
+def _sampled(rec: dict[str, Any], rid: str) -> int:
+    sampled = rec.get("sampled") or {}
+    return int(sampled.get(rid, 0)) if isinstance(sampled, dict) else 0
+
+
+def _resume_costs(
+    steps: list[LifeStep], preemptions: list[PreemptionWhy], trace: Trace, rid: str
+) -> list[PreemptionWhy]:
+    """Each preemption's cost later: steps until it resumed, tokens spent re-computing."""
+    out = []
+    for p_index, p in enumerate(preemptions):
+        at = [s for s in steps if s.state == "preempted"][p_index].step
+        resumed = next((s for s in steps if s.step > at and s.state.startswith("resumed")), None)
+        if resumed is None:
+            out.append(p)
+            continue
+        cached = 0
+        row = int(rows_of_steps(trace, [resumed.step])[0])
+        if row >= 0:
+            cached = int((trace.step(row).get("cached") or {}).get(rid, 0))
+        recomputed = None
+        if p.lost is not None:
+            owed = max(0, p.lost - cached)
+            spent = 0
+            for s in steps:
+                if s.step >= resumed.step and s.tokens and spent < owed:
+                    spent += min(s.tokens, owed - spent)
+            recomputed = spent
+        out.append(
+            PreemptionWhy(
+                **{
+                    **p.__dict__,
+                    "resumed_step": resumed.step,
+                    "steps_until_resumed": resumed.step - at,
+                    "recomputed": recomputed,
+                    "cached_on_resume": cached if has_why_fields(trace) else None,
+                }
+            )
+        )
+    return out
+
+
+def steps_why(trace: Trace, rows: Iterable[int]) -> list[StepWhy]:
+    cfg = _Config(trace)
+    return [step_why(trace, row, rec, config=cfg) for row, rec in detail.records(trace, rows)]
