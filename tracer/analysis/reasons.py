@@ -20,14 +20,15 @@ class Reason:
     limit: bool = False  # a cap or limit that can hold requests back while budget and KV sit idle
 
 
+_BUDGET_OR_SEPARATE = "--max-num-batched-tokens, or policy 'separate'"
 _ALL = (
     Reason("none", "nothing held back", ""),
     Reason("preemption", "a preemption in this step", "more KV blocks (--num-gpu-blocks-override, memory)"),
     Reason("paused", "scheduler paused", "resume the engine"),
     Reason("target_budget", "target token budget", "--max-num-batched-tokens"),
-    Reason("input_budget", "input budget after draft-slot reservations", "--max-num-batched-tokens, or policy 'separate'"),
+    Reason("input_budget", "input budget after draft-slot reservations", _BUDGET_OR_SEPARATE),
     Reason("max_num_seqs", "max_num_seqs", "--max-num-seqs", limit=True),
-    Reason("max_num_active_seqs", "max_num_active_seqs (B // lookahead)", "--max-num-batched-tokens, or policy 'separate'", limit=True),
+    Reason("max_num_active_seqs", "max_num_active_seqs (B // lookahead)", _BUDGET_OR_SEPARATE, limit=True),
     Reason("kv_blocks", "KV blocks", "more KV blocks (--num-gpu-blocks-override, --gpu-memory-utilization)"),
     Reason("chunked_prefill_off", "chunked prefill off", "--enable-chunked-prefill", limit=True),
     Reason("spec_padding", "uniform spec-decode padding", "--max-num-batched-tokens"),

@@ -84,7 +84,13 @@ class RequestWhy:
     cause: Cause
 
     def as_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "state": self.state, "demand": self.demand, "tokens": self.tokens, **self.cause.as_dict()}
+        return {
+            "id": self.id,
+            "state": self.state,
+            "demand": self.demand,
+            "tokens": self.tokens,
+            **self.cause.as_dict(),
+        }
 
 
 @dataclass(frozen=True)
@@ -176,7 +182,9 @@ class _Config:
 
 
 # -- one step ---------------------------------------------------------------------------------
-def step_why(trace: Trace, row: int, rec: dict[str, Any] | None = None, *, config: _Config | None = None) -> StepWhy:
+def step_why(
+    trace: Trace, row: int, rec: dict[str, Any] | None = None, *, config: _Config | None = None
+) -> StepWhy:
     """The reasons of one step (row), from its record."""
     cfg = config or _Config(trace)
     rec = rec if rec is not None else trace.step(row)
@@ -227,7 +235,12 @@ def _admission(rec: dict[str, Any], cfg: _Config) -> tuple[Cause, str | None]:
         return Cause("target_budget", exact, {"cap": target["cap"], "used": target["used"]}), None
     ds = cfg.draft_slots
     if inp["left"] <= ds:
-        numbers = {"cap": inp["cap"], "left": inp["left"], "draft_slots": ds, "reserved": inp.get("reserved", 0)}
+        numbers = {
+            "cap": inp["cap"],
+            "left": inp["left"],
+            "draft_slots": ds,
+            "reserved": inp.get("reserved", 0),
+        }
         return Cause("input_budget", exact, numbers), None
     running = int(rec.get("num_running") or 0)
     if cfg.active and running >= cfg.active:
@@ -281,7 +294,9 @@ def _head_cause(rec: dict[str, Any], cfg: _Config, rid: str, demand: int) -> Cau
         others.append("chunked_prefill_off")
     if kv_ruled_out:
         numbers.update(kv_free=free_after, kv_needed_at_most=need_max)
-        return Cause("unknown", UNKNOWN, numbers, tuple(alternatives + others + ["encoder_budget", "deferred"]))
+        return Cause(
+            "unknown", UNKNOWN, numbers, tuple(alternatives + others + ["encoder_budget", "deferred"])
+        )
     if free_after is not None:
         numbers.update(kv_free=free_after, kv_needed_at_most=need_max)
         certainty = LIKELY if alternatives or others else EXACT
@@ -331,7 +346,9 @@ def _running(rec: dict[str, Any], cfg: _Config) -> list[RequestWhy]:
             numbers = {"group": group, "withheld": demand - tokens}
             exact = cfg.exact if group == "running" or cfg.exact == EXACT else LIKELY
             if threshold and tokens == threshold and threshold < min(room_t, room_i):
-                cause = Cause("long_prefill", LIKELY if adaptive_unknown else exact, {**numbers, "threshold": threshold})
+                cause = Cause(
+                    "long_prefill", LIKELY if adaptive_unknown else exact, {**numbers, "threshold": threshold}
+                )
             elif tokens == room_t:
                 cause = Cause("target_budget", exact, {**numbers, "taken_ahead": target["cap"] - room_t})
             elif tokens == room_i:
@@ -510,7 +527,9 @@ class RequestStory:
                 }
                 for s in self.steps
             ],
-            "waiting_by_reason": {k: {"steps": n, "seconds": round(t, 6)} for k, (n, t) in self.waiting_by_reason.items()},
+            "waiting_by_reason": {
+                k: {"steps": n, "seconds": round(t, 6)} for k, (n, t) in self.waiting_by_reason.items()
+            },
             "ttft": self.ttft,
             "preemptions": [p.as_dict() for p in self.preemptions],
             "finished": self.finished,
@@ -554,7 +573,9 @@ def request_story(trace: Trace, request_id: str) -> RequestStory | None:
             state = {"new": "admitted", "resumed": "resumed", "running": "scheduled"}[group]
             if mine is not None and mine.state == "clipped":
                 state = f"{state}, clipped"
-            steps.append(LifeStep(why.step, state, int(entry[1]), int(entry[3]), mine.cause if mine else None, seconds))
+            steps.append(
+                LifeStep(why.step, state, int(entry[1]), int(entry[3]), mine.cause if mine else None, seconds)
+            )
             sampled = _sampled(rec, request_id)
             if first_token is None:
                 if sampled:
