@@ -121,6 +121,52 @@ def cmd_flags(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_why(args: argparse.Namespace) -> int:
+    """A request's life with its reasons, or one step's binding constraint and every listed request's."""
+    import orjson
+
+    from tracer.analysis.session import Session
+    from tracer.render.why import step_lines, story_lines
+
+    session = Session(_load(args))
+    if (args.request is None) == (args.step is None):
+        print("schedscope: error: give a REQUEST_ID or --step N (one of them)", file=sys.stderr)
+        return 2
+    if args.step is not None:
+        row = session.row_of(args.step)
+        if row is None:
+            print(f"schedscope: error: {args.trace} has no step {args.step}", file=sys.stderr)
+            return 2
+        why = session.step_why(row)
+        if args.exact:
+            from tracer.whatif.probe import settle
+
+            why = settle(session.trace, why)
+        if args.json:
+            sys.stdout.buffer.write(orjson.dumps(why.as_dict(), option=orjson.OPT_INDENT_2) + b"\n")
+        else:
+            for line in step_lines(why):
+                print(line)
+        return 0
+    story = session.request_story(args.request)
+    if story is None:
+        print(f"schedscope: error: {args.trace} never names request {args.request!r}", file=sys.stderr)
+        near = session.matching_ids(args.request[:8], limit=5)
+        if near:
+            print(f"  requests starting alike: {', '.join(near)}", file=sys.stderr)
+        return 2
+    if args.exact:
+        from tracer.whatif.probe import settle_story
+
+        story = settle_story(session.trace, story)
+    if args.json:
+        sys.stdout.buffer.write(orjson.dumps(story.as_dict(), option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        for line in story_lines(story):
+            print(line)
+    return 0
+
+
 def cmd_timing(args: argparse.Namespace) -> int:
     """The step-time model, its held-out error and measured throughput; exit 1 if the model was refused."""
     import orjson
@@ -502,6 +548,40 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--kind", action="append", help="only this kind (repeatable)")
     p.set_defaults(func=cmd_flags)
+
+    p = sub.add_parser(
+        "why",
+        help="why a request waited, was clipped or preempted; or what bound one step",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="""\
+Explains the scheduler's decisions from the trace, in the order vLLM's schedule()
+makes them: the running loop's clips (long-prefill threshold, target budget, input
+budget after draft-slot reservations), then the waiting loop's breaks (budgets,
+the admission cap max_num_seqs or max_num_active_seqs, padded admissions, chunked
+prefill off, KV blocks) and skips (grammar, remote KV, streaming input, LoRA).
+
+  schedscope why TRACE REQUEST_ID     the request's life, step by step, with its
+                                      reasons; waiting time by reason; TTFT split
+                                      into waiting, prefill steps and first token
+  schedscope why TRACE --step N       what ended admission in step N, and every
+                                      listed request's reason
+
+Each reason is marked: exact (decided by what the trace recorded), derived (the
+same rule on an older trace's fields), likely (the trace narrows it, with the
+alternatives) or unknown. --exact settles the rest by replaying the trace through
+vLLM's real scheduler and relaxing one constraint at a time (needs vLLM).
+What each reason means and what to change: docs/why.md""",
+    )
+    trace_arg(p)
+    p.add_argument("request", nargs="?", help="a request id (as the trace names it)")
+    p.add_argument("--step", type=int, help="explain this step (as recorded) instead of a request")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument(
+        "--exact",
+        action="store_true",
+        help="settle 'likely' reasons on vLLM's real scheduler (replays the trace)",
+    )
+    p.set_defaults(func=cmd_why)
 
     p = sub.add_parser(
         "timing",

@@ -94,3 +94,20 @@ def region(
             # A 1.2 record's groups are parallel arrays: the 1.1 entries every caller reads
             # (a region holds the groups it names; expand leaves absent keys alone).
             yield row, compact.expand(rec, check=False)
+
+
+def rows_of_steps(trace: Trace, steps: np.ndarray | list[int]) -> np.ndarray:
+    """Row index (0-based) of each recorded step number; -1 where the trace has no such step."""
+    recorded = trace.columns["step"]
+    steps = np.asarray(steps, dtype=np.int64)
+    if not len(recorded):
+        return np.full(len(steps), -1, dtype=np.int64)
+    # Steps are recorded in increasing order; searchsorted keeps this O(log n) per lookup.
+    pos = np.clip(np.searchsorted(recorded, steps), 0, len(recorded) - 1)
+    return np.where(recorded[pos] == steps, pos, -1)
+
+
+def rows_mentioning(trace: Trace, needle: bytes, first: int = 0) -> np.ndarray:
+    """Rows from row `first` on whose record contains `needle`."""
+    hits = [row for row, raw in trace.raw_many(range(first, len(trace))) if needle in raw]
+    return np.asarray(hits, dtype=np.int64)

@@ -11,8 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from tracer.analysis import detail
+from tracer.analysis import detail, why
 from tracer.analysis.budget import BudgetAnalysis, analyze
+from tracer.analysis.reasons import CODES, REASONS
 from tracer.trace.reader import Trace
 
 ADDITIVE = "additive-double-reservation"
@@ -21,7 +22,8 @@ SHARED_OVERFLOW = "shared-buffer-overflow"
 NEGATIVE = "negative-budget"
 PREEMPTION_LEAK = "preemption-budget-leak"
 CAP_BINDING = "admission-cap-binding"
-KINDS = (ADDITIVE, QUERY_OVERFLOW, SHARED_OVERFLOW, NEGATIVE, PREEMPTION_LEAK, CAP_BINDING)
+LIMIT_HOLDS = "limit-holds-waiting"
+KINDS = (ADDITIVE, QUERY_OVERFLOW, SHARED_OVERFLOW, NEGATIVE, PREEMPTION_LEAK, CAP_BINDING, LIMIT_HOLDS)
 
 SEVERITY = {
     ADDITIVE: "warning",
@@ -30,7 +32,13 @@ SEVERITY = {
     NEGATIVE: "error",
     PREEMPTION_LEAK: "error",
     CAP_BINDING: "info",
+    LIMIT_HOLDS: "warning",
 }
+
+# A limit "holds requests back while budget and KV sit idle" when at least this share of the
+# target budget is left and at most this share of the KV cache is in use.
+IDLE_BUDGET_SHARE = 0.25
+BUSY_KV_SHARE = 0.9
 
 
 @dataclass(frozen=True)
@@ -59,12 +67,16 @@ class FlagReport:
         return dict(Counter(f.kind for f in self.flags))
 
 
-def detect(trace: Trace, analysis: BudgetAnalysis | None = None) -> FlagReport:
+def detect(
+    trace: Trace, analysis: BudgetAnalysis | None = None, *, bindings: np.ndarray | None = None
+) -> FlagReport:
+    """Every flag of the trace; `bindings` (tracer.analysis.why.bindings) when already computed."""
     analysis = analysis or analyze(trace)
     flags: list[Flag] = []
     finders = (_additive, _query_overflow, _shared_overflow, _negative, _preemption_leak, _cap_binding)
     for finder in finders:
         flags.extend(finder(trace, analysis))
+    flags.extend(_limit_holds(trace, why.bindings(trace) if bindings is None else bindings))
     flags.sort(key=lambda f: (f.step, KINDS.index(f.kind)))
     return FlagReport(flags, analysis)
 
@@ -247,3 +259,45 @@ def _cap_binding(trace: Trace, a: BudgetAnalysis) -> list[Flag]:
         )
         for i in _steps(binding)
     ]
+
+
+def _limit_holds(trace: Trace, bindings: np.ndarray) -> list[Flag]:
+    """A cap or limit that kept requests waiting while the budget and the KV cache sat idle.
+
+    The 0.33 DFlash/DSpark cap has its own kind (admission-cap-binding), so it is left out here."""
+    col = trace.columns
+    rows = why.limit_steps(trace, bindings)
+    cap = col["target_cap"][rows]
+    idle = (col["target_left"][rows] >= IDLE_BUDGET_SHARE * cap) & (col["kv_usage"][rows] <= BUSY_KV_SHARE)
+    cfg = trace.config
+    out = []
+    for row in rows[idle].tolist():
+        code = CODES[int(bindings[row])]
+        if code == "max_num_active_seqs":
+            continue
+        setting = REASONS[code]
+        value = cfg.get(code)
+        name = f"{code}={value}" if value is not None else setting.label
+        waiting = int(why.waiting_weights(trace)[row])
+        left, target_cap, kv = (
+            int(col["target_left"][row]),
+            int(col["target_cap"][row]),
+            float(col["kv_usage"][row]),
+        )
+        out.append(
+            Flag(
+                int(col["step"][row]),
+                LIMIT_HOLDS,
+                SEVERITY[LIMIT_HOLDS],
+                f"{name} kept {waiting} request{'s' if waiting != 1 else ''} waiting while {left} of "
+                f"{target_cap} budget tokens and {1 - kv:.0%} of KV were free: raise {setting.knob}.",
+                {
+                    "reason": code,
+                    "waiting": waiting,
+                    "target_left": left,
+                    "target_cap": target_cap,
+                    "kv_usage": kv,
+                },
+            )
+        )
+    return out

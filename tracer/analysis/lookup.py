@@ -14,20 +14,10 @@ import numpy as np
 import orjson
 
 from tracer.analysis.compare import RequestLife, lifetimes
+from tracer.analysis.detail import rows_mentioning, rows_of_steps
 from tracer.analysis.flags import FlagReport
 from tracer.analysis.requests import cached_index
 from tracer.trace.reader import Trace
-
-
-def rows_of_steps(trace: Trace, steps: np.ndarray | list[int]) -> np.ndarray:
-    """Row index (0-based) of each recorded step number; -1 where the trace has no such step."""
-    recorded = trace.columns["step"]
-    steps = np.asarray(steps, dtype=np.int64)
-    if not len(recorded):
-        return np.full(len(steps), -1, dtype=np.int64)
-    # Steps are recorded in increasing order; searchsorted keeps this O(log n) per lookup.
-    pos = np.clip(np.searchsorted(recorded, steps), 0, len(recorded) - 1)
-    return np.where(recorded[pos] == steps, pos, -1)
 
 
 def flag_rows(trace: Trace, report: FlagReport) -> tuple[np.ndarray, np.ndarray]:
@@ -35,12 +25,6 @@ def flag_rows(trace: Trace, report: FlagReport) -> tuple[np.ndarray, np.ndarray]
     steps = [f.step for f in report.flags]
     kinds = np.asarray([f.kind for f in report.flags], dtype=object)
     return rows_of_steps(trace, steps), kinds
-
-
-def rows_mentioning(trace: Trace, needle: bytes, first: int = 0) -> np.ndarray:
-    """Rows from row `first` on whose record contains `needle`."""
-    hits = [row for row, raw in trace.raw_many(range(first, len(trace))) if needle in raw]
-    return np.asarray(hits, dtype=np.int64)
 
 
 def request_life(trace: Trace, request_id: str) -> RequestLife | None:

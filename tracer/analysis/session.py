@@ -21,10 +21,12 @@ from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
+from tracer.analysis import why
 from tracer.analysis.budget import BudgetAnalysis, analyze
 from tracer.analysis.compare import RequestLife
+from tracer.analysis.detail import rows_of_steps
 from tracer.analysis.flags import KINDS, Flag, FlagReport, detect
-from tracer.analysis.lookup import flag_rows, matching_ids, request_life, rows_of_steps
+from tracer.analysis.lookup import flag_rows, matching_ids, request_life
 from tracer.analysis.series import step_series
 from tracer.trace.reader import Progress, Trace, load
 
@@ -151,7 +153,23 @@ class Session:
 
     @property
     def report(self) -> FlagReport:
-        return self._once("report", lambda: detect(self.trace, self.analysis))
+        return self._once("report", lambda: detect(self.trace, self.analysis, bindings=self.bindings))
+
+    @property
+    def bindings(self) -> np.ndarray:
+        """tracer.analysis.why.bindings: each step's binding constraint (a reasons.CODES index)."""
+        return self._once("bindings", lambda: why.bindings(self.trace))
+
+    @property
+    def waiting_summary(self) -> why.WaitingSummary:
+        return self._once("waiting_summary", lambda: why.waiting_summary(self.trace, self.bindings))
+
+    def step_why(self, row: int) -> why.StepWhy:
+        """The reasons of one step (not kept: a step's record is parsed again on each call)."""
+        return why.step_why(self.trace, row)
+
+    def request_story(self, request_id: str) -> why.RequestStory | None:
+        return why.request_story(self.trace, request_id)
 
     @property
     def series(self) -> dict[str, np.ndarray]:

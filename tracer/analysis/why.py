@@ -24,6 +24,7 @@ scheduler (tracer.whatif.probe).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable
@@ -34,7 +35,6 @@ import numpy as np
 import orjson
 
 from tracer.analysis import detail
-from tracer.analysis.lookup import rows_mentioning, rows_of_steps
 from tracer.analysis.reasons import (
     CODE_INDEX,
     CODES,
@@ -45,6 +45,7 @@ from tracer.analysis.reasons import (
     SKIP_STATUS,
     UNKNOWN,
 )
+from tracer.analysis.requests import request_index
 from tracer.trace import schema
 from tracer.trace.reader import Trace
 
@@ -191,7 +192,8 @@ def step_why(
     binding, head = _admission(rec, cfg)
     requests = _waiting(rec, binding, head, cfg) + _running(rec, cfg)
     listed = len(rec.get("waiting_demand") or ())
-    preemptions = _preemptions(rec, cfg)
+    step = int(rec["step"])
+    preemptions = [resume_cost(trace, p, step) for p in _preemptions(rec, cfg)]
     facts = {
         "target_left": rec["target"]["left"],
         "input_left": rec["input"]["left"],
@@ -204,7 +206,7 @@ def step_why(
         "kv_usage": rec.get("kv_usage"),
     }
     return StepWhy(
-        step=int(rec["step"]),
+        step=step,
         row=row,
         binding=binding,
         requests=requests,
@@ -547,7 +549,7 @@ def durations(trace: Trace) -> np.ndarray:
 
 def request_story(trace: Trace, request_id: str) -> RequestStory | None:
     """A request's life step by step, with its reason at every step it was held back."""
-    rows = rows_mentioning(trace, orjson.dumps(request_id))
+    rows = detail.rows_mentioning(trace, orjson.dumps(request_id))
     if not len(rows):
         return None
     cfg = _Config(trace)
@@ -594,12 +596,11 @@ def request_story(trace: Trace, request_id: str) -> RequestStory | None:
                     ttft_wait[mine.cause.root] += seconds
         for p in why.preemptions:
             if p.victim == request_id:
-                preemptions.append(p)
+                preemptions.append(resume_cost(trace, p, why.step))
                 steps.append(LifeStep(why.step, "preempted", 0, -1, None, 0.0))
         if request_id in (rec.get("finished") or ()):
             steps.append(LifeStep(why.step, "finished", 0, -1, None, 0.0))
             finished = why.step
-    preemptions = _resume_costs(steps, preemptions, trace, request_id)
     ttft = {
         "waiting": {k: round(v, 6) for k, v in ttft_wait.items()},
         "prefill_steps": prefill_steps,
@@ -623,41 +624,34 @@ def _sampled(rec: dict[str, Any], rid: str) -> int:
     return int(sampled.get(rid, 0)) if isinstance(sampled, dict) else 0
 
 
-def _resume_costs(
-    steps: list[LifeStep], preemptions: list[PreemptionWhy], trace: Trace, rid: str
-) -> list[PreemptionWhy]:
-    """Each preemption's cost later: steps until it resumed, tokens spent re-computing."""
-    out = []
-    for p_index, p in enumerate(preemptions):
-        at = [s for s in steps if s.state == "preempted"][p_index].step
-        resumed = next((s for s in steps if s.step > at and s.state.startswith("resumed")), None)
-        if resumed is None:
-            out.append(p)
-            continue
-        cached = 0
-        row = int(rows_of_steps(trace, [resumed.step])[0])
-        if row >= 0:
-            cached = int((trace.step(row).get("cached") or {}).get(rid, 0))
-        recomputed = None
-        if p.lost is not None:
-            owed = max(0, p.lost - cached)
-            spent = 0
-            for s in steps:
-                if s.step >= resumed.step and s.tokens and spent < owed:
-                    spent += min(s.tokens, owed - spent)
-            recomputed = spent
-        out.append(
-            PreemptionWhy(
-                **{
-                    **p.__dict__,
-                    "resumed_step": resumed.step,
-                    "steps_until_resumed": resumed.step - at,
-                    "recomputed": recomputed,
-                    "cached_on_resume": cached if has_why_fields(trace) else None,
-                }
-            )
-        )
-    return out
+def resume_cost(trace: Trace, p: PreemptionWhy, step: int) -> PreemptionWhy:
+    """A preemption's cost later: the steps until the victim resumed, and the tokens spent
+    re-computing its lost work (what the prefix cache gave back on resume aside)."""
+    events = request_index(trace).events.get(p.victim)
+    resumed = next((s for s in events.resumed if s > step), None) if events is not None else None
+    if resumed is None:
+        return p
+    row = int(detail.rows_of_steps(trace, [resumed])[0])
+    if row < 0:
+        return p
+    cached, spent = None, 0
+    owed = p.lost
+    for _, rec in detail.records(trace, range(row, len(trace)), batch=64):
+        if cached is None:
+            cached = int((rec.get("cached") or {}).get(p.victim, 0))
+            if owed is not None:
+                owed = max(0, owed - cached)
+        if owed is None or spent >= owed or p.victim in (rec.get("preempted") or ()):
+            break
+        tokens = next((e[1] for g in ("resumed", "running") for e in rec[g] if e[0] == p.victim), 0)
+        spent += min(tokens, owed - spent)
+    return dataclasses.replace(
+        p,
+        resumed_step=resumed,
+        steps_until_resumed=resumed - step,
+        recomputed=spent if owed is not None else None,
+        cached_on_resume=cached if has_why_fields(trace) else None,
+    )
 
 
 def steps_why(trace: Trace, rows: Iterable[int]) -> list[StepWhy]:
