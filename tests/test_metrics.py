@@ -38,8 +38,10 @@ def scrape(url: str) -> dict[str, Any]:
 
 def expected_from_trace(path: Path) -> dict[str, float]:
     """What the counters must read for a whole trace, computed by `schedscope flags`' code."""
+    from tracer.analysis import why
     from tracer.analysis.budget import analyze
     from tracer.analysis.flags import KINDS, detect
+    from tracer.analysis.reasons import CODES
 
     trace = load(path)
     analysis = analyze(trace)
@@ -53,11 +55,17 @@ def expected_from_trace(path: Path) -> dict[str, float]:
         "schedscope_draft_slot_rows_needed_total": int(analysis.needed.sum()),
         "schedscope_tokens_withheld_total": report.tokens_withheld,
         "schedscope_query_rows_total": int(analysis.query_rows.sum()),
-        "schedscope_preemptions_total": int(col["n_preempted"].sum()),
         "schedscope_records_dropped_total": (trace.footer or {}).get("records_dropped", 0),
         "schedscope_target_budget_utilization_count": len(trace),
     }
     out.update({f"schedscope_flags_total{{kind={k}}}": counts.get(k, 0) for k in KINDS})
+    # The "why" counters, by `schedscope why`'s code; the triggers add up to the preemptions.
+    triggers = why.preemption_triggers(trace)
+    assert sum(triggers.values()) == int(col["n_preempted"].sum())
+    out.update({f"schedscope_preemptions_total{{trigger={k}}}": triggers.get(k, 0) for k in why.TRIGGERS})
+    waiting = why.waiting_by_reason(trace, why.bindings(trace))
+    assert sum(waiting.values()) == int(why.waiting_weights(trace).sum())
+    out.update({f"schedscope_waiting_request_steps_total{{reason={k}}}": waiting.get(k, 0) for k in CODES})
     return out
 
 

@@ -403,6 +403,36 @@ def _preemptions(rec: dict[str, Any], cfg: _Config) -> list[PreemptionWhy]:
     ]
 
 
+TRIGGERS = ("kv_blocks", "priority", "self", "unknown")
+
+
+def trigger_kind(p: PreemptionWhy) -> str:
+    """What pushed a request out, as a label: another request's KV allocation failed (FCFS
+    evicts the newest), the same under priority scheduling (the lowest priority is evicted),
+    the victim's own allocation (nothing else to evict), or not recorded."""
+    if p.trigger is None:
+        return "unknown"
+    if p.trigger == p.victim:
+        return "self"
+    return "priority" if p.policy == "priority" else "kv_blocks"
+
+
+def preemption_triggers(trace: Trace) -> Counter[str]:
+    """Preemptions by trigger kind over a whole trace (only the preempting steps are parsed)."""
+    cfg = _Config(trace)
+    out: Counter[str] = Counter()
+    for _, rec in detail.records(trace, np.flatnonzero(trace.columns["n_preempted"] > 0)):
+        out.update(trigger_kind(p) for p in _preemptions(rec, cfg))
+    return out
+
+
+def waiting_by_reason(trace: Trace, codes: np.ndarray) -> dict[str, int]:
+    """Waiting request-steps by the reason that held them (a step's waiting requests by its binding)."""
+    weights = waiting_weights(trace)
+    sums = np.bincount(codes.astype(np.int64), weights=weights, minlength=len(CODES))
+    return {CODES[i]: int(v) for i, v in enumerate(sums.tolist()) if v}
+
+
 # -- a whole trace, cheaply: the binding constraint of every step ---------------------------
 _COLUMN_CODES = ("none", "preemption", "target_budget", "input_budget")
 

@@ -34,7 +34,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from tracer.analysis import flags as _flags
+from tracer.analysis import why
 from tracer.analysis.budget import analyze
+from tracer.analysis.reasons import CODES
 from tracer.live.stream import is_loopback, parse_bind
 from tracer.record.writer import Record
 from tracer.trace import schema
@@ -61,7 +63,6 @@ _COUNTERS = (
         "an upper bound where more than one request's allocation changes).",
     ),
     ("query_rows", "Rows of the separate drafter (query) pass."),
-    ("preemptions", "Requests preempted."),
 )
 
 
@@ -75,6 +76,8 @@ class TraceMetrics:
         self.dropped_source: Callable[[], int] | None = None  # the writer's dropped count
         self.totals = dict.fromkeys((name for name, _ in _COUNTERS), 0)
         self.flags = dict.fromkeys(_flags.KINDS, 0)
+        self.waiting = dict.fromkeys(CODES, 0)  # waiting request-steps by reason (tracer.analysis.why)
+        self.triggers = dict.fromkeys(why.TRIGGERS, 0)
         self.util_buckets = np.zeros(len(UTIL_BUCKETS) + 1, dtype=np.int64)  # last: above 1.0
         self.util_sum = 0.0
         self.lines_dropped = 0  # lines the metrics could not keep up with (never the trace's)
@@ -150,7 +153,8 @@ class TraceMetrics:
         if not len(trace):
             return
         analysis = analyze(trace)
-        report = _flags.detect(trace, analysis)
+        bindings = why.bindings(trace)
+        report = _flags.detect(trace, analysis, bindings=bindings)
         col = trace.columns
         t = self.totals
         t["steps"] += len(trace)
@@ -159,9 +163,12 @@ class TraceMetrics:
         t["draft_slot_rows_needed"] += int(analysis.needed.sum())
         t["tokens_withheld"] += int(analysis.withheld.sum())
         t["query_rows"] += int(analysis.query_rows.sum())
-        t["preemptions"] += int(col["n_preempted"].sum())
         for kind, n in report.counts().items():
             self.flags[kind] = self.flags.get(kind, 0) + n
+        for code, n in why.waiting_by_reason(trace, bindings).items():
+            self.waiting[code] += n
+        for kind, n in why.preemption_triggers(trace).items():
+            self.triggers[kind] += n
         cap = col["target_cap"]
         util = col["target_used"][cap > 0] / cap[cap > 0]
         where = np.searchsorted(np.array(UTIL_BUCKETS), util, side="left")
@@ -204,6 +211,24 @@ class _Collector:
         for kind, n in m.flags.items():
             flags.add_metric([*values, kind], n)
         yield flags
+        waiting = CounterMetricFamily(
+            "schedscope_waiting_request_steps",
+            "Requests waiting through a step, by the constraint that held them (`schedscope why`).",
+            labels=[*names, "reason"],
+        )
+        for code, n in m.waiting.items():
+            waiting.add_metric([*values, code], n)
+        yield waiting
+        triggers = CounterMetricFamily(
+            "schedscope_preemptions",
+            "Requests preempted, by what pushed them out: another request's KV allocation "
+            "(kv_blocks; priority under priority scheduling), their own (self), or not recorded "
+            "(unknown: traces before format 1.3).",
+            labels=[*names, "trigger"],
+        )
+        for kind, n in m.triggers.items():
+            triggers.add_metric([*values, kind], n)
+        yield triggers
         dropped = CounterMetricFamily(
             "schedscope_records_dropped",
             "Trace records dropped (queue full or file unwritable).",
