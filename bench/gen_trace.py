@@ -77,7 +77,7 @@ class Req:
     """The attributes of vllm.v1.request.Request that the recorder reads."""
 
     __slots__ = ("blocks", "max_tokens", "num_computed_tokens", "num_tokens", "output", "request_id")
-    __slots__ += ("num_output_placeholders", "spec_token_ids")
+    __slots__ += ("num_output_placeholders", "spec_token_ids", "status")
 
     def __init__(self, rid: str, prompt: int, max_tokens: int) -> None:
         self.request_id = rid
@@ -88,6 +88,7 @@ class Req:
         self.num_output_placeholders = 0
         self.spec_token_ids: list[int] = []
         self.blocks = 0
+        self.status = "WAITING"  # the waiting loop skips WAITING_FOR_* states; never here
 
     @property
     def num_tokens_with_spec(self) -> int:

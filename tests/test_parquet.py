@@ -17,9 +17,12 @@ import numpy as np
 import pytest
 
 from tests.conftest import ROOT
+from tracer.analysis import why
 from tracer.analysis.budget import analyze
+from tracer.analysis.reasons import CODES
 from tracer.cli import main
 from tracer.trace.reader import Trace, load
+from tracer.trace.schema import SCHEMA_VERSION
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -103,10 +106,13 @@ def _check_tables(out: Path, trace: Trace, engine: str) -> None:
     for name, column in trace.runner.items():
         assert steps[f"runner_{name}"] == column.tolist(), name
     assert steps["withheld_tokens"] == analyze(trace).withheld.tolist()
+    assert steps["binding"] == [CODES[c] for c in why.bindings(trace).tolist()]
     req = pq.read_table(out / "requests.parquet").to_pylist()
     expected = []
+    reasons = []
     for i in range(len(trace)):
         rec = trace.step(i)
+        held = {r.id: r for r in why.step_why(trace, i).requests}
         gone = set(rec["preempted"])
         sampled = rec["sampled"]
         seen = set()
@@ -115,9 +121,15 @@ def _check_tables(out: Path, trace: Trace, engine: str) -> None:
                 seen.add(rid)
                 smp = None if sampled is None else sampled.get(rid)
                 expected.append((rec["step"], rid, kind, tokens, spec, demand, smp, rid in gone))
+                reasons.append(held[rid].cause.code if rid in held else None)
         for rid in rec["preempted"]:
             if rid not in seen:
                 expected.append((rec["step"], rid, "preempted", 0, 0, -1, None, True))
+                reasons.append(None)
+        for r in held.values():  # held back: a row each, with the reason
+            if r.state != "clipped":
+                expected.append((rec["step"], r.id, r.state, 0, 0, r.demand, None, False))
+                reasons.append(r.cause.code)
     got = [
         (
             r["step"],
@@ -132,6 +144,7 @@ def _check_tables(out: Path, trace: Trace, engine: str) -> None:
         for r in req
     ]
     assert got == expected
+    assert [r["reason"] for r in req] == reasons
     assert {r["engine"] for r in req} <= {engine}
 
 
@@ -149,7 +162,7 @@ def test_a_format_12_trace_exports_in_row_groups(tmp_path: Path, monkeypatch: py
     args = ["--steps", "700", "--kv-blocks", "300", "--max-running", "32"]
     subprocess.run([sys.executable, str(ROOT / "bench" / "gen_trace.py"), str(trace_path), *args], check=True)
     trace = load(trace_path)
-    assert trace.header["schema"] == "1.2" and int(trace.columns["n_preempted"].sum()) > 0
+    assert trace.header["schema"] == SCHEMA_VERSION and int(trace.columns["n_preempted"].sum()) > 0
     monkeypatch.setattr(parquet, "CHUNK", 256)
     seen: list[tuple[int, int]] = []
     parquet.export(trace, tmp_path / "out", engine="gen", progress=lambda d, t: seen.append((d, t)))

@@ -145,7 +145,7 @@ def has_why_fields(trace: Trace) -> bool:
         return False
 
 
-class _Config:
+class Config:
     """The header config a reason needs, typed once."""
 
     def __init__(self, trace: Trace) -> None:
@@ -184,10 +184,10 @@ class _Config:
 
 # -- one step ---------------------------------------------------------------------------------
 def step_why(
-    trace: Trace, row: int, rec: dict[str, Any] | None = None, *, config: _Config | None = None
+    trace: Trace, row: int, rec: dict[str, Any] | None = None, *, config: Config | None = None
 ) -> StepWhy:
     """The reasons of one step (row), from its record."""
-    cfg = config or _Config(trace)
+    cfg = config or Config(trace)
     rec = rec if rec is not None else trace.step(row)
     binding, head = _admission(rec, cfg)
     requests = _waiting(rec, binding, head, cfg) + _running(rec, cfg)
@@ -220,7 +220,7 @@ def _skip_code(status: str) -> str:
     return SKIP_STATUS.get(status, "unknown")
 
 
-def _admission(rec: dict[str, Any], cfg: _Config) -> tuple[Cause, str | None]:
+def _admission(rec: dict[str, Any], cfg: Config) -> tuple[Cause, str | None]:
     """What ended the waiting loop, and the head request it ended at (None if none)."""
     exact = cfg.exact
     listed = rec.get("waiting_demand") or []
@@ -264,7 +264,7 @@ def _admission(rec: dict[str, Any], cfg: _Config) -> tuple[Cause, str | None]:
     return _head_cause(rec, cfg, head[0], int(head[1])), head[0]
 
 
-def _head_cause(rec: dict[str, Any], cfg: _Config, rid: str, demand: int) -> Cause:
+def _head_cause(rec: dict[str, Any], cfg: Config, rid: str, demand: int) -> Cause:
     """Why the loop stopped at the head request, budgets and caps having room."""
     target, inp = rec["target"], rec["input"]
     room = min(target["left"], inp["left"] - cfg.draft_slots)
@@ -307,7 +307,7 @@ def _head_cause(rec: dict[str, Any], cfg: _Config, rid: str, demand: int) -> Cau
     return Cause("kv_blocks", LIKELY, numbers, tuple(dict.fromkeys([*alternatives, *others, "unknown"])))
 
 
-def _waiting(rec: dict[str, Any], binding: Cause, head: str | None, cfg: _Config) -> list[RequestWhy]:
+def _waiting(rec: dict[str, Any], binding: Cause, head: str | None, cfg: Config) -> list[RequestWhy]:
     statuses = rec.get("waiting_status") or {}
     out = []
     for rid, demand in rec.get("waiting_demand") or ():
@@ -321,7 +321,7 @@ def _waiting(rec: dict[str, Any], binding: Cause, head: str | None, cfg: _Config
     return out
 
 
-def _running(rec: dict[str, Any], cfg: _Config) -> list[RequestWhy]:
+def _running(rec: dict[str, Any], cfg: Config) -> list[RequestWhy]:
     """Scheduled requests clipped below their demand, and running ones not scheduled at all."""
     target, inp = rec["target"], rec["input"]
     t_left, i_left, ds = target["cap"], inp["cap"], cfg.draft_slots
@@ -382,7 +382,7 @@ def _running(rec: dict[str, Any], cfg: _Config) -> list[RequestWhy]:
     return out
 
 
-def _preemptions(rec: dict[str, Any], cfg: _Config) -> list[PreemptionWhy]:
+def _preemptions(rec: dict[str, Any], cfg: Config) -> list[PreemptionWhy]:
     recorded = rec.get("preemptions")
     if recorded:
         return [
@@ -419,7 +419,7 @@ def trigger_kind(p: PreemptionWhy) -> str:
 
 def preemption_triggers(trace: Trace) -> Counter[str]:
     """Preemptions by trigger kind over a whole trace (only the preempting steps are parsed)."""
-    cfg = _Config(trace)
+    cfg = Config(trace)
     out: Counter[str] = Counter()
     for _, rec in detail.records(trace, np.flatnonzero(trace.columns["n_preempted"] > 0)):
         out.update(trigger_kind(p) for p in _preemptions(rec, cfg))
@@ -443,7 +443,7 @@ def bindings(trace: Trace) -> np.ndarray:
     Decided from the reader's columns where they suffice (nothing waiting, a preemption, a
     spent budget, the admission cap); the remaining steps' records are parsed (only those)."""
     col = trace.columns
-    cfg = _Config(trace)
+    cfg = Config(trace)
     n = len(trace)
     out = np.full(n, CODE_INDEX["unknown"], dtype=np.int8)
     waiting = np.maximum(col["num_waiting"] - col["n_preempted"], 0)
@@ -582,7 +582,7 @@ def request_story(trace: Trace, request_id: str) -> RequestStory | None:
     rows = detail.rows_mentioning(trace, orjson.dumps(request_id))
     if not len(rows):
         return None
-    cfg = _Config(trace)
+    cfg = Config(trace)
     dur = durations(trace)
     steps: list[LifeStep] = []
     preemptions: list[PreemptionWhy] = []
@@ -685,5 +685,5 @@ def resume_cost(trace: Trace, p: PreemptionWhy, step: int) -> PreemptionWhy:
 
 
 def steps_why(trace: Trace, rows: Iterable[int]) -> list[StepWhy]:
-    cfg = _Config(trace)
+    cfg = Config(trace)
     return [step_why(trace, row, rec, config=cfg) for row, rec in detail.records(trace, rows)]

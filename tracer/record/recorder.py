@@ -378,15 +378,21 @@ class Recorder:
         kv = getattr(sched, "kv_cache_manager", None)
         n_running, n_waiting = _request_counts(sched)
         # The facts a "why" needs (1.3): cheap reads; the admitted requests' computed tokens
-        # (after schedule(), so the prefix-cache hit is that minus the tokens scheduled).
-        admitted = None
-        if new_ids or resumed:
-            ids = new_ids
-            if resumed:
-                fresh = set(new_ids)
-                ids = new_ids + [r for r in resumed if r not in fresh]
-            requests = sched.requests
-            admitted = (ids, [requests[r].num_computed_tokens for r in ids])
+        # (after schedule(), so the prefix-cache hit is that minus the tokens scheduled). A vLLM
+        # that moved one of them costs those fields only, never the step.
+        admitted = statuses = None
+        try:
+            if new_ids or resumed:
+                ids = new_ids
+                if resumed:
+                    fresh = set(new_ids)
+                    ids = new_ids + [r for r in resumed if r not in fresh]
+                requests = sched.requests
+                admitted = (ids, [requests[r].num_computed_tokens for r in ids])
+            if pre is not None and n_waiting:
+                statuses = [r.status for r in pre.waiting_refs]
+        except Exception:
+            self.fail("after schedule(): the why facts")
         preemptions = self._preemptions
         if preemptions:
             self._preemptions = []
@@ -410,7 +416,7 @@ class Recorder:
             inputs=self._inputs,
             kv_free=(pre.kv_free, _free_blocks(sched)) if pre is not None else None,
             admitted=admitted,
-            statuses=[r.status for r in pre.waiting_refs] if pre is not None and n_waiting else None,
+            statuses=statuses,
             preemptions=preemptions or None,
             paused=getattr(pause, "name", str(pause)) if pause else None,
         )

@@ -3,10 +3,13 @@
 - `steps.parquet`, one row per step: the reader's step columns (`Trace.columns`), the
   runner columns (prefixed `runner_`), and the budget model's figures
   (`tracer.analysis.budget`: `excess_rows`, `withheld_tokens`, `withheld_exact`);
-- `requests.parquet`, one row per request per step it was scheduled or preempted in:
-  `kind` is `new`, `resumed`, `running` (scheduled), or `preempted` (preempted in that step
-  without being scheduled in it); `preempted` is true on every row whose request the step
-  preempted, scheduled or not.
+- `requests.parquet`, one row per request per step it was scheduled, preempted or held back
+  in: `kind` is `new`, `resumed`, `running` (scheduled), `preempted` (preempted in that step
+  without being scheduled in it), `waiting` (listed waiting, not admitted) or `unscheduled`
+  (running, given no tokens); `preempted` is true on every row whose request the step
+  preempted, scheduled or not; `reason` is why it was held back or clipped below its demand
+  (tracer.analysis.reasons' code, null for a request that got all it needed). The steps table's
+  `binding` is each step's binding constraint.
 
 Both carry an `engine` column (the trace's name, or one given), so the tables of several
 traces are queried together: docs/queries.md. Step detail is read through `Trace.step`, so
@@ -24,7 +27,9 @@ from typing import Any
 
 import numpy as np
 
+from tracer.analysis import why
 from tracer.analysis.budget import analyze
+from tracer.analysis.reasons import CODE_INDEX, CODES
 from tracer.trace.compact import GROUPS
 from tracer.trace.reader import RUNNER_COLS, Trace
 
@@ -33,7 +38,7 @@ Progress = Callable[[int, int], None]
 STEPS_FILE = "steps.parquet"
 REQUESTS_FILE = "requests.parquet"
 # Request kinds, in the order of their dictionary codes.
-KINDS = (*GROUPS, "preempted")
+KINDS = (*GROUPS, "preempted", "waiting", "unscheduled")
 # Steps per row group of the request table (about 1M rows at 256 running).
 CHUNK = 4096
 
@@ -80,6 +85,9 @@ def steps_table(trace: Trace, engine: str) -> Any:
     cols["excess_rows"] = budget.excess
     cols["withheld_tokens"] = budget.withheld
     cols["withheld_exact"] = budget.exact
+    cols["binding"] = pa.DictionaryArray.from_arrays(
+        pa.array(why.bindings(trace), pa.int8()), pa.array(CODES)
+    )
     return pa.table({k: v if isinstance(v, pa.Array) else pa.array(v) for k, v in cols.items()})
 
 
@@ -92,9 +100,12 @@ def _entries(group: list[list[Any]]) -> list[list[Any]]:
 
 def _request_chunk(pa: Any, trace: Trace, engine: str, rows: range) -> Any:
     step_no, t, ids, kind, tokens, spec, demand, sampled, preempted = ([] for _ in range(9))
+    reasons: list[int | None] = []
     steps, times = trace.columns["step"], trace.columns["t"]
+    config = why.Config(trace)
     for i in rows:
         rec = trace.step(i)
+        held = {r.id: r for r in why.step_why(trace, i, rec, config=config).requests}
         gone = set(rec["preempted"] or ())
         smp = rec["sampled"]
         scheduled: set[Any] = set()
@@ -113,6 +124,7 @@ def _request_chunk(pa: Any, trace: Trace, engine: str, rows: range) -> Any:
             preempted += map(gone.__contains__, g_ids) if gone else [False] * n
             step_no += [int(steps[i])] * n
             t += [float(times[i])] * n
+            reasons += [CODE_INDEX[held[r].cause.code] if r in held else None for r in g_ids]
             if gone:
                 scheduled.update(g_ids)
         # Preempted without being scheduled in this step (the usual case): a row of its own.
@@ -126,6 +138,21 @@ def _request_chunk(pa: Any, trace: Trace, engine: str, rows: range) -> Any:
             preempted.append(True)
             step_no.append(int(steps[i]))
             t.append(float(times[i]))
+            reasons.append(None)
+        # Requests held back in this step, with the reason (`schedscope why`).
+        for r in held.values():
+            if r.state == "clipped":
+                continue
+            ids.append(r.id)
+            tokens.append(0)
+            spec.append(0)
+            demand.append(r.demand)
+            kind.append(KINDS.index(r.state))
+            sampled.append(None)
+            preempted.append(False)
+            step_no.append(int(steps[i]))
+            t.append(float(times[i]))
+            reasons.append(CODE_INDEX[r.cause.code])
     n = len(ids)
     return pa.table(
         {
@@ -139,6 +166,7 @@ def _request_chunk(pa: Any, trace: Trace, engine: str, rows: range) -> Any:
             "demand": pa.array(demand, pa.int64()),
             "sampled": pa.array(sampled, pa.int64()),
             "preempted": pa.array(preempted, pa.bool_()),
+            "reason": pa.DictionaryArray.from_arrays(pa.array(reasons, pa.int8()), pa.array(CODES)),
         }
     )
 

@@ -30,8 +30,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import orjson
 
+from tracer.analysis import why
 from tracer.analysis.session import Session, request_entries
+from tracer.analysis.why import StepWhy
 from tracer.render.text import spec_label
+from tracer.render.why import cause_text, preemption_line
 
 if TYPE_CHECKING:
     from tracer.analysis.flags import FlagReport
@@ -105,6 +108,21 @@ def _counters(trace: Trace, ts: list[int]) -> list[dict[str, Any]]:
         )
         out.append(_counter("KV cache usage", when, {"usage": c["kv_usage"][i]}))
     return out
+
+
+def _why_args(why: StepWhy) -> dict[str, Any]:
+    """The step's reasons (`schedscope why --step`): its binding constraint in words and as a
+    code, and each held-back request's."""
+    args: dict[str, Any] = {
+        "binding": why.binding.code,
+        "binding_certainty": why.binding.certainty,
+        "why": cause_text(why.binding),
+    }
+    if why.requests:
+        args["held_back"] = {r.id: cause_text(r.cause) for r in why.requests}
+    if why.preemptions:
+        args["preemptions"] = [preemption_line(p) for p in why.preemptions]
+    return args
 
 
 def _step_args(rec: dict[str, Any]) -> dict[str, Any]:
@@ -231,6 +249,7 @@ def to_chrome_trace(source: Session | Trace, *, max_lanes: int = MAX_LANES) -> d
     # The step slice is the schedule() call; trimmed to the next step so slices never overlap.
     step_dur = [min(d, s) for d, s in zip(sched_dur.tolist(), spans, strict=True)]
     records = trace.steps()
+    config = why.Config(trace)
 
     label = f"vLLM scheduler ({spec_label(cfg)}, {trace.header.get('policy')})"
     events = [
@@ -246,7 +265,7 @@ def to_chrome_trace(source: Session | Trace, *, max_lanes: int = MAX_LANES) -> d
             "tid": SCHED_TID,
             "ts": ts[i],
             "dur": step_dur[i],
-            "args": _step_args(rec),
+            "args": {**_step_args(rec), **_why_args(why.step_why(trace, i, rec, config=config))},
         }
         for i, rec in enumerate(records)
     ]
