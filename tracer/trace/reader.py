@@ -267,6 +267,49 @@ def _int(record: dict[str, Any], key: str, sub: str | None, path: str, line: int
     return value
 
 
+def _why_problem(r: dict[str, Any]) -> tuple[str, str] | None:
+    """(field, what is wrong) for a malformed format 1.3 "why" field of a step, else None.
+    Absent or null is fine (older traces); a torn or contradictory value is an error, never a
+    reason invented from it."""
+    kv = r.get("kv_free")
+    if kv is not None and not (
+        type(kv) is list and len(kv) == 2 and type(kv[0]) is int and type(kv[1]) is int and min(kv) >= 0
+    ):
+        return "kv_free", f"expected [free blocks before, after] as two non-negative integers, got {kv!r}"
+    cached = r.get("cached")
+    if cached is not None and not (
+        type(cached) is dict and all(type(v) is int and v > 0 for v in cached.values())
+    ):
+        return "cached", f"expected {{id: tokens > 0}}, got {cached!r}"
+    status = r.get("waiting_status")
+    if status is not None and not (type(status) is dict and all(type(v) is str for v in status.values())):
+        return "waiting_status", f"expected {{id: state}}, got {status!r}"
+    pre = r.get("preemptions")
+    if pre is not None:
+        ok = type(pre) is list and all(
+            type(p) is list
+            and len(p) == 5
+            and type(p[0]) is str
+            and (p[1] is None or type(p[1]) is str)
+            and all(type(x) is int and x >= 0 for x in p[2:])
+            for p in pre
+        )
+        if not ok:
+            return (
+                "preemptions",
+                f"expected [[victim, trigger, lost, free before, free after], ...], got {pre!r}",
+            )
+        if len(pre) != len(r.get("preempted") or ()):
+            return (
+                "preemptions",
+                f"{len(pre)} entries contradict the {len(r.get('preempted') or ())} preempted",
+            )
+    paused = r.get("paused")
+    if paused is not None and type(paused) is not str:
+        return "paused", f"expected a pause state name or null, got {paused!r}"
+    return None
+
+
 def _req_list(record: dict[str, Any], key: str, path: str, line: int) -> list[Any]:
     value = record.get(key, [])
     if not isinstance(value, list) or any(
@@ -435,6 +478,7 @@ class TraceBuilder:
                     # takes numbers, so anything else goes down the general path.
                     if (
                         ok
+                        and _why_problem(r) is None
                         and type(step) is int
                         and type(tc) is int
                         and type(tu) is int
@@ -596,6 +640,9 @@ class TraceBuilder:
         resumed = _req_list(r, "resumed", path, line)
         running = _req_list(r, "running", path, line)
         sampled = r.get("sampled")
+        problem = _why_problem(r)
+        if problem is not None:
+            raise TraceError(path, problem[1], line=line, field=problem[0])
         if not isinstance(query, dict):
             raise TraceError(path, f"expected an object or null, got {query!r}", line=line, field="query")
         every = (*new, *resumed, *running)
