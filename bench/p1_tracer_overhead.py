@@ -45,6 +45,9 @@ from _common import fmt_spread, machine, spread
 PROMPT = 32
 MAX_TOKENS = 60_000
 K = 3
+# Requests kept waiting behind max_num_seqs (--waiting): a busy server's queue, which the
+# recorder lists (and, since format 1.3, reads the states of) every step.
+WAITING = 0
 
 
 def request_id(i: int) -> str:
@@ -81,7 +84,7 @@ def build(n: int, steps: int, cls: type | None = None, trace: Path | None = None
         os.environ.pop("SCHEDSCOPE_TRACE", None)
         if saved is not None:
             os.environ["SCHEDSCOPE_TRACE"] = saved
-    for i in range(n):
+    for i in range(n + WAITING):
         sched.add_request(make_request(request_id(i), PROMPT, MAX_TOKENS))
     return sched
 
@@ -93,6 +96,36 @@ def build_schedulers(n: int, steps: int, trace: Path) -> tuple[Any, Any, Any]:
     traced = build(n, steps, TracingScheduler, trace)
     assert traced._schedscope is not None, "recording must be on"
     return build(n, steps), build(n, steps), traced
+
+
+def baseline_recorder(ref: str) -> type:
+    """The Recorder class of git revision `ref` (its tracer/record/recorder.py, loaded beside
+    today's modules), so one run times today's recorder against an earlier one."""
+    import subprocess
+    import types
+
+    root = Path(__file__).resolve().parent.parent
+    source = subprocess.run(
+        ["git", "-C", str(root), "show", f"{ref}:tracer/record/recorder.py"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    module = types.ModuleType("schedscope_baseline_recorder")
+    module.__file__ = f"{ref}:tracer/record/recorder.py"
+    sys.modules[module.__name__] = module  # dataclasses look their module up
+    exec(compile(source, module.__file__, "exec"), module.__dict__)
+    return module.Recorder
+
+
+def build_baseline(n: int, steps: int, trace: Path, recorder: type) -> Any:
+    """A TracingScheduler whose recorder is `recorder` (an earlier revision's)."""
+    from tracer.scheduler import TracingScheduler
+
+    sched = build(n, steps, TracingScheduler, trace.with_suffix(".unused.jsonl"))
+    sched._schedscope.close()
+    sched._schedscope = recorder.for_scheduler(sched, trace)
+    return sched
 
 
 class Loop:
@@ -130,45 +163,64 @@ class Loop:
         return sum(self.step()[0] for _ in range(k))
 
 
-def measure(n: int, rounds: int, block: int, warmup: int, breakdown_steps: int, workdir: Path) -> dict:
+def measure(
+    n: int,
+    rounds: int,
+    block: int,
+    warmup: int,
+    breakdown_steps: int,
+    workdir: Path,
+    baseline: type | None = None,
+) -> dict:
+    import itertools
+
     from vllm.utils.gc_utils import freeze_gc_heap
 
-    stock, control, traced = build_schedulers(
-        n, warmup + rounds * block + breakdown_steps, workdir / f"p1_{n}.jsonl"
-    )
+    steps = warmup + rounds * block + breakdown_steps
+    stock, control, traced = build_schedulers(n, steps, workdir / f"p1_{n}.jsonl")
     rec = traced._schedscope
     loops = [Loop(stock), Loop(control), Loop(traced, rec.writer.force_flush)]
+    before = None
+    if baseline is not None:  # today's recorder (B) against an earlier revision's (C), in the same rounds
+        before = build_baseline(n, steps, workdir / f"p1_{n}_before.jsonl", baseline)
+        loops.append(Loop(before, before._schedscope.writer.force_flush))
     for loop in loops:
         loop.run(warmup)
     assert len(stock.running) == len(traced.running) == n, "all requests must be running"
+    assert len(traced.waiting) == WAITING, "the queue must stay"
     freeze_gc_heap()  # as EngineCore does after start-up
-    # Orders cycle through all six permutations, so no scheduler always goes first.
-    orders = [(0, 1, 2), (1, 2, 0), (2, 0, 1), (2, 1, 0), (1, 0, 2), (0, 2, 1)]
+    # Orders cycle through every permutation, so no scheduler always goes first.
+    orders = list(itertools.permutations(range(len(loops))))
     rounds_ns: list[list[int]] = []
     rounds_wall: list[list[int]] = []
     for _ in range(rounds):
-        ns, wall_ns = [0, 0, 0], [0, 0, 0]
+        ns, wall_ns = [0] * len(loops), [0] * len(loops)
         for i in range(block):
-            tokens = [0, 0, 0]
+            tokens = [0] * len(loops)
             for j in orders[i % len(orders)]:
                 dt, dw, tokens[j] = loops[j].step()
                 ns[j] += dt
                 wall_ns[j] += dw
-            assert tokens[0] == tokens[1] == tokens[2], "the three schedulers diverged"
+            assert len(set(tokens)) == 1, "the schedulers diverged"
         rounds_ns.append(ns)
         rounds_wall.append(wall_ns)
     assert len(traced.running) == n
     parts = hook_times(rec, loops[2], breakdown_steps)
+    parts_before = hook_times(before._schedscope, loops[3], breakdown_steps) if before is not None else None
     traced.shutdown()
-    for sched in (stock, control):
+    for sched in (stock, control) + ((before,) if before is not None else ()):
         sched.shutdown()
     return {
         "n": n,
-        "ratio": [b / a for a, _, b in rounds_ns],
-        "control": [c / a for a, c, _ in rounds_ns],
-        "wall_ratio": [b / a for a, _, b in rounds_wall],
-        "us_stock": [a / block / 1000 for a, _, _ in rounds_ns],
-        "us_traced": [b / block / 1000 for _, _, b in rounds_ns],
+        "ratio": [r[2] / r[0] for r in rounds_ns],
+        "control": [r[1] / r[0] for r in rounds_ns],
+        "wall_ratio": [r[2] / r[0] for r in rounds_wall],
+        "us_stock": [r[0] / block / 1000 for r in rounds_ns],
+        "us_traced": [r[2] / block / 1000 for r in rounds_ns],
+        # With a baseline: its ratio to stock, and today's step minus the baseline's, in % of stock.
+        "ratio_before": [r[3] / r[0] for r in rounds_ns] if before is not None else None,
+        "delta_pct": [100 * (r[2] - r[3]) / r[0] for r in rounds_ns] if before is not None else None,
+        "parts_before": parts_before,
         "parts": parts,
         "dropped": rec.writer.dropped,
         "errors": rec.errors,
@@ -221,7 +273,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--block", type=int, default=20, help="steps per scheduler per round")
     ap.add_argument("--warmup", type=int, default=16, help="steps before timing (prefill done)")
     ap.add_argument("--quick", action="store_true", help="256 requests, 8 rounds of 10 steps")
+    ap.add_argument(
+        "--baseline",
+        metavar="REF",
+        help="also time the recorder of git revision REF in the same rounds (before/after in one run)",
+    )
+    ap.add_argument("--waiting", type=int, default=0, help="requests kept waiting behind max_num_seqs")
     args = ap.parse_args(argv)
+    global WAITING
+    WAITING = args.waiting
     if args.quick:
         args.requests, args.rounds, args.block = "256", 8, 10
     sizes = [int(x) for x in args.requests.split(",")]
@@ -237,7 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     with tempfile.TemporaryDirectory(prefix="schedscope-p1-") as tmp:
         for n in sizes:
-            res = measure(n, args.rounds, args.block, args.warmup, 3 * args.block, Path(tmp))
+            baseline = baseline_recorder(args.baseline) if args.baseline else None
+            res = measure(n, args.rounds, args.block, args.warmup, 3 * args.block, Path(tmp), baseline)
             results.append(res)
             stock_us, traced_us = spread(res["us_stock"])[1], spread(res["us_traced"])[1]
             parts = res["parts"]
@@ -260,6 +321,16 @@ def main(argv: list[str] | None = None) -> int:
                 f"dropped {res['dropped']}, tracer errors {res['errors']}",
                 flush=True,
             )
+            if res["ratio_before"] is not None:
+                pb = res["parts_before"]
+                hooks_before = sum(v for k, v in pb.items() if k != "encode" and k not in engine_side)
+                print(
+                    f"        baseline {args.baseline}: traced/stock {fmt_spread(res['ratio_before'])}\n"
+                    f"        today - baseline, % of a stock step: {fmt_spread(res['delta_pct'], '%', 2)}\n"
+                    f"        hooks {hooks_before:.1f} us/step before, {hooks:.1f} after; writer encodes a "
+                    f"step in {pb.get('encode', 0.0):.1f} us before, {parts.get('encode', 0.0):.1f} after",
+                    flush=True,
+                )
     headline = next((r for r in results if r["n"] == 256), results[0])
     lo, med, hi = spread(headline["ratio"])
     verdict = "met" if med <= 1.01 else "NOT met"
