@@ -29,6 +29,7 @@ from tracer.analysis.budget import MethodModel, analyze, simulate_without_excess
 from tracer.analysis.compare import compare, lifetimes
 from tracer.analysis.lookup import request_life
 from tracer.analysis.requests import RequestEvents, cached_index, request_events, request_index
+from tracer.trace import schema
 from tracer.trace.reader import Trace, load
 
 HEADER = {"kind": "header", "schema": "1.1", "policy": "stock", "t0": 0.0}
@@ -233,10 +234,11 @@ def test_compare_uses_the_events(generated: Path) -> None:
 
 
 def test_the_same_figures_in_format_1_1_and_1_2(generated: Path, tmp_path: Path) -> None:
-    """gen_trace writes format 1.2 (the Recorder's encoder); the same steps expanded to 1.1 by
-    Trace.step must give the same request events, budget figures and detail records."""
+    """gen_trace writes the Recorder's format (1.2's compact layout, 1.3's why fields); the same
+    steps expanded to 1.1 by Trace.step must give the same request events, budget figures and
+    detail records."""
     compact_trace = load(generated)
-    assert compact_trace.header["schema"] == "1.2"
+    assert compact_trace.header["schema"] == schema.SCHEMA_VERSION
     lines = [orjson.loads(line) for line in generated.read_bytes().splitlines() if line]
     expanded = [{**r, "schema": "1.1"} if r["kind"] == "header" else r for r in lines if r["kind"] != "step"]
     expanded[1:1] = [compact_trace.step(i) for i in range(len(compact_trace))]
