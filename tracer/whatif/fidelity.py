@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tracer.analysis import why
+from tracer.trace import schema
 from tracer.trace.reader import Trace, load
 
 # Step fields that are scheduling decisions or their inputs. Sets (vLLM keeps
@@ -120,8 +122,14 @@ def compare_runs(recorded: Trace, replayed: Trace, *, policy: str, exact: bool, 
     sa, sb = _sampled_by_step(a), _sampled_by_step(b)
     identical = 0
     first: Divergence | None = None
+    # A 1.3 recording's "why" facts (free KV blocks, prefix hits, skipped states, preemptions'
+    # triggers and lost work) must be re-made too: `why --exact` probes the replay's state.
+    why_keys = schema.WHY_STEP_KEYS if why.has_why_fields(recorded) else ()
     for x, y in zip(a, b, strict=False):
         dx, dy = decisions(x, sa), decisions(y, sb)
+        for key in why_keys:
+            if x.get(key) is not None or key != "kv_free":  # kv_free is null where unreadable
+                dx[key], dy[key] = x.get(key), y.get(key)
         if dx == dy:
             identical += 1
         elif first is None:
