@@ -125,6 +125,10 @@ def test_priority_preemptions_name_trigger_lost_work_and_cost(tmp_path: Path) ->
                 assert p.steps_until_resumed == p.resumed_step - step
                 assert 0 <= p.recomputed <= p.lost
     assert seen == int(trace.columns["n_preempted"].sum()) > 0
+    # The vectorised pass reads a 1.3 step's facts by region: the same as step by step.
+    codes = why.bindings(trace).tolist()
+    assert [CODES[c] for c in codes] == [why.step_why(trace, r).binding.code for r in range(len(trace))]
+    assert "kv_blocks" in {CODES[c] for c in codes}
 
 
 def _record_priority(tmp_path: Path) -> tuple[Path, dict[int, dict[str, int]]]:

@@ -66,13 +66,14 @@ def needle(key: str) -> bytes:
 
 
 def region(
-    trace: Trace, rows: Iterable[int], first: str, stop: str, *, batch: int = BATCH
+    trace: Trace, rows: Iterable[int], first: str, stop: str | None, *, batch: int = BATCH
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     """(row, {key: value}) for the keys of each row's record from `first` up to `stop`, in
     the recorder's key order; a record not laid out that way is parsed whole (its dict then
     holds every key, defaults filled in). Read values with .get: a key the recorder did not
     write between the two is absent."""
-    start_needle, stop_needle = needle(first), needle(stop)
+    start_needle = needle(first)
+    stop_needle = needle(stop) if stop is not None else None  # None: to the record's end
     rows = list(map(int, rows))
     for lo in range(0, len(rows), batch):
         chunk = rows[lo : lo + batch]
@@ -81,7 +82,10 @@ def region(
         lines = raw_lines(trace, chunk)
         for j, line in enumerate(lines):
             a = line.find(start_needle)
-            b = line.find(stop_needle, a + 1) if a >= 0 else -1
+            if stop_needle is None:
+                b = line.rstrip().rfind(b"}") if a >= 0 else -1
+            else:
+                b = line.find(stop_needle, a + 1) if a >= 0 else -1
             if b < 0:
                 whole.append(j)
                 pieces.append(b"{}")

@@ -107,6 +107,7 @@ class PreemptionWhy:
     steps_until_resumed: int | None = None
     recomputed: int | None = None  # tokens spent re-computing the lost work after it resumed
     cached_on_resume: int | None = None  # of the lost work, found again in the prefix cache
+    looked_for_resume: bool = False  # whether the fields above were looked for (resume_cost)
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -184,16 +185,24 @@ class Config:
 
 # -- one step ---------------------------------------------------------------------------------
 def step_why(
-    trace: Trace, row: int, rec: dict[str, Any] | None = None, *, config: Config | None = None
+    trace: Trace,
+    row: int,
+    rec: dict[str, Any] | None = None,
+    *,
+    config: Config | None = None,
+    resume_costs: bool = True,
 ) -> StepWhy:
-    """The reasons of one step (row), from its record."""
+    """The reasons of one step (row), from its record; with `resume_costs`, each preemption's
+    cost later too (it reads the victim's later steps)."""
     cfg = config or Config(trace)
     rec = rec if rec is not None else trace.step(row)
     binding, head = _admission(rec, cfg)
     requests = _waiting(rec, binding, head, cfg) + _running(rec, cfg)
     listed = len(rec.get("waiting_demand") or ())
     step = int(rec["step"])
-    preemptions = [resume_cost(trace, p, step) for p in _preemptions(rec, cfg)]
+    preemptions = _preemptions(rec, cfg)
+    if resume_costs:
+        preemptions = [resume_cost(trace, p, step) for p in preemptions]
     facts = {
         "target_left": rec["target"]["left"],
         "input_left": rec["input"]["left"],
@@ -220,8 +229,9 @@ def _skip_code(status: str) -> str:
     return SKIP_STATUS.get(status, "unknown")
 
 
-def _admission(rec: dict[str, Any], cfg: Config) -> tuple[Cause, str | None]:
-    """What ended the waiting loop, and the head request it ended at (None if none)."""
+def _admission(rec: dict[str, Any], cfg: Config, scheduled: bool | None = None) -> tuple[Cause, str | None]:
+    """What ended the waiting loop, and the head request it ended at (None if none);
+    `scheduled`: whether the step scheduled any request (read from the record when None)."""
     exact = cfg.exact
     listed = rec.get("waiting_demand") or []
     statuses = rec.get("waiting_status") or {}
@@ -261,10 +271,12 @@ def _admission(rec: dict[str, Any], cfg: Config) -> tuple[Cause, str | None]:
             codes = sorted({_skip_code(statuses[e[0]]) for e in listed})
             return Cause(codes[0], EXACT, {"skipped": len(listed)}), None
         return Cause("unknown", UNKNOWN, {"why": "no waiting request listed"}), None
-    return _head_cause(rec, cfg, head[0], int(head[1])), head[0]
+    if scheduled is None:
+        scheduled = bool(rec["new"] or rec["resumed"] or rec["running"])
+    return _head_cause(rec, cfg, head[0], int(head[1]), scheduled), head[0]
 
 
-def _head_cause(rec: dict[str, Any], cfg: Config, rid: str, demand: int) -> Cause:
+def _head_cause(rec: dict[str, Any], cfg: Config, rid: str, demand: int, scheduled: bool) -> Cause:
     """Why the loop stopped at the head request, budgets and caps having room."""
     target, inp = rec["target"], rec["input"]
     room = min(target["left"], inp["left"] - cfg.draft_slots)
@@ -276,7 +288,6 @@ def _head_cause(rec: dict[str, Any], cfg: Config, rid: str, demand: int) -> Caus
     need_max = math.ceil((chunk + cfg.lookahead) / cfg.block) + 1 if cfg.block else None
     kv_ruled_out = free_after is not None and need_max is not None and free_after >= need_max
     alternatives: list[str] = []
-    scheduled = bool(rec["new"] or rec["resumed"] or rec["running"])
     padded = cfg.padding is not False and cfg.k > 0 and demand == 1 and scheduled
     if padded and 1 + cfg.k > room:
         numbers["padded_rows"] = 1 + cfg.k
@@ -464,9 +475,29 @@ def bindings(trace: Trace) -> np.ndarray:
     if cfg.active:
         decide(col["num_running"] >= int(cfg.active), cfg.cap_code())
     rest = np.flatnonzero(undecided | idle)
-    if len(rest):
-        for row, rec in detail.records(trace, rest):
-            out[row] = CODE_INDEX[_admission(rec, cfg)[0].code]
+    if not len(rest):
+        return out
+    # Only the keys the waiting loop's tests read: the queue and the 1.3 facts (a step's
+    # running list, most of its bytes, is not parsed); the budgets come from the columns.
+    queues = detail.region(trace, rest, "unscheduled", "sampled")
+    facts = detail.region(trace, rest, "kv_free", None) if has_why_fields(trace) else None
+    scheduled = (col["n_new"] + col["n_resumed"] + col["n_running"]) > 0
+    for row, queue in queues:
+        rec = dict(queue)
+        if facts is not None:
+            rec.update(next(facts)[1])
+        rec["preempted"] = []  # steps with a preemption were decided above
+        rec["target"] = {
+            "left": int(col["target_left"][row]),
+            "cap": int(col["target_cap"][row]),
+            "used": int(col["target_used"][row]),
+        }
+        rec["input"] = {
+            "left": int(col["input_left"][row]),
+            "cap": int(col["input_cap"][row]),
+            "reserved": int(col["input_reserved"][row]),
+        }
+        out[row] = CODE_INDEX[_admission(rec, cfg, bool(scheduled[row]))[0].code]
     return out
 
 
@@ -654,33 +685,44 @@ def _sampled(rec: dict[str, Any], rid: str) -> int:
     return int(sampled.get(rid, 0)) if isinstance(sampled, dict) else 0
 
 
+RESUME_WINDOW = 16  # records read at a time while following a victim after it resumed
+
+
 def resume_cost(trace: Trace, p: PreemptionWhy, step: int) -> PreemptionWhy:
     """A preemption's cost later: the steps until the victim resumed, and the tokens spent
-    re-computing its lost work (what the prefix cache gave back on resume aside)."""
+    re-computing its lost work (what the prefix cache gave back on resume aside). Reads only
+    the scheduled groups of the victim's steps from its resumption until it caught up."""
+    looked = dataclasses.replace(p, looked_for_resume=True)
     events = request_index(trace).events.get(p.victim)
     resumed = next((s for s in events.resumed if s > step), None) if events is not None else None
     if resumed is None:
-        return p
+        return looked
     row = int(detail.rows_of_steps(trace, [resumed])[0])
     if row < 0:
-        return p
-    cached, spent = None, 0
-    owed = p.lost
-    for _, rec in detail.records(trace, range(row, len(trace)), batch=64):
-        if cached is None:
-            cached = int((rec.get("cached") or {}).get(p.victim, 0))
-            if owed is not None:
-                owed = max(0, owed - cached)
-        if owed is None or spent >= owed or p.victim in (rec.get("preempted") or ()):
-            break
-        tokens = next((e[1] for g in ("resumed", "running") for e in rec[g] if e[0] == p.victim), 0)
-        spent += min(tokens, owed - spent)
+        return looked
+    cached = None
+    if has_why_fields(trace):
+        fact = next(detail.region(trace, [row], "cached", "waiting_status"))[1]
+        cached = int((fact.get("cached") or {}).get(p.victim, 0))
+    owed = None if p.lost is None else max(0, p.lost - (cached or 0))
+    spent = 0
+    while owed is not None and spent < owed and row < len(trace):
+        window = range(row, min(row + RESUME_WINDOW, len(trace)))
+        for _, rec in detail.region(trace, window, "resumed", "finished", batch=RESUME_WINDOW):
+            if p.victim in (rec.get("preempted") or ()) and spent:
+                owed = spent  # preempted again before it caught up
+                break
+            groups = (rec.get("resumed") or [], rec.get("running") or [])
+            spent += min(next((e[1] for g in groups for e in g if e[0] == p.victim), 0), owed - spent)
+            if spent >= owed:
+                break
+        row = window.stop
     return dataclasses.replace(
-        p,
+        looked,
         resumed_step=resumed,
         steps_until_resumed=resumed - step,
         recomputed=spent if owed is not None else None,
-        cached_on_resume=cached if has_why_fields(trace) else None,
+        cached_on_resume=cached,
     )
 
 

@@ -105,7 +105,7 @@ def _request_chunk(pa: Any, trace: Trace, engine: str, rows: range) -> Any:
     config = why.Config(trace)
     for i in rows:
         rec = trace.step(i)
-        held = {r.id: r for r in why.step_why(trace, i, rec, config=config).requests}
+        held = {r.id: r for r in why.step_why(trace, i, rec, config=config, resume_costs=False).requests}
         gone = set(rec["preempted"] or ())
         smp = rec["sampled"]
         scheduled: set[Any] = set()

@@ -265,7 +265,10 @@ def to_chrome_trace(source: Session | Trace, *, max_lanes: int = MAX_LANES) -> d
             "tid": SCHED_TID,
             "ts": ts[i],
             "dur": step_dur[i],
-            "args": {**_step_args(rec), **_why_args(why.step_why(trace, i, rec, config=config))},
+            "args": {
+                **_step_args(rec),
+                **_why_args(why.step_why(trace, i, rec, config=config, resume_costs=False)),
+            },
         }
         for i, rec in enumerate(records)
     ]

@@ -114,7 +114,7 @@ def preemption_line(p: PreemptionWhy) -> str:
         again = f", {p.recomputed} tokens re-computed" if p.recomputed is not None else ""
         hit = f" ({p.cached_on_resume} found in the prefix cache)" if p.cached_on_resume else ""
         parts.append(f"resumed at step {p.resumed_step} after {p.steps_until_resumed} steps{again}{hit}")
-    elif p.victim:
+    elif p.looked_for_resume:
         parts.append("not resumed in the trace")
     return "; ".join(parts) + certainty_mark(p.certainty)
 
