@@ -165,9 +165,10 @@ class Session:
     def waiting_summary(self) -> why.WaitingSummary:
         return self._once("waiting_summary", lambda: why.waiting_summary(self.trace, self.bindings))
 
-    def step_why(self, row: int) -> why.StepWhy:
-        """The reasons of one step (not kept: a step's record is parsed again on each call)."""
-        return why.step_why(self.trace, row)
+    def step_why(self, row: int, rec: dict[str, Any] | None = None) -> why.StepWhy:
+        """The reasons of one step (not kept: a step's record is parsed again on each call,
+        unless the caller passes the record it already holds)."""
+        return why.step_why(self.trace, row, rec)
 
     def request_story(self, request_id: str) -> why.RequestStory | None:
         return why.request_story(self.trace, request_id)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from tracer.analysis.reasons import EXACT, LIKELY, REASONS, label
+from tracer.analysis.reasons import DERIVED, EXACT, LIKELY, REASONS, label
 from tracer.analysis.request_lanes import RequestLanes, Segment
 from tracer.analysis.why import (
     Cause,
@@ -266,3 +266,9 @@ def lanes_note(lanes: RequestLanes) -> str:
     if lanes.unlisted:
         parts.append(f"up to {lanes.unlisted} waiting requests a step are not listed in the trace")
     return "; ".join(parts)
+
+
+def reason_cell(cause: Cause) -> str:
+    """A cause in a few words, for a table's reason column ("max_num_seqs", "behind: KV blocks")."""
+    text = f"behind: {label(cause.root)}" if cause.code == "behind" else label(cause.code)
+    return text + ("" if cause.certainty in (EXACT, DERIVED) else f" ({cause.certainty})")
