@@ -263,7 +263,10 @@ class RequestsScreen(StepScreen):
             return  # the window moved on: its own read is coming
         self.lanes = lanes
         self.loaded = True
-        self.query_one("#note", Static).update(escape(lanes_note(lanes)))
+        note = lanes_note(lanes)
+        if self.window.span < self.total:
+            note += f"; of the run's {self.total} steps ([ ] pan, - zooms out to at most {MAX_WINDOW})"
+        self.query_one("#note", Static).update(escape(note))
         self.query_one("#legend", Static).update(self._legend(lanes.codes()))
         self._draw()
 
