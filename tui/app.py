@@ -27,7 +27,8 @@ HELP_INTRO = (
     "target tokens against the target budget, the input budget with reserved draft slots in the "
     "warning colour, the target tokens those slots withheld, query rows against the drafter "
     "buffer, buffer rows per forward pass, running and waiting requests, flags (✖ error, "
-    "▲ warning, ● info) and preemptions (◆)."
+    "▲ warning, ● info) and preemptions (◆). [b]w[/b] opens the requests view: one lane per "
+    "request, coloured by state and reason; enter on a lane says why."
 )
 
 

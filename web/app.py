@@ -18,6 +18,7 @@ from web.engines_view import engines_chart, totals_children
 from web.follow import StoreFeed
 from web.model import RunView
 from web.store import DEFAULT_MAX_UPLOAD, TraceStore
+from web.why_view import WhyHandlers, register_why
 
 
 def make_app(
@@ -92,6 +93,7 @@ def make_app(
     )
     handlers = Handlers(store, max_points=max_points, feeds=feeds, run=run)
     register(app, handlers)
+    register_why(app, WhyHandlers(store, max_points=max_points))
     for feed in feeds:
         feed.start()
     app.store = store  # type: ignore[attr-defined]

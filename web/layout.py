@@ -8,6 +8,7 @@ from typing import Any
 from dash import dcc, html
 
 from tracer.analysis.flags import KINDS
+from web.why_view import why_section
 
 # Component ids.
 TRACE = "trace-select"
@@ -151,6 +152,7 @@ def _timeline_tab(options: list[dict[str, Any]], default: str | None, live: bool
             dcc.Graph(
                 id=GRAPH, config={"displaylogo": False, "scrollZoom": True}, style={"height": "1250px"}
             ),
+            *why_section(),  # waiting by reason, the request Gantt and its why (web.why_view)
             html.Div([html.Div(id=INSPECTOR), flags], className="columns"),
             dcc.Store(id=UPLOAD_LIMIT, data=max_upload),
             dcc.Store(id=UPLOAD_GATE),

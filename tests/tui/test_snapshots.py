@@ -41,3 +41,20 @@ def test_compare_screen(snap_compare: Any) -> None:
 def test_help_screen(snap_compare: Any) -> None:
     app = make_app(ADDITIVE)
     assert snap_compare(app, terminal_size=SIZE, run_before=wait_loaded, press=["question_mark"])
+
+
+def test_requests_screen(snap_compare: Any) -> None:
+    """The live sample's requests view: the 4 requests waiting at steps 3–19 in max_num_seqs' colour."""
+    from tests.tui.helpers import SAMPLES, wait_until
+    from tui.screens.requests import RequestsScreen
+
+    async def open_lanes(pilot: Any) -> None:
+        await wait_loaded(pilot)
+        await pilot.press("right", "right", "right", "right", "w")
+        await wait_until(
+            pilot, lambda: isinstance(pilot.app.screen, RequestsScreen) and pilot.app.screen.loaded
+        )
+        await pilot.press("down", "down", "down", "down", "down", "down", "down", "down")
+
+    app = make_app(SAMPLES / "live_cpu_ngram.jsonl")
+    assert snap_compare(app, terminal_size=SIZE, run_before=open_lanes)

@@ -19,6 +19,7 @@ from selenium.webdriver.common.by import By
 
 from tests.stream_support import records
 from tracer.analysis.compare import compare, headline_sentences
+from tracer.analysis.reasons import color
 from web.app import make_app
 
 from .helpers import ADDITIVE, LIVE_NGRAM, SEPARATE, sample, tiled_lines
@@ -28,6 +29,12 @@ pytestmark = pytest.mark.usefixtures("needs_chromium")
 GRAPH_DATA_JS = """
 const gd = document.querySelector('#timeline .js-plotly-plot');
 return gd.data.map(t => ({name: t.name, type: t.type, x: Array.from(t.x || []), y: Array.from(t.y || [])}));
+"""
+GANTT_TRACE_JS = """
+const gd = document.querySelector('#request-gantt .js-plotly-plot');
+const i = gd.data.findIndex(t => t.name === arguments[0]);
+const t = gd.data[i];
+return {index: i, color: t.marker.color, bars: t.x.length, base: Array.from(t.base), x: Array.from(t.x)};
 """
 # Record the callback responses, to see what each tick sent.
 SPY_JS = """
@@ -247,4 +254,28 @@ def test_upload_bad_file_shows_the_error_then_a_good_one_opens(
     dash_duo.wait_for_contains_text("#summary", "upload: dflash_k7_separate.jsonl", timeout=10)
     assert "no flags" in dash_duo.find_element("#summary").text
     assert ADDITIVE.exists()
+    _no_console_errors(dash_duo)
+
+
+def test_why_views_on_the_live_sample(dash_duo: Any, artifacts: Path, apps: list[Dash]) -> None:
+    """The waiting-by-reason area and the request Gantt render; a click on a lane opens its why."""
+    apps.append(make_app(sample("live_cpu_ngram.jsonl")))
+    dash_duo.start_server(apps[0])
+    dash_duo.wait_for_element("#waiting-by-reason .js-plotly-plot", timeout=10)
+    dash_duo.wait_for_contains_text("#waiting-by-reason .legend", "max_num_seqs (79)", timeout=10)
+    assert dash_duo.find_elements("#waiting-by-reason .scatterlayer .trace path.js-fill")
+    dash_duo.wait_for_contains_text("#request-gantt .legend", "waiting: max_num_seqs", timeout=10)
+    assert len(dash_duo.find_elements("#request-gantt .bars path")) >= 12
+    # The max_num_seqs bars, in its colour: one per request held at steps 3–19.
+    held = dash_duo.driver.execute_script(GANTT_TRACE_JS, "waiting: max_num_seqs")
+    assert held["color"] == color("max_num_seqs") and held["bars"] == 4
+    assert all(base <= 2.5 and base + x >= 19.5 for base, x in zip(held["base"], held["x"], strict=True))
+    orange = dash_duo.find_elements("#request-gantt .barlayer .trace.bars")[held["index"]].find_elements(
+        By.CSS_SELECTOR, "path"
+    )
+    dash_duo.driver.execute_script("document.getElementById('request-gantt').scrollIntoView()")
+    ActionChains(dash_duo.driver).move_to_element(orange[0]).click().perform()
+    dash_duo.wait_for_contains_text("#request-why-text", "waiting            needs", timeout=10)
+    assert "max_num_seqs=8" in dash_duo.find_element("#request-why-text").text
+    dash_duo.driver.save_screenshot(str(artifacts / "why-views.png"))
     _no_console_errors(dash_duo)

@@ -8,7 +8,7 @@ tracer.render.why words the sentences.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 
@@ -18,6 +18,10 @@ class Reason:
     label: str  # a few words, for tables, legends and lanes
     knob: str  # what a user can change to relax it ("" when nothing is to change)
     limit: bool = False  # a cap or limit that can hold requests back while budget and KV sit idle
+    # Its colour in the TUI's request lanes and the web app's Gantt and area chart (one place,
+    # both views): Okabe & Ito's colour-blind-safe palette for the common reasons, Paul Tol's
+    # muted scheme for the rarer ones; "none" colours a request scheduled in full.
+    color: str = "#777777"
 
 
 _BUDGET_OR_SEPARATE = "--max-num-batched-tokens, or policy 'separate'"
@@ -45,7 +49,32 @@ _ALL = (
     Reason("unknown", "not decidable from the trace", ""),
 )  # fmt: skip
 
-REASONS: Final[dict[str, Reason]] = {r.code: r for r in _ALL}
+# Each reason's colour (Reason.color), in the same order.
+_COLORS = {
+    "none": "#56B4E9",  # sky blue: scheduled in full
+    "preemption": "#882255",
+    "paused": "#999933",
+    "target_budget": "#009E73",
+    "input_budget": "#0072B2",
+    "max_num_seqs": "#E69F00",
+    "max_num_active_seqs": "#CC79A7",
+    "kv_blocks": "#D55E00",
+    "chunked_prefill_off": "#332288",
+    "spec_padding": "#44AA99",
+    "long_prefill": "#DDCC77",
+    "max_model_len": "#117733",
+    "encoder_budget": "#AA4499",
+    "deferred": "#88CCEE",
+    "lora_limit": "#CC6677",
+    "grammar": "#F0E442",
+    "remote_kv": "#661100",
+    "streaming_input": "#6699CC",
+    "async_done": "#AA4466",
+    "behind": "#BBBBBB",
+    "unknown": "#777777",
+}
+
+REASONS: Final[dict[str, Reason]] = {r.code: replace(r, color=_COLORS[r.code]) for r in _ALL}
 CODES: Final[tuple[str, ...]] = tuple(REASONS)
 CODE_INDEX: Final[dict[str, int]] = {code: i for i, code in enumerate(CODES)}
 
@@ -67,3 +96,8 @@ SKIP_STATUS: Final[dict[str, str]] = {
 
 def label(code: str) -> str:
     return REASONS[code].label if code in REASONS else code
+
+
+def color(code: str) -> str:
+    """The reason's colour (a hex string); "unknown"'s for a code not listed."""
+    return (REASONS.get(code) or REASONS["unknown"]).color

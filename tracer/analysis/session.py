@@ -21,6 +21,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
+from tracer.analysis import request_lanes as lanes_model
 from tracer.analysis import why
 from tracer.analysis.budget import BudgetAnalysis, analyze
 from tracer.analysis.compare import RequestLife
@@ -164,9 +165,10 @@ class Session:
     def waiting_summary(self) -> why.WaitingSummary:
         return self._once("waiting_summary", lambda: why.waiting_summary(self.trace, self.bindings))
 
-    def step_why(self, row: int) -> why.StepWhy:
-        """The reasons of one step (not kept: a step's record is parsed again on each call)."""
-        return why.step_why(self.trace, row)
+    def step_why(self, row: int, rec: dict[str, Any] | None = None) -> why.StepWhy:
+        """The reasons of one step (not kept: a step's record is parsed again on each call,
+        unless the caller passes the record it already holds)."""
+        return why.step_why(self.trace, row, rec)
 
     def request_story(self, request_id: str) -> why.RequestStory | None:
         return why.request_story(self.trace, request_id)
@@ -238,3 +240,23 @@ class Session:
         ok = index.rows >= 0
         np.maximum.at(out, index.rows[ok], index.severity[ok])
         return out
+
+    # -- request lanes and waiting by reason (tracer.analysis.request_lanes) ------------------
+    def request_lanes(
+        self, start: int = 0, end: int | None = None, *, max_lanes: int = lanes_model.MAX_LANES
+    ) -> lanes_model.RequestLanes:
+        """One lane per request over step rows [start, end), bounded (kept: the last window asked)."""
+        key = (start, end, max_lanes)
+        held = self._done.get("request_lanes")
+        if held is not None and held[0] == key:
+            return held[1]  # type: ignore[no-any-return]
+        lanes = lanes_model.request_lanes(self.trace, start, end, max_lanes=max_lanes)
+        self._done["request_lanes"] = (key, lanes)
+        return lanes
+
+    @property
+    def waiting_by_reason(self) -> dict[str, np.ndarray]:
+        """Per reason code, the waiting request-steps it held in each step."""
+        return self._once(
+            "waiting_by_reason", lambda: lanes_model.waiting_by_reason(self.trace, self.bindings)
+        )

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from tracer.analysis.reasons import EXACT, LIKELY, REASONS, label
+from tracer.analysis.reasons import DERIVED, EXACT, LIKELY, REASONS, label
+from tracer.analysis.request_lanes import RequestLanes, Segment
 from tracer.analysis.why import (
     Cause,
     LifeStep,
@@ -230,3 +231,44 @@ def waiting_lines(summary: WaitingSummary) -> Iterator[str]:
     sentence = waiting_sentence(summary)
     if sentence:
         yield f"         {sentence}"
+
+
+# -- the request lanes (TUI requests view, web Gantt) -------------------------------------------
+def state_label(state: str, code: str) -> str:
+    """A lane state with its reason, for legends ("waiting: max_num_seqs", "scheduled")."""
+    if state == "scheduled":
+        return "scheduled in full"
+    if state == "preempted":
+        return "preempted"
+    return f"{state}: {label(code)}"
+
+
+def segment_text(seg: Segment) -> str:
+    """One segment of a request's lane ("steps 3–19 waiting: max_num_seqs")."""
+    where = f"step {seg.first}" if seg.first == seg.last else f"steps {seg.first}–{seg.last}"
+    return f"{where} {state_label(seg.state, seg.code)}"
+
+
+def lanes_note(lanes: RequestLanes) -> str:
+    """What the lanes show, and what they leave out."""
+    if not lanes.lanes:
+        return "no request in these steps"
+    parts = [
+        f"{len(lanes.lanes)} of {lanes.requests} requests" if lanes.left_out else f"{lanes.requests} requests"
+    ]
+    parts[0] += f", steps {lanes.first_step}–{lanes.last_step}"
+    if lanes.left_out:
+        parts.append(f"the first {len(lanes.lanes)} shown ({lanes.left_out} more: zoom in)")
+    if lanes.clipped_window:
+        parts.append(
+            f"{lanes.end - lanes.start} of the {lanes.rows_asked} steps asked read (zoom in for the rest)"
+        )
+    if lanes.unlisted:
+        parts.append(f"up to {lanes.unlisted} waiting requests a step are not listed in the trace")
+    return "; ".join(parts)
+
+
+def reason_cell(cause: Cause) -> str:
+    """A cause in a few words, for a table's reason column ("max_num_seqs", "behind: KV blocks")."""
+    text = f"behind: {label(cause.root)}" if cause.code == "behind" else label(cause.code)
+    return text + ("" if cause.certainty in (EXACT, DERIVED) else f" ({cause.certainty})")

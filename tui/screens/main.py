@@ -36,6 +36,7 @@ class MainScreen(StepScreen):
         Binding("i", "tab('inspector-tab')", "Inspector tab", show=False),
         Binding("f", "tab('flags-tab')", "Flags tab", show=False),
         Binding("r", "tab('request-tab')", "Request tab", show=False),
+        Binding("w", "requests", "Requests", tooltip="Requests view: lanes by state and reason"),
     ]
     DEFAULT_CSS = """
     MainScreen #top { height: auto; background: $panel; padding: 0 1; }
@@ -298,6 +299,20 @@ class MainScreen(StepScreen):
     def row_of_step(self, step: int) -> int | None:
         return self.model.row_of(step) if self.model is not None else None
 
+    def action_requests(self) -> None:
+        """The requests view (tui.screens.requests) over this window; back at its cursor."""
+        from tui.screens.requests import RequestsScreen
+
+        if self.model is None:
+            return
+
+        def back(row: int | None) -> None:
+            if row is not None:
+                self.set_cursor(row)
+
+        window = None if self.fit else self.window
+        self.app.push_screen(RequestsScreen(self.model, self.cursor, window), back)  # type: ignore[arg-type]
+
     def commands(self) -> list[Command]:
         out: list[Command] = [
             ("Next flag", "Jump to the next flagged step", "next_flag"),
@@ -320,5 +335,10 @@ class MainScreen(StepScreen):
                 "tab('inspector-tab')",
             ),
             ("Show the flag list", "Every flag with its sentence", "tab('flags-tab')"),
+            (
+                "Requests view",
+                "One lane per request over the steps, by state and reason; its why",
+                "requests",
+            ),
         ]
         return out + super().commands()

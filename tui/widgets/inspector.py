@@ -15,7 +15,9 @@ from textual.widgets import Static
 from tracer.analysis.budget import arithmetic
 from tracer.analysis.compare import RequestLife
 from tracer.analysis.session import StepRequests, step_requests
+from tracer.analysis.why import StepWhy
 from tracer.render.text import RunLine, engine_parts
+from tracer.render.why import cause_text, reason_cell
 from tui.data import TraceModel
 from tui.widgets.textview import TextView
 
@@ -112,22 +114,31 @@ class Inspector(TextView):
             style = SEVERITY_STYLE.get(f.severity, "$text")
             out.append(f"  [{style}]{GLYPH.get(f.severity, '?')} {f.kind}[/] [$text-muted]({f.severity})[/]")
             out.append(f"    {escape(f.message)}")
-        out += Inspector._requests(step_requests(rec), int(col["query_per_req"][row]))
+        why = model.step_why(row, rec)
+        out.append(f"[b $primary]Why[/] {escape(cause_text(why.binding))}")
+        out += Inspector._requests(step_requests(rec), int(col["query_per_req"][row]), why)
         return out
 
     @staticmethod
-    def _requests(reqs: StepRequests, q: int) -> list[str]:
+    def _requests(reqs: StepRequests, q: int, why: StepWhy) -> list[str]:
         entries = reqs.scheduled
+        # The reason column: what clipped each request below its demand (tracer.analysis.why);
+        # shown when one was (the panel is narrow, the ids long).
+        reasons = {r.id: reason_cell(r.cause) for r in why.requests}
+        shown = [reasons.get(e.id, "") for e in entries[:MAX_REQUEST_LINES]]
+        rw = max([len("reason"), *map(len, shown)]) + 2 if any(shown) else 0
         out = [
             f"[b $primary]Requests[/] ({len(entries)} scheduled)",
-            f"[$text-muted]  {'':9}{'tokens':>7}{'spec':>6}{'query':>7}{'demand':>8}  id[/]",
+            f"[$text-muted]  {'':9}{'tokens':>7}{'spec':>6}{'query':>7}{'demand':>8}  "
+            f"{'reason' if rw else '':<{rw}}id[/]",
         ]
-        for e in entries[:MAX_REQUEST_LINES]:
+        for e, reason in zip(entries[:MAX_REQUEST_LINES], shown, strict=True):
             role = ROLE.get(e.kind, e.kind)
             style = ROLE_STYLE.get(e.kind, "$text")
             out.append(
                 f"  [{style}]{role:<9}[/]{e.tokens:>7}{e.spec:>6}{(q or '–')!s:>7}"
-                f"{(e.demand if e.demand >= 0 else '?')!s:>8}  {escape(str(e.id))}"
+                f"{(e.demand if e.demand >= 0 else '?')!s:>8}  [$warning]{escape(f'{reason:<{rw}}')}[/]"
+                f"{escape(str(e.id))}"
             )
         if len(entries) > MAX_REQUEST_LINES:
             out.append(f"  … {len(entries) - MAX_REQUEST_LINES} more")
@@ -140,17 +151,7 @@ class Inspector(TextView):
             out.append(f"  [$warning]preempted[/] {ids(reqs.preempted)}")
         if reqs.finished:
             out.append(f"  [$text-muted]finished[/]  {ids(reqs.finished)}")
-        if reqs.unscheduled:
-            items = [f"{d.id} ({d.demand})" for d in reqs.unscheduled]
-            out.append(f"  [$text-muted]running, not scheduled (demand)[/] {ids(items)}")
-        if reqs.waiting:
-            items = [f"{d.id} ({d.demand})" for d in reqs.waiting]
-            more = reqs.waiting_truncated
-            out.append(
-                f"  [$text-muted]waiting, not admitted (demand)[/] {ids(items)}"
-                + (f" +{more}" if more else "")
-            )
-        return out
+        return out + _held(reqs, why)
 
 
 class LifetimePanel(Static):
@@ -181,3 +182,39 @@ class LifetimePanel(Static):
         lines += [f"  [$text-muted]{k:<12}[/]{escape(v)}" for k, v in rows]
         lines.append("[$text-muted]  the cursor moved to its admission; [b]/[/b] searches again[/]")
         self.update("\n".join(lines))
+
+
+def _held_rows(rows: list[tuple[str, int, str, str]], more: int = 0) -> list[str]:
+    """(state, demand, reason, id) rows under a header, the reason column as wide as it needs."""
+    rw = max([len("reason"), *(len(r[2]) for r in rows)]) + 2
+    out = [f"[$text-muted]  {'':12}{'demand':>7}  {'reason':<{rw}}id[/]"]
+    for state, demand, reason, rid in rows[:MAX_REQUEST_LINES]:
+        out.append(
+            f"  [$text-muted]{state:<12}[/]{demand:>7}  [$warning]{escape(f'{reason:<{rw}}')}[/]{escape(rid)}"
+        )
+    left = len(rows) - MAX_REQUEST_LINES + more
+    if left > 0:
+        out.append(f"  … {left} more" + (" (not listed in the trace)" if more else ""))
+    return out
+
+
+def _held(reqs: StepRequests, why: StepWhy) -> list[str]:
+    """The running requests given no tokens, and the waiting ones, each with its reason."""
+    by_id = {r.id: r for r in why.requests}
+    out: list[str] = []
+    if reqs.unscheduled:
+        rows = [
+            ("unscheduled", d.demand, reason_cell(by_id[d.id].cause) if d.id in by_id else "", str(d.id))
+            for d in reqs.unscheduled
+        ]
+        out.append(f"[b $primary]Running, not scheduled[/] ({len(rows)})")
+        out += _held_rows(rows)
+    if reqs.waiting:
+        rows = [
+            ("waiting", d.demand, reason_cell(by_id[d.id].cause) if d.id in by_id else "", str(d.id))
+            for d in reqs.waiting
+        ]
+        more = reqs.waiting_truncated
+        out.append(f"[b $primary]Waiting, not admitted[/] ({len(rows) + more})")
+        out += _held_rows(rows, more)
+    return out

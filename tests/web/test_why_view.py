@@ -1,0 +1,78 @@
+"""The web app's why views as plain functions: the waiting-by-reason area chart, the request
+Gantt and its click, on the bundled live sample (no browser)."""
+
+from __future__ import annotations
+
+import pytest
+from dash.exceptions import PreventUpdate
+
+from tracer.analysis.reasons import color
+from web.store import TraceStore
+from web.why_view import WhyHandlers, gantt_figure, lane_label, waiting_figure
+
+from .helpers import LIVE_NGRAM, sample, view
+
+SAMPLE_ID = "cmpl-b451ef580968e36c-0-8e741a70"
+
+
+@pytest.fixture
+def h() -> WhyHandlers:
+    store = TraceStore(max_upload=1 << 20)
+    store.add("live", "live sample", sample(LIVE_NGRAM))
+    return WhyHandlers(store)
+
+
+def test_waiting_area_stacks_max_num_seqs_at_steps_3_to_19() -> None:
+    fig = waiting_figure(view(LIVE_NGRAM))
+    by_name = {t.name: t for t in fig.data}
+    assert list(by_name) == ["max_num_seqs (79)", "target token budget (6)"]
+    seqs = by_name["max_num_seqs (79)"]
+    assert seqs.stackgroup == "waiting" and seqs.fillcolor == color("max_num_seqs")
+    y = dict(zip(seqs.x, seqs.y, strict=True))
+    assert [y[s] for s in range(3, 20)] == [4] * 17
+    assert (
+        dict(zip(by_name["target token budget (6)"].x, by_name["target token budget (6)"].y, strict=True))[2]
+        == 6
+    )
+
+
+def test_waiting_area_follows_the_timeline_zoom(h: WhyHandlers) -> None:
+    fig = h.waiting("live", {"xaxis.range[0]": 5, "xaxis.range[1]": 10})
+    assert list(fig.layout.xaxis.range) == [5, 10]
+    assert min(fig.data[0].x) >= 4 and max(fig.data[0].x) <= 11  # one row of margin each side
+    with pytest.raises(PreventUpdate):
+        h.waiting("nothing", None)
+
+
+def test_gantt_lanes_are_coloured_by_reason_and_patterned_by_state() -> None:
+    v = view(LIVE_NGRAM)
+    fig = gantt_figure(v, v.session.request_lanes())
+    names = [t.name for t in fig.data]
+    assert "waiting: max_num_seqs" in names and "scheduled in full" in names
+    waiting = fig.data[names.index("waiting: max_num_seqs")]
+    assert waiting.marker.color == color("max_num_seqs") and waiting.marker.pattern.shape == "/"
+    assert fig.data[names.index("scheduled in full")].marker.pattern.shape == ""
+    # Four lanes wait through steps 3–19 for max_num_seqs: bars that cover the whole range.
+    covering = [
+        c[0]
+        for c, base, x in zip(waiting.customdata, waiting.base, waiting.x, strict=True)
+        if base <= 2.5 and base + x >= 19.5
+    ]
+    assert len(covering) == 4 and SAMPLE_ID in covering
+    lane = next(c for c in waiting.customdata if c[0] == SAMPLE_ID)
+    assert lane[1] == "steps 3–23 waiting: max_num_seqs"
+    assert lane_label(SAMPLE_ID) in set(waiting.y)
+    assert "12 requests, steps 1–52" in fig.layout.title.text
+
+
+def test_gantt_follows_the_zoom_and_its_click_opens_the_why(h: WhyHandlers) -> None:
+    fig = h.gantt("live", {"xaxis.range[0]": 30, "xaxis.range[1]": 40})
+    assert all(b >= 28.5 for t in fig.data for b in t.base)  # steps 29..41 read (a row of margin)
+    click = {"points": [{"customdata": [SAMPLE_ID, "steps 3–23 waiting: max_num_seqs"]}]}
+    panel = h.why(click, "live")
+    text = panel[1].children
+    assert text.startswith(f"request {SAMPLE_ID}")
+    assert "steps 3–23       waiting            needs 18: max_num_seqs=8" in text
+    with pytest.raises(PreventUpdate):
+        h.why(None, "live")
+    assert "No request nobody" in h.why({"points": [{"customdata": ["nobody", ""]}]}, "live")[0].children

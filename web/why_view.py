@@ -1,0 +1,247 @@
+"""The timeline page's why views, under the timeline: the waiting requests by the constraint that
+held them (a stacked area per reason), and a request Gantt (one lane per request, coloured by
+state and reason, tracer.analysis.reasons.Reason.color: the TUI's requests view's colours) whose
+click opens that request's `why` (tracer.render.why.story_lines) in a panel beside it.
+
+Both follow the timeline's zoom. The series are tracer.analysis.request_lanes'
+(Session.waiting_by_reason, decimated as the timeline is); the lanes are read for the visible
+steps, bounded (request_lanes.MAX_WINDOW steps, MAX_LANES lanes; the Gantt's title says what was
+left out).
+"""
+
+from __future__ import annotations
+
+import html as html_text
+from typing import Any
+
+import plotly.graph_objects as go
+from dash import Dash, Input, Output, State, dcc, html
+from dash.exceptions import PreventUpdate
+
+from tracer.analysis.reasons import color, label
+from tracer.analysis.request_lanes import (
+    CLIPPED,
+    MAX_LANES,
+    PREEMPTED,
+    SCHEDULED,
+    UNSCHEDULED,
+    WAITING,
+    RequestLanes,
+)
+from tracer.render.why import lanes_note, segment_text, state_label, story_lines
+from web.decimate import MAX_POINTS, row_range, select_rows
+from web.model import TraceView
+from web.store import TraceStore
+
+# Component ids.
+WAITING_GRAPH = "waiting-by-reason"
+GANTT = "request-gantt"
+WHY_PANEL = "request-why"
+
+# A state's bar pattern (the colour is the reason's).
+PATTERN = {SCHEDULED: "", CLIPPED: "", UNSCHEDULED: ".", WAITING: "/", PREEMPTED: "x"}
+STATE_ORDER = (SCHEDULED, CLIPPED, UNSCHEDULED, WAITING, PREEMPTED)
+LANE_PX = 18
+LABEL_CHARS = 20
+
+XRange = list[float] | None
+
+
+def lane_label(rid: str) -> str:
+    return rid if len(rid) <= LABEL_CHARS else "…" + rid[-(LABEL_CHARS - 1) :]
+
+
+def waiting_figure(view: TraceView, x_range: XRange = None, max_points: int = MAX_POINTS) -> go.Figure:
+    """Waiting request-steps per step, stacked by the reason that held them."""
+    series = view.session.waiting_by_reason
+    steps = view.steps
+    lo, hi = row_range(steps, *(x_range or (None, None)))
+    fig = go.Figure()
+    if series:
+        rows = select_rows(list(series.values()), lo, hi, max_points)
+        x = steps[rows].tolist()
+        for code, values in series.items():
+            fig.add_trace(
+                go.Scatter(
+                    x=x,
+                    y=values[rows].tolist(),
+                    name=f"{label(code)} ({int(values.sum())})",
+                    mode="lines",
+                    stackgroup="waiting",
+                    line={"color": color(code), "width": 0.5, "shape": "hv"},
+                    fillcolor=color(code),
+                    hovertemplate=f"{html_text.escape(label(code))}: %{{y}}<extra></extra>",
+                )
+            )
+    else:
+        fig.add_annotation(
+            text="no request waited", showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5
+        )
+    fig.update_layout(
+        title={
+            "text": "waiting requests by the constraint that held them (request-steps)",
+            "font": {"size": 13},
+        },
+        height=260,
+        margin={"l": 70, "r": 230, "t": 40, "b": 40},
+        template="plotly_white",
+        hovermode="x",
+        legend={"x": 1.01, "y": 1, "font": {"size": 11}},
+        uirevision=view.key,
+    )
+    fig.update_xaxes(title="step")
+    fig.update_yaxes(title="waiting", rangemode="tozero")
+    if x_range is not None:
+        fig.update_xaxes(range=list(x_range), autorange=False)
+    elif len(steps):
+        fig.update_xaxes(range=[float(steps[0]) - 0.5, float(steps[-1]) + 0.5])
+    return fig
+
+
+def gantt_figure(view: TraceView, lanes: RequestLanes) -> go.Figure:
+    """One lane per request; a bar per segment, coloured by reason, patterned by state."""
+    labels = [lane_label(lane.id) for lane in lanes.lanes]
+    groups: dict[tuple[str, str], dict[str, list[Any]]] = {}
+    for lane, name in zip(lanes.lanes, labels, strict=True):
+        for seg in lane.segments:
+            g = groups.setdefault((seg.state, seg.code), {"x": [], "base": [], "y": [], "custom": []})
+            g["x"].append(seg.last - seg.first + 1)
+            g["base"].append(seg.first - 0.5)
+            g["y"].append(name)
+            g["custom"].append([lane.id, segment_text(seg)])
+    fig = go.Figure()
+    order = {s: i for i, s in enumerate(STATE_ORDER)}
+    for (state, code), g in sorted(groups.items(), key=lambda kv: (order[kv[0][0]], kv[0][1])):
+        fig.add_trace(
+            go.Bar(
+                orientation="h",
+                x=g["x"],
+                base=g["base"],
+                y=g["y"],
+                customdata=g["custom"],
+                name=state_label(state, code),
+                marker={
+                    "color": color(code),
+                    "pattern": {"shape": PATTERN[state], "fgcolor": "#333", "size": 6, "solidity": 0.3},
+                    "line": {"width": 0},
+                },
+                hovertemplate="%{customdata[0]}<br>%{customdata[1]}<extra></extra>",
+            )
+        )
+    note = lanes_note(lanes)
+    fig.update_layout(
+        title={
+            "text": f"requests: one lane each, by state and reason — {html_text.escape(note)}",
+            "font": {"size": 13},
+        },
+        barmode="overlay",
+        bargap=0.15,
+        height=120 + LANE_PX * max(1, len(labels)),
+        margin={"l": 170, "r": 230, "t": 40, "b": 40},
+        template="plotly_white",
+        legend={"x": 1.01, "y": 1, "font": {"size": 11}, "traceorder": "normal"},
+        hovermode="closest",
+        uirevision=view.key,
+    )
+    fig.update_yaxes(
+        categoryorder="array", categoryarray=labels[::-1], tickfont={"size": 10, "family": "monospace"}
+    )
+    fig.update_xaxes(title="step (click a lane: its why)")
+    if lanes.lanes:
+        fig.update_xaxes(range=[lanes.first_step - 0.5, lanes.last_step + 0.5])
+    return fig
+
+
+def why_panel(view: TraceView | None, request_id: str | None) -> list[Any]:
+    if view is None or not request_id:
+        return [html.P("Click a request's lane in the Gantt to read its why.", className="muted")]
+    story = view.session.request_story(request_id)
+    if story is None:
+        return [html.P(f"No request {request_id} in this trace.")]
+    text = html.Pre(
+        "\n".join(story_lines(story)),
+        id="request-why-text",
+        style={"background": "#f6f6f6", "padding": "8px", "fontSize": "13px", "whiteSpace": "pre-wrap"},
+    )
+    return [html.H5(f"Why: {request_id}", id="request-why-title"), text]
+
+
+def why_section() -> list[Any]:
+    """The components under the timeline graph."""
+    return [
+        dcc.Graph(id=WAITING_GRAPH, config={"displaylogo": False}, style={"height": "260px"}),
+        dcc.Graph(id=GANTT, config={"displaylogo": False}),
+        html.Div(why_panel(None, None), id=WHY_PANEL, style={"padding": "0 16px"}),
+    ]
+
+
+def _x_range(relayout: dict[str, Any] | None, current: XRange) -> tuple[bool, XRange]:
+    from web.callbacks import parse_xrange
+
+    changed, x_range = parse_xrange(relayout)
+    return (True, x_range) if changed else (False, current)
+
+
+class WhyHandlers:
+    """The why views' callbacks as plain methods (testable without a browser)."""
+
+    def __init__(
+        self, store: TraceStore, *, max_points: int = MAX_POINTS, max_lanes: int = MAX_LANES
+    ) -> None:
+        self.store = store
+        self.max_points = max_points
+        self.max_lanes = max_lanes
+
+    def waiting(self, key: str | None, relayout: dict[str, Any] | None) -> go.Figure:
+        view = self.store.get(key)
+        if view is None:
+            raise PreventUpdate
+        return waiting_figure(view, _x_range(relayout, None)[1], self.max_points)
+
+    def lanes(self, view: TraceView, x_range: XRange) -> RequestLanes:
+        lo, hi = row_range(view.steps, *(x_range or (None, None)))
+        return view.session.request_lanes(lo, hi, max_lanes=self.max_lanes)
+
+    def gantt(self, key: str | None, relayout: dict[str, Any] | None) -> go.Figure:
+        view = self.store.get(key)
+        if view is None:
+            raise PreventUpdate
+        return gantt_figure(view, self.lanes(view, _x_range(relayout, None)[1]))
+
+    def why(self, click: dict[str, Any] | None, key: str | None) -> list[Any]:
+        points = (click or {}).get("points") or []
+        custom = points[0].get("customdata") if points else None
+        if not custom:
+            raise PreventUpdate
+        return why_panel(self.store.get(key), str(custom[0]))
+
+
+def register_why(app: Dash, h: WhyHandlers) -> None:
+    from web import layout as ids
+
+    @app.callback(
+        Output(WAITING_GRAPH, "figure"),
+        Input(ids.TRACE, "value"),
+        Input(ids.VERSION, "data"),
+        Input(ids.GRAPH, "relayoutData"),
+    )
+    def _waiting(key, _version, relayout):  # type: ignore[no-untyped-def]
+        return h.waiting(key, relayout)
+
+    @app.callback(
+        Output(GANTT, "figure"),
+        Input(ids.TRACE, "value"),
+        Input(ids.VERSION, "data"),
+        Input(ids.GRAPH, "relayoutData"),
+    )
+    def _gantt(key, _version, relayout):  # type: ignore[no-untyped-def]
+        return h.gantt(key, relayout)
+
+    @app.callback(
+        Output(WHY_PANEL, "children"),
+        Input(GANTT, "clickData"),
+        State(ids.TRACE, "value"),
+        prevent_initial_call=True,
+    )
+    def _why(click, key):  # type: ignore[no-untyped-def]
+        return h.why(click, key)
