@@ -20,7 +20,7 @@ import numpy as np
 
 from tracer.analysis import detail
 from tracer.analysis.reasons import CODES
-from tracer.analysis.why import _Config, bindings, step_why, waiting_weights
+from tracer.analysis.why import Config, bindings, step_why, waiting_weights
 from tracer.trace.reader import Trace
 
 MAX_WINDOW = 2000  # steps read for one set of lanes
@@ -89,7 +89,7 @@ def request_lanes(
     start = max(0, min(int(start), end))
     asked = end - start
     end = min(end, start + MAX_WINDOW)
-    cfg = _Config(trace)
+    cfg = Config(trace)
     cells: dict[str, dict[int, tuple[int, str, str]]] = {}  # id -> row -> (step, state, code)
     seen: set[str] = set()
     unlisted = 0

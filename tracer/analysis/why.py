@@ -347,6 +347,7 @@ def _running(rec: dict[str, Any], cfg: Config) -> list[RequestWhy]:
         threshold = max(threshold, cfg.input_cap // max(1, eligible))
     out: list[RequestWhy] = []
     # vLLM's order: the running loop, then the waiting loop (resumed and new admissions).
+    unrecorded_hits = cfg.exact != EXACT and cfg.cfg.get("enable_prefix_caching") is not False and cfg.block
     for group in ("running", "resumed", "new"):
         for rid, tokens, _spec, demand in rec[group]:
             if group != "running":
@@ -355,6 +356,16 @@ def _running(rec: dict[str, Any], cfg: Config) -> list[RequestWhy]:
             t_left -= tokens
             i_left -= tokens + ds
             if demand < 0 or tokens >= demand:
+                continue
+            # A trace before 1.3 does not record prefix-cache hits: whole blocks short of the
+            # prompt with room left is a hit, not a clip (a 1.3 trace says so exactly).
+            short = demand - tokens
+            if (
+                group != "running"
+                and unrecorded_hits
+                and short % cfg.block == 0
+                and tokens < min(room_t, room_i)
+            ):
                 continue
             numbers = {"group": group, "withheld": demand - tokens}
             exact = cfg.exact if group == "running" or cfg.exact == EXACT else LIKELY
