@@ -14,6 +14,7 @@ from tracer.analysis.flags import FlagReport
 from tracer.analysis.requests import RequestEvents, request_events
 from tracer.render.text import totals_lines
 from tracer.trace.reader import Trace
+from tracer.trace.schema import OFFLINE_MODEL_NAME
 from tracer.whatif.clock import (
     NoClock,
     Performance,
@@ -27,7 +28,6 @@ from tracer.whatif.clock import (
     withheld_cost_sentence,
 )
 from tracer.whatif.fidelity import identity_line
-from tracer.whatif.offline import OFFLINE_MODEL_NAME
 
 if TYPE_CHECKING:
     from tracer.analysis.session import Session

@@ -36,13 +36,13 @@ import orjson
 
 from tracer.record.writer import Record
 from tracer.trace import schema
+from tracer.trace.schema import HEARTBEAT_INTERVAL
 
 logger = logging.getLogger("schedscope.stream")
 
 ENV_STREAM = "SCHEDSCOPE_STREAM"
 ENV_TOKEN = "SCHEDSCOPE_STREAM_TOKEN"
 DEFAULT_PORT = 8799
-HEARTBEAT_INTERVAL = 2.0  # seconds without a record before a viewer gets a heartbeat
 
 
 class StreamConfigError(ValueError):

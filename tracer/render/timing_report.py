@@ -13,7 +13,7 @@ from tracer.analysis import timing
 from tracer.analysis.steppass import step_pass
 from tracer.analysis.throughput import Latency, Throughput, measure_throughput
 from tracer.trace.reader import Trace
-from tracer.whatif.offline import OFFLINE_MODEL_NAME
+from tracer.trace.schema import OFFLINE_MODEL_NAME
 
 MANY_STALLS = 0.05  # over this share of usable steps, stalls suggest a cost the model lacks
 
