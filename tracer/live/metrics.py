@@ -35,7 +35,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 
 from tracer.analysis import flags as _flags
 from tracer.analysis.budget import analyze
-from tracer.live.stream import is_loopback, parse_bind
+from tracer.live.net import is_loopback, parse_bind
 from tracer.record.writer import Record
 from tracer.trace import schema
 from tracer.trace.reader import TraceBuilder
