@@ -347,7 +347,7 @@ def _export_parquet(args: argparse.Namespace) -> int:
 
 def cmd_attach(args: argparse.Namespace) -> int:
     """Follow a live stream: a compact line per step (or raw records with --json)."""
-    from tracer.live.attach import RunSaver, StreamFollower, step_line
+    from tracer.trace.attach import RunSaver, StreamFollower, step_line
 
     follower = StreamFollower(args.url, token=args.token or os.environ.get("SCHEDSCOPE_STREAM_TOKEN"))
     saver = RunSaver(args.save) if args.save else None

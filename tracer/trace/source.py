@@ -19,7 +19,7 @@ state turns `complete` just before its last snapshot.
 Bytes go through one `tracer.trace.reader.TraceBuilder`, which holds back an
 incomplete last line: a torn line at the end of a growing file is read once it
 is whole. Files are plain, gzip or zstd, told apart by their magic bytes.
-A stream is read with `tracer.live.attach.StreamFollower`; with `save=FILE` it
+A stream is read with `tracer.trace.attach.StreamFollower`; with `save=FILE` it
 is also written to FILE (`RunSaver`: one header per file, a new run to
 FILE.1.jsonl), and its snapshots then name that file.
 """
@@ -36,7 +36,7 @@ from enum import Enum
 from pathlib import Path
 from typing import IO, Any
 
-from tracer.live.attach import READ_TIMEOUT, LinkState, RunSaver, StreamFollower, link_status
+from tracer.trace.attach import READ_TIMEOUT, LinkState, RunSaver, StreamFollower, link_status
 from tracer.trace.reader import (
     Torn,
     Trace,
