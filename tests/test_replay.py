@@ -10,7 +10,8 @@ import orjson
 import pytest
 
 from tests.conftest import ROOT
-from tracer.analysis.compare import compare, diff_lines, lifetimes
+from tracer.analysis.compare import compare, diff_lines
+from tracer.analysis.requests import lifetimes
 from tracer.cli import main
 from tracer.trace.reader import Trace, load
 from tracer.whatif.replay import replay

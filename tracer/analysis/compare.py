@@ -4,12 +4,11 @@ totals and a one-paragraph headline. Used by `schedscope diff` and both views.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tracer.analysis import detail
 from tracer.analysis.flags import FlagReport
 from tracer.analysis.requests import RequestEvents, request_events
 from tracer.render.text import totals_lines
@@ -33,44 +32,6 @@ if TYPE_CHECKING:
     from tracer.analysis.session import Session
 
 DELTA_COLUMNS = ("target_used", "query_rows", "admitted", "preempted")
-
-
-@dataclass
-class RequestLife(RequestEvents):
-    """One request's whole lifetime in a trace (step numbers as recorded): its events and
-    every step that scheduled it."""
-
-    scheduled: list[int] = field(default_factory=list)
-    tokens: int = 0
-
-
-def lifetimes(trace: Trace) -> dict[str, RequestLife]:
-    """Every request's lifetime, from every step record: the reference for one request's
-    (tracer.analysis.lookup.request_life parses only its steps) and for the events a
-    comparison uses (tracer.analysis.requests.request_events reads only those)."""
-    lives: dict[str, RequestLife] = {}
-
-    def life(rid: str) -> RequestLife:
-        return lives.setdefault(rid, RequestLife(rid))
-
-    for _, rec in detail.records(trace, range(len(trace))):  # batched: never every record at once
-        step = rec["step"]
-        for rid, *_ in rec["new"]:
-            life(rid).admitted = step
-        for rid, *_ in rec["resumed"]:
-            life(rid).resumed.append(step)
-        for rid, tokens, *_ in rec["new"] + rec["resumed"] + rec["running"]:
-            r = life(rid)
-            r.scheduled.append(step)
-            r.tokens += tokens
-        for rid, n in (rec["sampled"] or {}).items():
-            if n > 0 and life(rid).prefill_done is None:
-                lives[rid].prefill_done = step
-        for rid in rec["preempted"]:
-            life(rid).preempted.append(step)
-        for rid in rec["finished"]:
-            life(rid).finished = step
-    return lives
 
 
 @dataclass

@@ -22,9 +22,9 @@ from typing import Any, NamedTuple, TypeVar
 import numpy as np
 
 from tracer.analysis.budget import BudgetAnalysis, analyze
-from tracer.analysis.compare import RequestLife
 from tracer.analysis.flags import KINDS, Flag, FlagReport, detect
 from tracer.analysis.lookup import flag_rows, matching_ids, request_life, rows_of_steps
+from tracer.analysis.requests import RequestLife
 from tracer.analysis.series import step_series
 from tracer.trace.reader import Progress, Trace, load
 

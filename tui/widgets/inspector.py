@@ -13,7 +13,7 @@ from textual.markup import escape
 from textual.widgets import Static
 
 from tracer.analysis.budget import arithmetic
-from tracer.analysis.compare import RequestLife
+from tracer.analysis.requests import RequestLife
 from tracer.analysis.session import StepRequests, step_requests
 from tracer.render.text import RunLine, engine_parts
 from tui.data import TraceModel
