@@ -137,8 +137,9 @@ def cmd_timing(args: argparse.Namespace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    from tracer.analysis.compare import compare, diff_lines
+    from tracer.analysis.compare import compare
     from tracer.analysis.session import Session
+    from tracer.render.compare import diff_lines
 
     strict = not args.lenient
     comparison = compare(Session.load(args.trace_a, strict=strict), Session.load(args.trace_b, strict=strict))
@@ -176,7 +177,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
         header: dict[str, object] = {"replay": {"source": str(args.source), "policy": policy}}
         clock = None
         if args.timed or args.arrivals == "time":
-            from tracer.whatif.clock import NoClock, attach_idle_waits, clock_for, clock_sentence
+            from tracer.analysis.clock import NoClock, clock_for
+            from tracer.whatif.clock import attach_idle_waits, clock_sentence
 
             if recorded is None:
                 print("schedscope: error: --timed needs a recorded trace to fit on", file=sys.stderr)
@@ -224,7 +226,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     """Replay a trace's workload over a grid of settings and rank them (tracer.whatif.sweep)."""
     import orjson
 
-    from tracer.whatif.clock import NoClock
+    from tracer.analysis.clock import NoClock
     from tracer.whatif.sweep import POLICIES, default_workers, grid, sweep, sweep_lines
     from tracer.whatif.workload import WorkloadError
 

@@ -18,7 +18,8 @@ from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 
 from tests.stream_support import records
-from tracer.analysis.compare import compare, headline_sentences
+from tracer.analysis.compare import compare
+from tracer.render.compare import headline_sentences
 from web.app import make_app
 
 from .helpers import ADDITIVE, LIVE_NGRAM, SEPARATE, sample, tiled_lines

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from tracer.analysis.compare import compare, headline_sentences
+from tracer.analysis.compare import compare
 from tracer.analysis.flags import ADDITIVE
+from tracer.render.compare import headline_sentences
 from tracer.render.text import compare_totals
 from web.chart import build_figure, extend_patch, range_patch, trace_data
 from web.compare_view import compare_chart, headline, totals_table

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from tracer.analysis.budget import analyze
-from tracer.analysis.compare import compare, diff_lines
+from tracer.analysis.compare import compare
 from tracer.analysis.series import step_series
+from tracer.render.compare import diff_lines
 from tracer.render.text import compare_totals
 from tracer.trace.ingest import load_bytes
 from tracer.trace.reader import TraceError
