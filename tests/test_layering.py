@@ -24,7 +24,7 @@ def test_reader_side_imports_neither_ui_nor_vllm() -> None:
     mods = _modules_after(
         "import tracer, tracer.trace.reader, tracer.render.summary, tracer.cli, tracer.trace.schema, "
         "tracer.record.recorder, tracer.record.writer, tracer.whatif.offline, tracer.record.runner_hook, "
-        "tracer.trace.methods, tracer.analysis.doctor, tracer.analysis.timing, "
+        "tracer.trace.methods, tracer.doctor, tracer.analysis.timing, "
         "tracer.analysis.throughput, "
         "tracer.render.timing_report, tracer.whatif.workload, tracer.whatif.fidelity"
     )

@@ -292,7 +292,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     """Check traces for completeness and exactness; exit 1 on any FAIL."""
-    from tracer.analysis.doctor import run
+    from tracer.doctor import run
 
     try:
         code, lines = run(
