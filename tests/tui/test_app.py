@@ -205,6 +205,32 @@ def test_compare_aligns_both_traces_with_one_cursor() -> None:
     drive(make_app(ADDITIVE, SEPARATE), body, size=(140, 48))
 
 
+def test_a_zstd_trace_without_the_suffix_opens_alone_and_compared(tmp_path: Path) -> None:
+    """The codec tells zstd by its magic bytes: the file opens (through a TraceSource) and
+    compares (through load) exactly as the plain sample does."""
+    import zstandard
+
+    packed = []
+    for src in (ADDITIVE, SEPARATE):
+        path = tmp_path / src.name  # .jsonl: no .zst suffix
+        path.write_bytes(zstandard.ZstdCompressor().compress(src.read_bytes()))
+        packed.append(path)
+
+    async def alone(pilot: Pilot) -> None:
+        screen = main_screen(pilot)
+        assert pilot.app.error is None and screen.model is not None and len(screen.model) == 7
+        assert "28 tokens withheld" in text(screen.query_one("#run"))
+
+    async def compared(pilot: Pilot) -> None:
+        screen = pilot.app.screen_stack[0]
+        assert isinstance(screen, CompareScreen) and screen.model is not None
+        headline = text(screen.query_one("#headline"))
+        assert "B (separate) drained the workload in 5 steps instead of 6" in headline
+
+    drive(make_app(packed[0]), alone)
+    drive(make_app(*packed), compared, size=(140, 48))
+
+
 def test_follow_a_growing_file(tmp_path: Path) -> None:
     lines = ADDITIVE.read_bytes().splitlines(keepends=True)
     path = tmp_path / "live.jsonl"

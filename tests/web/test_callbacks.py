@@ -164,6 +164,14 @@ def test_upload_opens_plain_and_gzip_traces(h: Handlers) -> None:
     assert h.store.get(value) is not None and len(h.store.get(value)) == 6
 
 
+def test_upload_opens_a_zstd_trace(h: Handlers) -> None:
+    import zstandard
+
+    packed = zstandard.ZstdCompressor().compress(SEPARATE.read_bytes())
+    _, value, msg, *_ = h.upload({"contents": _data_url(packed), "filename": "y.jsonl"})  # no .zst
+    assert h.store.get(value) is not None and len(h.store.get(value)) == 6 and "6 steps" in _text(msg)
+
+
 @pytest.mark.parametrize(
     ("contents", "message"),
     [
