@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
 from textual.pilot import Pilot
 from textual.widget import Widget
 
@@ -118,6 +119,31 @@ def test_flag_list_filters_by_kind_and_jumps() -> None:
         assert screen.cursor == 3  # the third flag is on step 4 (row 3)
 
     drive(make_app(SAMPLES / "dspark_k4_additive.jsonl"), body)
+
+
+def test_a_new_flag_kind_draws_in_every_view(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kind added to the registry (one entry) and a kind no registry knows: the step table,
+    the flag list, the kind filter and the inspector all show them (no KeyError)."""
+    from tests.flag_support import FAKE, STRAY, add_fake_kinds
+
+    add_fake_kinds(monkeypatch)
+
+    async def body(pilot: Pilot) -> None:
+        screen = main_screen(pilot)
+        assert pilot.app.error is None
+        row = "".join(t for t, _ in screen.query_one(StepTable).row_cells(0))
+        assert FAKE in row and STRAY in row
+        flags = screen.query_one(FlagList)
+        listed = ["".join(t for t, _ in flags.row_cells(i)) for i in range(flags.count)]
+        assert any(FAKE in line for line in listed) and any(STRAY in line for line in listed)
+        inspector = text(screen.query_one("#inspector"))
+        assert f"▲ {FAKE}" in inspector and f"● {STRAY}" in inspector
+        await pilot.press("k", "k")  # all -> additive -> the made-up kind
+        assert screen.kind == FAKE and flags.count == 1
+        await pilot.press("k")
+        assert screen.kind == STRAY and flags.count == 1
+
+    drive(make_app(ADDITIVE), body)
 
 
 def test_search_shows_a_request_lifetime_and_moves_to_it() -> None:

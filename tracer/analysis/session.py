@@ -21,8 +21,9 @@ from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
+from tracer.analysis import flags
 from tracer.analysis.budget import BudgetAnalysis, analyze
-from tracer.analysis.flags import KINDS, Flag, FlagReport, detect
+from tracer.analysis.flags import Flag, FlagReport, detect
 from tracer.analysis.lookup import flag_rows, matching_ids, request_life, rows_of_steps
 from tracer.analysis.requests import RequestLife
 from tracer.analysis.series import step_series
@@ -196,7 +197,8 @@ class Session:
     @property
     def kinds_present(self) -> list[str]:
         present = set(self.flag_kinds.tolist())
-        return [k for k in KINDS if k in present]
+        # In the registry's order; a kind it lacks (a newer trace's) last, never dropped.
+        return [k for k in flags.KINDS if k in present] + sorted(present - set(flags.KINDS))
 
     def flags_at(self, row: int) -> list[Flag]:
         lo, hi = np.searchsorted(self.flag_rows, [row, row + 1])

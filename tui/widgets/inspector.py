@@ -13,13 +13,13 @@ from textual.markup import escape
 from textual.widgets import Static
 
 from tracer.analysis.budget import arithmetic
+from tracer.analysis.flags import glyph
 from tracer.analysis.requests import RequestLife
 from tracer.analysis.session import StepRequests, step_requests
 from tracer.render.text import RunLine, engine_parts
 from tui.data import TraceModel
 from tui.widgets.textview import TextView
 
-GLYPH = {"error": "✖", "warning": "▲", "info": "●"}
 SEVERITY_STYLE = {"error": "$error", "warning": "$warning", "info": "$text-muted"}
 MAX_REQUEST_LINES = 200
 # How the inspector names each record group of scheduled requests, and colours it.
@@ -110,7 +110,7 @@ class Inspector(TextView):
         out.append(f"[b $primary]Flags[/] ({len(flags)})" if flags else "[b $primary]Flags[/] none")
         for f in flags:
             style = SEVERITY_STYLE.get(f.severity, "$text")
-            out.append(f"  [{style}]{GLYPH.get(f.severity, '?')} {f.kind}[/] [$text-muted]({f.severity})[/]")
+            out.append(f"  [{style}]{glyph(f.severity)} {f.kind}[/] [$text-muted]({f.severity})[/]")
             out.append(f"    {escape(f.message)}")
         out += Inspector._requests(step_requests(rec), int(col["query_per_req"][row]))
         return out
