@@ -386,6 +386,26 @@ class ViewerInputs:
     engines: tuple[str, ...]  # --engines: one run's traces
 
 
+def check_viewer_inputs(
+    *, traces: int, engines: int, sources: int, compare: bool = False, live_beside: bool = False, command: str
+) -> None:
+    """The one check of what a viewer was asked to open (the counts of trace paths, --engines
+    traces and live sources), for `schedscope tui|web` and tui.make_app alike: ValueError with
+    the sentence to print. `live_beside`: the viewer can show a live source beside traces."""
+    if sources > 1:
+        raise ValueError("give --attach URL or --follow FILE, not both")
+    if sources and traces and not live_beside:
+        raise ValueError("--follow and --attach open a trace alone: give no other trace")
+    if engines and (traces or sources):
+        raise ValueError("--engines opens one run's traces: give no other trace")
+    if compare and traces != 2:
+        raise ValueError("--compare needs two traces: A and B")
+    if not (sources or traces or engines):
+        raise ValueError(
+            f"{command} needs a TRACE, two to compare, --engines TRACE..., --follow FILE or --attach URL"
+        )
+
+
 def viewer_inputs(args: argparse.Namespace, command: str, *, live_beside: bool = False) -> ViewerInputs:
     """The inputs of `schedscope tui|web`, or ValueError with the sentence to print: before
     the terminal switches screens or anything is served, so the user reads it. `live_beside`:
@@ -393,14 +413,13 @@ def viewer_inputs(args: argparse.Namespace, command: str, *, live_beside: bool =
     engines = tuple(args.engines or ())
     traces = tuple(p for p in (args.trace, args.trace_b) if p is not None)
     source = viewer_source(args)
-    if source is not None and traces and not live_beside:
-        raise ValueError("--follow and --attach open a trace alone: give no other trace")
-    if engines and (traces or source is not None):
-        raise ValueError("--engines opens one run's traces: give no other trace")
-    if source is None and not traces and not engines:
-        raise ValueError(
-            f"{command} needs a TRACE, two to compare, --engines TRACE..., --follow FILE or --attach URL"
-        )
+    check_viewer_inputs(
+        traces=len(traces),
+        engines=len(engines),
+        sources=int(source is not None),
+        live_beside=live_beside,
+        command=command,
+    )
     for path in (*traces, *engines):
         if not os.path.isfile(path):
             what = "is a directory, not a trace file" if os.path.isdir(path) else "no such file"
