@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 VIEWER = r"""
 import sys, time, orjson
-from tracer.live.attach import StreamFollower
+from tracer.trace.attach import StreamFollower
 out = open(sys.argv[2], "w")
 for event in StreamFollower(sys.argv[1]).events(max_reconnects=0):
     if event.kind != "record":

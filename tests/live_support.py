@@ -166,7 +166,7 @@ class LiveServer:
 
     def metric(self, name: str) -> float:
         """Sum of all samples named `name` on /metrics (0 if absent), parsed as doctor does."""
-        from tracer.analysis.doctor import fetch_metrics, parse_metrics
+        from tracer.doctor import fetch_metrics, parse_metrics
 
         return parse_metrics(fetch_metrics(self.base_url)).get(name) or 0.0
 

@@ -16,8 +16,8 @@ import pytest
 
 from tests.stream_support import records, wait_for
 from tracer.cli import main
-from tracer.live.attach import RunSaver, StreamEvent, StreamFollower, link_status, run_path
 from tracer.live.stream import StreamHub, StreamServer
+from tracer.trace.attach import RunSaver, StreamEvent, StreamFollower, link_status, run_path
 from tracer.trace.reader import TraceError, load
 from tracer.trace.source import TraceSource
 
@@ -327,7 +327,7 @@ def test_a_refused_mirror_says_so(tmp_path: Path, mirrors: list[TraceSource]) ->
 
 
 def test_link_status_names_every_state() -> None:
-    from tracer.live.attach import LinkState
+    from tracer.trace.attach import LinkState
 
     s = LinkState("http://h:1/trace")
     assert link_status(s) == "connecting to http://h:1/trace"

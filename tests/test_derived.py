@@ -17,11 +17,10 @@ import numpy as np
 import pytest
 
 from tests.conftest import ROOT
-from tracer.analysis import requests, steppass, timing
+from tracer.analysis import clock, requests, steppass, timing
 from tracer.analysis.throughput import LatencyTracker
 from tracer.trace import sidecar
 from tracer.trace.reader import Trace, load
-from tracer.whatif import clock
 
 SAMPLES = sorted((ROOT / "sample_traces").glob("*.jsonl"))
 

@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tracer.analysis import doctor
+from tracer import doctor
 from tracer.cli import main
 from tracer.trace.reader import load
 

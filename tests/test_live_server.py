@@ -23,8 +23,8 @@ import pytest
 from tests.live_support import REPO_ROOT, build_tiny_llama, free_port, start_server
 from tests.test_metrics import assert_totals_equal, scrape
 from tracer.analysis import timing
-from tracer.analysis.doctor import fetch_metrics, per_request
-from tracer.live.attach import StreamFollower
+from tracer.doctor import fetch_metrics, per_request
+from tracer.trace.attach import StreamFollower
 from tracer.trace.reader import Trace, load
 
 pytestmark = pytest.mark.live

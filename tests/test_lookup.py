@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from tests.conftest import ROOT
-from tracer.analysis.compare import lifetimes
 from tracer.analysis.detail import rows_of_steps
 from tracer.analysis.flags import detect
 from tracer.analysis.lookup import flag_rows, matching_ids, request_life
+from tracer.analysis.requests import lifetimes
 from tracer.trace.reader import load
 
 SAMPLES = sorted((ROOT / "sample_traces").glob("*.jsonl"))

@@ -10,8 +10,10 @@ import orjson
 import pytest
 
 from tests.conftest import ROOT
-from tracer.analysis.compare import compare, diff_lines, lifetimes
+from tracer.analysis.compare import compare
+from tracer.analysis.requests import lifetimes
 from tracer.cli import main
+from tracer.render.compare import diff_lines, headline
 from tracer.trace.reader import Trace, load
 from tracer.whatif.replay import replay
 from tracer.whatif.workload import WorkloadError, load_workload, workload_from_file
@@ -92,7 +94,7 @@ def test_separate_replay_of_the_additive_trace_drains_sooner(tmp_path: Path) -> 
     assert len(separate) < len(additive)
     assert list(separate.columns["target_used"][:4]) == [8192] * 4
     c = compare(additive, separate)
-    assert c.headline() == (
+    assert headline(c) == (
         "B (separate) drained the workload in 5 steps instead of 6 (A, stock): fewer by 1. "
         "Request 'long' finished its prefill in 4 steps instead of 5. "
         "In A the additive draft-slot reservation withheld 7 target tokens in each of 4 steps (28 in all). "

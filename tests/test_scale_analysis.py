@@ -26,9 +26,9 @@ from tests.conftest import ROOT
 from tracer.analysis import detail
 from tracer.analysis import requests as requests_module
 from tracer.analysis.budget import MethodModel, analyze, simulate_without_excess
-from tracer.analysis.compare import compare, lifetimes
+from tracer.analysis.compare import compare
 from tracer.analysis.lookup import request_life
-from tracer.analysis.requests import RequestEvents, cached_index, request_events, request_index
+from tracer.analysis.requests import RequestEvents, cached_index, lifetimes, request_events, request_index
 from tracer.trace import schema
 from tracer.trace.reader import Trace, load
 

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from tracer.analysis import budget, flags
-from tracer.analysis.compare import compare, diff_lines
+from tracer.analysis.compare import compare
 from tracer.analysis.session import Demand, RequestEntry, Session, request_entries, step_requests
+from tracer.render.compare import diff_lines
 from tracer.render.perfetto import to_chrome_trace
 from tracer.render.summary import summary_lines
 from tracer.render.text import (

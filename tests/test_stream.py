@@ -16,8 +16,8 @@ import orjson
 import pytest
 
 from tests.stream_support import records
-from tracer.live.attach import StreamFollower
 from tracer.live.stream import StreamConfigError, StreamHub, StreamServer, parse_bind
+from tracer.trace.attach import StreamFollower
 from tracer.trace.reader import load
 
 

@@ -12,9 +12,9 @@ import orjson
 import pytest
 
 from tests.conftest import ROOT
+from tracer.analysis.clock import clock_for, performance
 from tracer.cli import main
 from tracer.trace.reader import Trace, load
-from tracer.whatif.clock import clock_for, performance
 
 SAMPLES = ROOT / "sample_traces"
 DFLASH = SAMPLES / "dflash_k7_additive.jsonl"

@@ -183,8 +183,9 @@ def cmd_timing(args: argparse.Namespace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    from tracer.analysis.compare import compare, diff_lines
+    from tracer.analysis.compare import compare
     from tracer.analysis.session import Session
+    from tracer.render.compare import diff_lines
 
     strict = not args.lenient
     comparison = compare(Session.load(args.trace_a, strict=strict), Session.load(args.trace_b, strict=strict))
@@ -222,7 +223,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
         header: dict[str, object] = {"replay": {"source": str(args.source), "policy": policy}}
         clock = None
         if args.timed or args.arrivals == "time":
-            from tracer.whatif.clock import NoClock, attach_idle_waits, clock_for, clock_sentence
+            from tracer.analysis.clock import NoClock, clock_for
+            from tracer.whatif.clock import attach_idle_waits, clock_sentence
 
             if recorded is None:
                 print("schedscope: error: --timed needs a recorded trace to fit on", file=sys.stderr)
@@ -270,7 +272,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     """Replay a trace's workload over a grid of settings and rank them (tracer.whatif.sweep)."""
     import orjson
 
-    from tracer.whatif.clock import NoClock
+    from tracer.analysis.clock import NoClock
     from tracer.whatif.sweep import POLICIES, default_workers, grid, sweep, sweep_lines
     from tracer.whatif.workload import WorkloadError
 
@@ -336,7 +338,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     """Check traces for completeness and exactness; exit 1 on any FAIL."""
-    from tracer.analysis.doctor import run
+    from tracer.doctor import run
 
     try:
         code, lines = run(
@@ -393,7 +395,7 @@ def _export_parquet(args: argparse.Namespace) -> int:
 
 def cmd_attach(args: argparse.Namespace) -> int:
     """Follow a live stream: a compact line per step (or raw records with --json)."""
-    from tracer.live.attach import RunSaver, StreamFollower, step_line
+    from tracer.trace.attach import RunSaver, StreamFollower, step_line
 
     follower = StreamFollower(args.url, token=args.token or os.environ.get("SCHEDSCOPE_STREAM_TOKEN"))
     saver = RunSaver(args.save) if args.save else None
@@ -430,6 +432,26 @@ class ViewerInputs:
     engines: tuple[str, ...]  # --engines: one run's traces
 
 
+def check_viewer_inputs(
+    *, traces: int, engines: int, sources: int, compare: bool = False, live_beside: bool = False, command: str
+) -> None:
+    """The one check of what a viewer was asked to open (the counts of trace paths, --engines
+    traces and live sources), for `schedscope tui|web` and tui.make_app alike: ValueError with
+    the sentence to print. `live_beside`: the viewer can show a live source beside traces."""
+    if sources > 1:
+        raise ValueError("give --attach URL or --follow FILE, not both")
+    if sources and traces and not live_beside:
+        raise ValueError("--follow and --attach open a trace alone: give no other trace")
+    if engines and (traces or sources):
+        raise ValueError("--engines opens one run's traces: give no other trace")
+    if compare and traces != 2:
+        raise ValueError("--compare needs two traces: A and B")
+    if not (sources or traces or engines):
+        raise ValueError(
+            f"{command} needs a TRACE, two to compare, --engines TRACE..., --follow FILE or --attach URL"
+        )
+
+
 def viewer_inputs(args: argparse.Namespace, command: str, *, live_beside: bool = False) -> ViewerInputs:
     """The inputs of `schedscope tui|web`, or ValueError with the sentence to print: before
     the terminal switches screens or anything is served, so the user reads it. `live_beside`:
@@ -437,14 +459,13 @@ def viewer_inputs(args: argparse.Namespace, command: str, *, live_beside: bool =
     engines = tuple(args.engines or ())
     traces = tuple(p for p in (args.trace, args.trace_b) if p is not None)
     source = viewer_source(args)
-    if source is not None and traces and not live_beside:
-        raise ValueError("--follow and --attach open a trace alone: give no other trace")
-    if engines and (traces or source is not None):
-        raise ValueError("--engines opens one run's traces: give no other trace")
-    if source is None and not traces and not engines:
-        raise ValueError(
-            f"{command} needs a TRACE, two to compare, --engines TRACE..., --follow FILE or --attach URL"
-        )
+    check_viewer_inputs(
+        traces=len(traces),
+        engines=len(engines),
+        sources=int(source is not None),
+        live_beside=live_beside,
+        command=command,
+    )
     for path in (*traces, *engines):
         if not os.path.isfile(path):
             what = "is a directory, not a trace file" if os.path.isdir(path) else "no such file"

@@ -34,13 +34,13 @@ from typing import Any
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 
-from tracer.analysis.methods import (
+from tracer.scheduler import TracingMixin
+from tracer.trace.methods import (
     additive_draft_slots,
     is_separate_pass,
     query_rows_per_request,
     shared_draft_slots,
 )
-from tracer.scheduler import TracingMixin
 
 
 class _View:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import atexit
 import functools
 import logging
-import os
 import sys
 import time
 from typing import Any
@@ -49,7 +48,8 @@ class TracingMixin:
         metrics_off = metrics_at.lower() == "off"
         if metrics_off:
             metrics_at = ""
-        counters = self._start_metrics(metrics_at) if (metrics_at or stream_at) and not metrics_off else None
+        wanted = (metrics_at or stream_at) and not metrics_off
+        counters = self._start_metrics(metrics_at, config.metrics_token) if wanted else None
         if counters is not None:
             taps.append(counters.tap)
         if stream_at:
@@ -67,7 +67,10 @@ class TracingMixin:
         try:
             # Policy layers (tracer.policies) name themselves; vLLM's own is "stock".
             policy = getattr(self, "SCHEDSCOPE_POLICY", "stock")
-            rec = _recorder.Recorder.for_scheduler(self, path, policy=policy, taps=taps, header=config.header)
+            # The config read above, passed on: the environment is parsed once per scheduler.
+            rec = _recorder.Recorder.for_scheduler(
+                self, path, policy=policy, max_queue=config.queue, taps=taps, header=config.header
+            )
         except Exception:
             logger.exception("schedscope: cannot record to %s; serving without a trace", path)
             return
@@ -86,7 +89,7 @@ class TracingMixin:
     _schedscope_metrics: Any = None  # tracer.live.metrics.TraceMetrics
     _schedscope_metrics_server: Any = None
 
-    def _start_metrics(self, metrics_at: str) -> Any:
+    def _start_metrics(self, metrics_at: str, token: str | None) -> Any:
         """The metrics counters, and their own HTTP server if SCHEDSCOPE_METRICS names one;
         None if they cannot be set up (logged: the server keeps serving, traced)."""
         try:
@@ -99,7 +102,6 @@ class TracingMixin:
         self._schedscope_metrics = counters
         if metrics_at:
             try:
-                token = os.environ.get(metrics.ENV_TOKEN) or os.environ.get(stream.ENV_TOKEN)
                 server = metrics.start_from_env(counters, metrics_at, token)
                 self._schedscope_metrics_server = server
                 atexit.register(server.close)

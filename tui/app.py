@@ -12,6 +12,7 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
 
+from tracer.cli import check_viewer_inputs
 from tracer.trace.errors import skippable
 from tracer.trace.reader import TraceError
 from tracer.trace.source import TraceSource
@@ -112,22 +113,19 @@ def make_app(
     it), or a path, opened as a complete file; `follow`: a path, followed as it grows. The
     screen starts the source and closes it when the app ends.
     """
+    given = isinstance(trace, TraceSource)  # a source opens alone, as --follow FILE does
+    compare = compare or trace_b is not None
+    check_viewer_inputs(  # the command line's own check (tracer.cli), so both say the same
+        traces=sum(p is not None for p in (None if given else trace, trace_b)),
+        engines=len(engines),
+        sources=int(given) + int(follow is not None),
+        compare=compare,
+        command="tui",
+    )
     if engines:
-        if trace is not None or trace_b is not None or follow is not None or compare:
-            raise ValueError("--engines opens the traces of one run: give no other trace")
         return SchedscopeApp(Opening(engines=tuple(Path(p) for p in engines), strict=strict))
     if isinstance(trace, TraceSource):
-        if trace_b is not None or compare or follow is not None:
-            raise ValueError("a live source opens alone: give no other trace")
         return SchedscopeApp(Opening(source=trace, strict=trace.strict))
-    if follow is not None and (trace is not None or trace_b is not None):
-        raise ValueError("--follow FILE opens that file alone: give no other trace")
-    if trace_b is not None:
-        compare = True
-    if compare and (trace is None or trace_b is None):
-        raise ValueError("--compare needs two traces: A and B")
-    if trace is None and follow is None:
-        raise ValueError("give a trace to open, or --follow FILE")
     if compare:
         assert trace is not None and trace_b is not None
         return SchedscopeApp(Opening(trace=Path(trace), trace_b=Path(trace_b), compare=True, strict=strict))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -16,7 +17,7 @@ from tracer.analysis.compare import Comparison, compare
 from tracer.analysis.engines import Run, RunTotals
 from tracer.analysis.flags import FlagReport
 from tracer.analysis.session import Session, neighbour
-from tracer.trace.reader import Progress, Trace, load
+from tracer.trace.reader import Progress, Trace
 
 
 class TraceModel(Session):
@@ -53,36 +54,36 @@ class CompareModel:
 
 @dataclass
 class RunModel:
-    """The engines of one data-parallel run on a shared step axis (tracer.analysis.engines.Run).
-
-    Each EngineCore numbers its own steps; the axis is every step number any engine recorded,
-    so step k of each engine sits in one column. `at[i]`: engine i's rows' places on the axis.
-    """
+    """The engines of one data-parallel run (tracer.analysis.engines.Run), each a TraceModel. The
+    shared step axis and the totals are the Run's, read through, never copied."""
 
     run: Run
-    models: list[TraceModel]
-    steps: np.ndarray
-    at: list[np.ndarray]
-    totals: RunTotals
 
     @classmethod
     def load(cls, paths: list[Path], *, strict: bool = True, progress: Progress | None = None) -> RunModel:
-        """Each trace in turn, then Run.of's check that they are one run (TraceError if not)."""
-        traces = []
-        for i, path in enumerate(paths):
-
-            def each(done: int, total: int, i: int = i) -> None:
-                if progress is not None:  # per mille of the whole: the files differ in size
-                    progress(i * 1000 + 1000 * done // max(1, total), 1000 * len(paths))
-
-            traces.append(load(path, strict=strict, progress=each))
-        return cls.build(traces)
+        """Each trace in turn, then the one-run check (TraceError if not one run): Run.load."""
+        return cls(Run.load(paths, strict=strict, progress=progress, session=TraceModel.build))
 
     @classmethod
     def build(cls, traces: list[Trace]) -> RunModel:
-        models = [TraceModel.build(t) for t in traces]
-        run = Run.of(models)
-        return cls(run, models, run.axis.steps, run.axis.at, run.totals())
+        return cls(Run.of([TraceModel.build(t) for t in traces]))
+
+    @property
+    def models(self) -> list[TraceModel]:
+        return cast("list[TraceModel]", [e.session for e in self.run.engines])  # as load/build made them
+
+    @property
+    def steps(self) -> np.ndarray:
+        return self.run.axis.steps
+
+    @property
+    def at(self) -> list[np.ndarray]:
+        """Engine i's rows' places on the axis."""
+        return self.run.axis.at
+
+    @property
+    def totals(self) -> RunTotals:
+        return self.run.totals()
 
     def __len__(self) -> int:
         return len(self.steps)

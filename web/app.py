@@ -93,7 +93,9 @@ def make_app(
     )
     handlers = Handlers(store, max_points=max_points, feeds=feeds, run=run)
     register(app, handlers)
-    register_why(app, WhyHandlers(store, max_points=max_points))
+    register_why(
+        app, WhyHandlers(store, max_points=max_points), trace=ui.TRACE, version=ui.VERSION, graph=ui.GRAPH
+    )
     for feed in feeds:
         feed.start()
     app.store = store  # type: ignore[attr-defined]

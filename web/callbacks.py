@@ -8,7 +8,6 @@ live tick extends them, a selection moves the marker line).
 
 from __future__ import annotations
 
-import re
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -20,7 +19,7 @@ from tracer.trace.source import Phase
 from web import layout as ids
 from web.chart import build_figure, extend_patch, range_patch, range_update, selected_shape
 from web.compare_view import compare_chart, headline, totals_children
-from web.decimate import MAX_POINTS
+from web.decimate import MAX_POINTS, Range, parse_xrange
 from web.engines_view import engine_of_trace, engines_chart
 from web.export import figure_html, figure_png
 from web.flagtable import JUMP, filter_flags, page, table
@@ -30,28 +29,6 @@ from web.store import TraceStore, UploadError
 from web.timeline import timeline_chart
 
 LIVE = "live"
-_RANGE_KEY = re.compile(r"^xaxis\d*\.range\[([01])\]$")
-_AUTO_KEY = re.compile(r"^xaxis\d*\.autorange$")
-
-Range = list[float] | None
-
-
-def parse_xrange(relayout: dict[str, Any] | None) -> tuple[bool, Range]:
-    """(changed, range) from a plotly relayout event: a new x range, a reset (None), or no x change."""
-    if not relayout:
-        return False, None
-    lo = hi = None
-    for key, value in relayout.items():
-        m = _RANGE_KEY.match(key)
-        if m:
-            lo, hi = (value, hi) if m.group(1) == "0" else (lo, value)
-        elif re.match(r"^xaxis\d*\.range$", key) and isinstance(value, list) and len(value) == 2:
-            lo, hi = value
-        elif _AUTO_KEY.match(key) and value:
-            return True, None
-    if lo is None or hi is None:
-        return False, None
-    return True, [float(lo), float(hi)]
 
 
 def _state(view: TraceView, sent: int) -> dict[str, Any]:

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 def cmd_web(args: argparse.Namespace) -> int:
     """Serve the Dash web app over one or two traces and/or a growing file; loopback unless --allow-remote."""
-    from tracer.live.stream import is_loopback
+    from tracer.live.net import is_loopback
     from tracer.trace.reader import load
     from tracer.trace.source import TraceSource
 

@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 from dash import html
 
-from tracer.analysis.compare import Comparison, Side, headline_sentences
+from tracer.analysis.compare import Comparison, Side
+from tracer.render.compare import headline_sentences, performance_note, performance_rows
 from tracer.render.text import compare_totals
-from tracer.whatif.clock import performance_note, performance_rows
 from web.chart import Chart, Line, Markers, Panel
 from web.timeline import flag_hover
 
@@ -82,7 +82,7 @@ def totals_table(c: Comparison) -> html.Table:
 
 
 def performance_block(c: Comparison) -> list[Any]:
-    """Throughput and latency of both sides (tracer.whatif.clock's rows and note), beside the totals."""
+    """Throughput and latency of both sides (tracer.render.compare's rows and note), beside the totals."""
     if c.perf is None:
         return []
     rows = performance_rows(*c.perf)

@@ -14,7 +14,9 @@ as one group: they share the selected rows, so bands stay consistent.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -64,3 +66,26 @@ def thin(rows: np.ndarray, max_points: int = MAX_POINTS) -> np.ndarray:
         return rows
     keep = np.linspace(0, len(rows) - 1, max_points).round().astype(np.int64)
     return rows[np.unique(keep)]
+
+
+_RANGE_KEY = re.compile(r"^xaxis\d*\.range\[([01])\]$")
+_AUTO_KEY = re.compile(r"^xaxis\d*\.autorange$")
+Range = list[float] | None
+
+
+def parse_xrange(relayout: dict[str, Any] | None) -> tuple[bool, Range]:
+    """(changed, range) from a plotly relayout event: a new x range, a reset (None), or no x change."""
+    if not relayout:
+        return False, None
+    lo = hi = None
+    for key, value in relayout.items():
+        m = _RANGE_KEY.match(key)
+        if m:
+            lo, hi = (value, hi) if m.group(1) == "0" else (lo, value)
+        elif re.match(r"^xaxis\d*\.range$", key) and isinstance(value, list) and len(value) == 2:
+            lo, hi = value
+        elif _AUTO_KEY.match(key) and value:
+            return True, None
+    if lo is None or hi is None:
+        return False, None
+    return True, [float(lo), float(hi)]

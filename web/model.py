@@ -67,15 +67,12 @@ class TraceView:
 
 @dataclass
 class RunView:
-    """The engines of one data-parallel run (tracer.analysis.engines.Run), each a TraceView, on a
-    shared step axis: each EngineCore numbers its own steps, and the axis is every step number any
-    engine recorded, so step k of each engine sits at x = k. `at[i]`: engine i's rows on the axis."""
+    """The engines of one data-parallel run (tracer.analysis.engines.Run), each a TraceView over
+    the engine's own Session. The shared step axis (step k of each engine at x = k) and the
+    totals are the Run's, read through, never copied."""
 
     run: Run
     views: list[TraceView]
-    steps: np.ndarray
-    at: list[np.ndarray]
-    totals: RunTotals
     cache: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -84,7 +81,20 @@ class RunView:
         for i, engine in enumerate(run.engines):
             _ = engine.session.report, engine.session.series  # now, not in the first callback
             views.append(TraceView(f"{key}-{i}", engine.label, engine.session))
-        return cls(run, views, run.axis.steps, run.axis.at, run.totals())
+        return cls(run, views)
+
+    @property
+    def steps(self) -> np.ndarray:
+        return self.run.axis.steps
+
+    @property
+    def at(self) -> list[np.ndarray]:
+        """Engine i's rows on the axis."""
+        return self.run.axis.at
+
+    @property
+    def totals(self) -> RunTotals:
+        return self.run.totals()
 
     def on_axis(self, engine: int, values: np.ndarray, missing: int) -> np.ndarray:
         """An engine's per-row array placed on the shared axis; `missing` where it has no such step."""

@@ -8,26 +8,11 @@ from typing import Any
 
 import numpy as np
 
-from tracer.analysis.flags import KINDS, Flag
+from tracer.analysis import flags as flag_registry  # read when drawn: a new kind needs no edit here
+from tracer.analysis.flags import Flag, kind_info
 from web.chart import Chart, Line, Markers, Panel
 from web.model import TraceView
 
-KIND_COLORS = {
-    "additive-double-reservation": "#d62728",
-    "query-overflow": "#9467bd",
-    "shared-buffer-overflow": "#8c564b",
-    "negative-budget": "#e377c2",
-    "preemption-budget-leak": "#ff7f0e",
-    "admission-cap-binding": "#17becf",
-}
-KIND_SHORT = {
-    "additive-double-reservation": "additive",
-    "query-overflow": "query overflow",
-    "shared-buffer-overflow": "shared overflow",
-    "negative-budget": "negative",
-    "preemption-budget-leak": "preempt leak",
-    "admission-cap-binding": "cap binding",
-}
 BLUE, ORANGE, GREY, RED, DARK = "#1f77b4", "#ff7f0e", "#7f7f7f", "#d62728", "#444444"
 GREEN, PURPLE, TEAL = "#2ca02c", "#9467bd", "#17becf"
 
@@ -43,7 +28,7 @@ def flag_markers(view: TraceView, panel: int) -> tuple[Markers, ...]:
     """One marker trace per flag kind (always all kinds: trace indices stay fixed as a live trace grows)."""
     steps = view.steps
     out = []
-    for kind in KINDS:
+    for kind in flag_registry.KINDS:
         flags = [f for f in view.report.flags if f.kind == kind]
         rows = np.searchsorted(steps, np.asarray([f.step for f in flags], dtype=np.int64))
         hover: dict[int, str] = {}  # built on first show, reused by every later zoom
@@ -55,11 +40,11 @@ def flag_markers(view: TraceView, panel: int) -> tuple[Markers, ...]:
 
         out.append(
             Markers(
-                name=f"{KIND_SHORT[kind]} ({len(flags)})",
+                name=f"{kind_info(kind).short} ({len(flags)})",
                 panel=panel,
                 rows=rows,
                 y=[kind] * len(flags),
-                color=KIND_COLORS[kind],
+                color=kind_info(kind).color,
                 text=text,
             )
         )
@@ -73,14 +58,15 @@ def timeline_chart(view: TraceView) -> Chart:
     s = view.series
     has_runner = bool((s["buffer_target_rows"] >= 0).any() or (s["buffer_draft_rows"] >= 0).any())
     has_query = bool(view.report.analysis.model.q) and view.report.analysis.model.separate_pass
+    kinds = flag_registry.KINDS
     kinds_axis: dict[str, Any] = {
         "type": "category",
         "categoryorder": "array",
-        "categoryarray": list(KINDS),
-        "tickvals": list(KINDS),
-        "ticktext": [KIND_SHORT[k] for k in KINDS],
+        "categoryarray": list(kinds),
+        "tickvals": list(kinds),
+        "ticktext": [kind_info(k).short for k in kinds],
         "tickfont": {"size": 10},
-        "range": [-0.6, len(KINDS) - 0.4],
+        "range": [-0.6, len(kinds) - 0.4],
         "fixedrange": True,
     }
     panels = (

@@ -29,7 +29,7 @@ from tracer.analysis.request_lanes import (
     RequestLanes,
 )
 from tracer.render.why import lanes_note, segment_text, state_label, story_lines
-from web.decimate import MAX_POINTS, row_range, select_rows
+from web.decimate import MAX_POINTS, parse_xrange, row_range, select_rows
 from web.model import TraceView
 from web.store import TraceStore
 
@@ -176,8 +176,6 @@ def why_section() -> list[Any]:
 
 
 def _x_range(relayout: dict[str, Any] | None, current: XRange) -> tuple[bool, XRange]:
-    from web.callbacks import parse_xrange
-
     changed, x_range = parse_xrange(relayout)
     return (True, x_range) if changed else (False, current)
 
@@ -216,23 +214,24 @@ class WhyHandlers:
         return why_panel(self.store.get(key), str(custom[0]))
 
 
-def register_why(app: Dash, h: WhyHandlers) -> None:
-    from web import layout as ids
+def register_why(app: Dash, h: WhyHandlers, *, trace: str, version: str, graph: str) -> None:
+    """The why views' callbacks; `trace`, `version` and `graph` are the page's trace menu, its
+    version store and the timeline graph (web.layout's ids: layout lays this module out)."""
 
     @app.callback(
         Output(WAITING_GRAPH, "figure"),
-        Input(ids.TRACE, "value"),
-        Input(ids.VERSION, "data"),
-        Input(ids.GRAPH, "relayoutData"),
+        Input(trace, "value"),
+        Input(version, "data"),
+        Input(graph, "relayoutData"),
     )
     def _waiting(key, _version, relayout):  # type: ignore[no-untyped-def]
         return h.waiting(key, relayout)
 
     @app.callback(
         Output(GANTT, "figure"),
-        Input(ids.TRACE, "value"),
-        Input(ids.VERSION, "data"),
-        Input(ids.GRAPH, "relayoutData"),
+        Input(trace, "value"),
+        Input(version, "data"),
+        Input(graph, "relayoutData"),
     )
     def _gantt(key, _version, relayout):  # type: ignore[no-untyped-def]
         return h.gantt(key, relayout)
@@ -240,7 +239,7 @@ def register_why(app: Dash, h: WhyHandlers) -> None:
     @app.callback(
         Output(WHY_PANEL, "children"),
         Input(GANTT, "clickData"),
-        State(ids.TRACE, "value"),
+        State(trace, "value"),
         prevent_initial_call=True,
     )
     def _why(click, key):  # type: ignore[no-untyped-def]

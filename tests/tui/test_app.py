@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
 from textual.pilot import Pilot
 from textual.widget import Widget
 
@@ -120,6 +121,31 @@ def test_flag_list_filters_by_kind_and_jumps() -> None:
     drive(make_app(SAMPLES / "dspark_k4_additive.jsonl"), body)
 
 
+def test_a_new_flag_kind_draws_in_every_view(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kind added to the registry (one entry) and a kind no registry knows: the step table,
+    the flag list, the kind filter and the inspector all show them (no KeyError)."""
+    from tests.flag_support import FAKE, STRAY, add_fake_kinds
+
+    add_fake_kinds(monkeypatch)
+
+    async def body(pilot: Pilot) -> None:
+        screen = main_screen(pilot)
+        assert pilot.app.error is None
+        row = "".join(t for t, _ in screen.query_one(StepTable).row_cells(0))
+        assert FAKE in row and STRAY in row
+        flags = screen.query_one(FlagList)
+        listed = ["".join(t for t, _ in flags.row_cells(i)) for i in range(flags.count)]
+        assert any(FAKE in line for line in listed) and any(STRAY in line for line in listed)
+        inspector = text(screen.query_one("#inspector"))
+        assert f"▲ {FAKE}" in inspector and f"● {STRAY}" in inspector
+        await pilot.press("k", "k")  # all -> additive -> the made-up kind
+        assert screen.kind == FAKE and flags.count == 1
+        await pilot.press("k")
+        assert screen.kind == STRAY and flags.count == 1
+
+    drive(make_app(ADDITIVE), body)
+
+
 def test_search_shows_a_request_lifetime_and_moves_to_it() -> None:
     async def body(pilot: Pilot) -> None:
         screen = main_screen(pilot)
@@ -203,6 +229,32 @@ def test_compare_aligns_both_traces_with_one_cursor() -> None:
         assert "B has no step 7" in text(screen.query_one("#arith-b"))
 
     drive(make_app(ADDITIVE, SEPARATE), body, size=(140, 48))
+
+
+def test_a_zstd_trace_without_the_suffix_opens_alone_and_compared(tmp_path: Path) -> None:
+    """The codec tells zstd by its magic bytes: the file opens (through a TraceSource) and
+    compares (through load) exactly as the plain sample does."""
+    import zstandard
+
+    packed = []
+    for src in (ADDITIVE, SEPARATE):
+        path = tmp_path / src.name  # .jsonl: no .zst suffix
+        path.write_bytes(zstandard.ZstdCompressor().compress(src.read_bytes()))
+        packed.append(path)
+
+    async def alone(pilot: Pilot) -> None:
+        screen = main_screen(pilot)
+        assert pilot.app.error is None and screen.model is not None and len(screen.model) == 7
+        assert "28 tokens withheld" in text(screen.query_one("#run"))
+
+    async def compared(pilot: Pilot) -> None:
+        screen = pilot.app.screen_stack[0]
+        assert isinstance(screen, CompareScreen) and screen.model is not None
+        headline = text(screen.query_one("#headline"))
+        assert "B (separate) drained the workload in 5 steps instead of 6" in headline
+
+    drive(make_app(packed[0]), alone)
+    drive(make_app(*packed), compared, size=(140, 48))
 
 
 def test_follow_a_growing_file(tmp_path: Path) -> None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+import pytest
 from textual.message import Message
 
 from tests.tui.helpers import ADDITIVE, SAMPLES
@@ -93,3 +96,21 @@ def test_compare_totals_show_throughput_and_latency_side_by_side() -> None:
     ):
         assert label in text, label
     assert "measured" in text and "Times: A measured from its own timestamps" in text
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({}, "tui needs a TRACE"),
+        ({"trace": ADDITIVE, "follow": ADDITIVE}, "--follow and --attach open a trace alone"),
+        ({"trace": ADDITIVE, "engines": [ADDITIVE]}, "--engines opens one run's traces"),
+        ({"trace": ADDITIVE, "compare": True}, "--compare needs two traces"),
+        ({"trace": TraceSource.file(ADDITIVE), "follow": ADDITIVE}, "not both"),
+    ],
+)
+def test_make_app_refuses_what_the_command_line_refuses(kwargs: dict[str, Any], message: str) -> None:
+    """tui.make_app runs the command line's one check (tracer.cli.check_viewer_inputs)."""
+    from tui import make_app
+
+    with pytest.raises(ValueError, match=message):
+        make_app(**kwargs)

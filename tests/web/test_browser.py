@@ -18,8 +18,9 @@ from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 
 from tests.stream_support import records
-from tracer.analysis.compare import compare, headline_sentences
+from tracer.analysis.compare import compare
 from tracer.analysis.reasons import color
+from tracer.render.compare import headline_sentences
 from web.app import make_app
 
 from .helpers import ADDITIVE, LIVE_NGRAM, SEPARATE, sample, tiled_lines

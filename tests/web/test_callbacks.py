@@ -17,7 +17,8 @@ from dash.exceptions import PreventUpdate
 from tracer.analysis.budget import arithmetic
 from tracer.cli import main
 from web import layout as ids
-from web.callbacks import Handlers, parse_xrange
+from web.callbacks import Handlers
+from web.decimate import parse_xrange
 from web.flagtable import JUMP
 from web.store import TraceStore
 
@@ -162,6 +163,14 @@ def test_upload_opens_plain_and_gzip_traces(h: Handlers) -> None:
     assert value == "upload-1" and any(o["value"] == "upload-1" for o in options) and "7 steps" in _text(msg)
     _, value, *_ = h.upload({"contents": _data_url(gzip.compress(SEPARATE.read_bytes())), "filename": "y.gz"})
     assert h.store.get(value) is not None and len(h.store.get(value)) == 6
+
+
+def test_upload_opens_a_zstd_trace(h: Handlers) -> None:
+    import zstandard
+
+    packed = zstandard.ZstdCompressor().compress(SEPARATE.read_bytes())
+    _, value, msg, *_ = h.upload({"contents": _data_url(packed), "filename": "y.jsonl"})  # no .zst
+    assert h.store.get(value) is not None and len(h.store.get(value)) == 6 and "6 steps" in _text(msg)
 
 
 @pytest.mark.parametrize(

@@ -47,6 +47,39 @@ def test_needs_a_trace_or_follow(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--follow" in capsys.readouterr().err
 
 
+def test_opens_zstd_traces_without_the_suffix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`schedscope web` over zstd traces named .jsonl: one is shown through its TraceSource,
+    two are loaded whole for the compare page; both read as the plain samples do."""
+    import zstandard
+
+    import web.app
+    from tests.stream_support import wait_for
+
+    packed = []
+    for src in (ADDITIVE, SEPARATE):
+        path = tmp_path / src.name
+        path.write_bytes(zstandard.ZstdCompressor().compress(src.read_bytes()))
+        packed.append(str(path))
+    made: list[Any] = []
+    real = web.app.make_app
+
+    def keep(*args: Any, **kwargs: Any) -> Any:
+        app = real(*args, **kwargs)
+        # Never served: "running" is waiting until A is shown (the command then stops the feeds).
+        app.run = lambda **_: wait_for(lambda: app.store.get("a") is not None)
+        made.append(app)
+        return app
+
+    monkeypatch.setattr(web.app, "make_app", keep)
+    assert main(["web", packed[0]]) == 0
+    assert len(made[0].store.get("a")) == 7
+    assert main(["web", *packed]) == 0
+    assert len(made[1].store.get("a")) == 7 and len(made[1].store.get("b")) == 6
+    assert "error" not in capsys.readouterr().err
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
-from tracer.analysis.compare import compare, headline_sentences
-from tracer.analysis.flags import ADDITIVE
+from tracer.analysis.compare import compare
+from tracer.analysis.flags import ADDITIVE, KINDS
+from tracer.render.compare import headline_sentences
 from tracer.render.text import compare_totals
 from web.chart import build_figure, extend_patch, range_patch, trace_data
 from web.compare_view import compare_chart, headline, totals_table
@@ -34,7 +36,7 @@ def test_timeline_panels_and_svg_traces() -> None:
         assert title in titles
     n_lines = sum(len(panel.lines) for panel in chart.panels)
     lines, markers = fig.data[:n_lines], fig.data[n_lines:]  # the Chart's order: lines, then markers
-    assert len(lines) >= 17 and len(markers) == 6  # flags are one trace per kind
+    assert len(lines) >= 17 and len(markers) == len(KINDS)  # flags are one trace per kind
     assert {t.type for t in fig.data} == {"scatter"}  # SVG throughout: no WebGL trace
     assert all(t.marker.line.color == "#222" for t in markers)
 
@@ -102,3 +104,23 @@ def test_totals_are_coloured_by_their_direction_not_their_label() -> None:
     assert shown["steps to drain"] == "better" and shown["target_used (sum)"] == ""
     titles = {row.children[0].children: row.children[0].title for row in body}
     assert titles["tokens withheld"] == "fewer is better" and titles["query_rows (sum)"] is None
+
+
+def test_a_new_flag_kind_draws_everywhere(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kind added to the registry (one entry) gets its marker trace, axis tick, legend name
+    and filter option; a kind no registry knows is still listed and inspected (no KeyError)."""
+    from tests.flag_support import FAKE, FAKE_SHORT, STRAY, add_fake_kinds
+    from web import flagtable, layout
+    from web.inspector import inspector
+
+    add_fake_kinds(monkeypatch)
+    v = view()
+    fig = build_figure(timeline_chart(v))
+    assert _by_name(fig, f"{FAKE_SHORT} (1)").marker.color == "#123456"
+    assert FAKE_SHORT in fig.layout.yaxis.ticktext
+    page = str(layout.layout([], default=None, compare_pair=(None, None), live=False, max_upload=1 << 20))
+    assert FAKE in page
+    shown = str(flagtable.table(v.report.flags, len(v.report.flags)))
+    assert FAKE in shown and STRAY in shown
+    inspected = str(inspector(v, int(v.steps[0])))
+    assert FAKE in inspected and STRAY in inspected

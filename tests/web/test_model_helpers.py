@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from tracer.analysis.budget import analyze
-from tracer.analysis.compare import compare, diff_lines
+from tracer.analysis.compare import compare
 from tracer.analysis.series import step_series
+from tracer.render.compare import diff_lines
 from tracer.render.text import compare_totals
 from tracer.trace.ingest import load_bytes
 from tracer.trace.reader import TraceError
@@ -54,7 +55,7 @@ def test_load_bytes_reads_plain_gzip_and_torn_traces() -> None:
         (b"", "empty file"),
         (b"hello world\n", "not a JSON record"),
         (b'{"kind":"step","step":1}\n', "the first record must be a header"),
-        (b"\x28\xb5\x2f\xfd....", "zstd uploads are not supported"),
+        (b"\x28\xb5\x2f\xfd....", "not a readable zstd file"),
         (b"\x1f\x8bnot really gzip", "not a readable gzip file"),
         (b'{"kind":"header","schema":"9.0","config":{}}\n', "newer than this schedscope reads"),
     ],

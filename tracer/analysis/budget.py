@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from tracer.analysis import detail
-from tracer.analysis.methods import is_separate_pass
+from tracer.trace.methods import is_separate_pass
 from tracer.trace.reader import Trace
 
 

@@ -1,76 +1,24 @@
-"""Comparison model: two traces aligned by step and by request, per-step deltas,
-totals and a one-paragraph headline. Used by `schedscope diff` and both views.
+"""Comparison model: two traces aligned by step and by request, per-step deltas and
+each side's performance. Used by `schedscope diff` and both views; its sentences (the
+headline, the diff report, the performance table) are tracer.render.compare's.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tracer.analysis import detail
+from tracer.analysis.clock import NoClock, Performance, StepClock, clock_for, is_replay, is_timed, performance
 from tracer.analysis.flags import FlagReport
 from tracer.analysis.requests import RequestEvents, request_events
-from tracer.render.text import totals_lines
 from tracer.trace.reader import Trace
-from tracer.whatif.clock import (
-    NoClock,
-    Performance,
-    StepClock,
-    clock_for,
-    is_replay,
-    is_timed,
-    performance,
-    performance_note,
-    performance_rows,
-    withheld_cost_sentence,
-)
-from tracer.whatif.fidelity import identity_line
-from tracer.whatif.offline import OFFLINE_MODEL_NAME
 
 if TYPE_CHECKING:
     from tracer.analysis.session import Session
 
 DELTA_COLUMNS = ("target_used", "query_rows", "admitted", "preempted")
-
-
-@dataclass
-class RequestLife(RequestEvents):
-    """One request's whole lifetime in a trace (step numbers as recorded): its events and
-    every step that scheduled it."""
-
-    scheduled: list[int] = field(default_factory=list)
-    tokens: int = 0
-
-
-def lifetimes(trace: Trace) -> dict[str, RequestLife]:
-    """Every request's lifetime, from every step record: the reference for one request's
-    (tracer.analysis.lookup.request_life parses only its steps) and for the events a
-    comparison uses (tracer.analysis.requests.request_events reads only those)."""
-    lives: dict[str, RequestLife] = {}
-
-    def life(rid: str) -> RequestLife:
-        return lives.setdefault(rid, RequestLife(rid))
-
-    for _, rec in detail.records(trace, range(len(trace))):  # batched: never every record at once
-        step = rec["step"]
-        for rid, *_ in rec["new"]:
-            life(rid).admitted = step
-        for rid, *_ in rec["resumed"]:
-            life(rid).resumed.append(step)
-        for rid, tokens, *_ in rec["new"] + rec["resumed"] + rec["running"]:
-            r = life(rid)
-            r.scheduled.append(step)
-            r.tokens += tokens
-        for rid, n in (rec["sampled"] or {}).items():
-            if n > 0 and life(rid).prefill_done is None:
-                lives[rid].prefill_done = step
-        for rid in rec["preempted"]:
-            life(rid).preempted.append(step)
-        for rid in rec["finished"]:
-            life(rid).finished = step
-    return lives
 
 
 @dataclass
@@ -102,15 +50,12 @@ class Comparison:
     steps: np.ndarray  # aligned step numbers 1..max(len(a), len(b))
     values: dict[str, tuple[np.ndarray, np.ndarray]]  # per column: (a, b) aligned, 0-padded
     common_requests: list[str]
-    # Throughput and latency of each side (tracer.whatif.clock): measured, or predicted for a replay.
+    # Throughput and latency of each side (tracer.analysis.clock): measured, or predicted for a replay.
     perf: tuple[Performance, Performance] | None = None
 
     def delta(self, column: str) -> np.ndarray:
         a, b = self.values[column]
         return b - a
-
-    def headline(self) -> str:
-        return " ".join(headline_sentences(self))
 
 
 def _aligned(trace: Trace, n: int) -> dict[str, np.ndarray]:
@@ -162,79 +107,3 @@ def _pricing_clock(a: Trace, b: Trace) -> StepClock | None:
             except NoClock:
                 return None
     return None
-
-
-def headline_sentences(c: Comparison) -> list[str]:
-    a, b = c.a, c.b
-    da, db = a.steps_to_drain, b.steps_to_drain
-    verb = "the same" if da == db else ("fewer" if db < da else "more")
-    out = [
-        f"B ({b.name}) drained the workload in {db} steps instead of {da} (A, {a.name}): {verb}"
-        + ("." if da == db else f" by {abs(da - db)}.")
-    ]
-    # The request whose prefill length changed most says what the budget did.
-    best: tuple[int, str, int, int] | None = None
-    for rid in c.common_requests:
-        pa, pb = a.lives[rid].prefill_steps, b.lives[rid].prefill_steps
-        if pa is not None and pb is not None and pa != pb and (best is None or abs(pa - pb) > best[0]):
-            best = (abs(pa - pb), rid, pa, pb)
-    if best is not None:
-        _, rid, pa, pb = best
-        out.append(f"Request {rid!r} finished its prefill in {pb} steps instead of {pa}.")
-    for side, label in ((a, "A"), (b, "B")):
-        withheld = side.flags.tokens_withheld
-        if not withheld:
-            continue
-        per_step = [f.numbers["tokens_withheld"] for f in side.flags.flags if "tokens_withheld" in f.numbers]
-        if len(set(per_step)) == 1:
-            spread = f"{per_step[0]} target tokens in each of {len(per_step)} steps"
-        else:
-            spread = f"{withheld} target tokens over {len(per_step)} steps"
-        out.append(f"In {label} the additive draft-slot reservation withheld {spread} ({withheld} in all).")
-        if label == "A" and c.perf is not None:
-            offline = a.trace.config.get("model") == OFFLINE_MODEL_NAME
-            cost = withheld_cost_sentence(*c.perf, withheld, offline)
-            if cost is not None:
-                out.append(cost)
-    fa, fb = len(a.flags.flags), len(b.flags.flags)
-    if fa != fb:
-        out.append(f"Flags: {fa} in A, {fb} in B.")
-    return out
-
-
-def diff_lines(c: Comparison, *, rows: int = 20) -> list[str]:
-    """The text report of `schedscope diff`."""
-    a, b = c.a, c.b
-    lines = [
-        f"A  {a.trace.path}  policy {a.name}, vLLM {a.trace.header.get('vllm_version')}",
-        f"B  {b.trace.path}  policy {b.name}, vLLM {b.trace.header.get('vllm_version')}",
-        "",
-        *headline_sentences(c),
-    ]
-    # A what-if trace keeps its baseline's identity check: say how much of this diff
-    # could be replay error rather than the policy.
-    for side in (b, a):
-        line = identity_line(side.trace.header)
-        if line is not None:
-            lines.append(f"{line}.")
-            break
-    lines += ["", *totals_lines(c)]
-    if c.perf is not None:
-        lines += ["", performance_note(*c.perf)]
-        for label, va, vb in performance_rows(*c.perf):
-            lines.append(f"{label:24}{va:>12}{vb:>12}")
-    changed = np.flatnonzero(np.any([c.delta(n) != 0 for n in DELTA_COLUMNS], axis=0))
-    lines += ["", f"{len(changed)} steps differ" + (":" if len(changed) else ".")]
-    if len(changed):
-        heads = (("step", 6), ("target A", 10), ("target B", 10), ("Δ", 7), ("query Δ", 9), ("admit Δ", 9))
-        lines.append("".join(f"{h:>{w}}" for h, w in heads) + f"{'preempt Δ':>11}")
-        for i in changed[:rows]:
-            ta, tb = c.values["target_used"][0][i], c.values["target_used"][1][i]
-            lines.append(
-                f"{int(c.steps[i]):>6}{int(ta):>10}{int(tb):>10}{int(tb - ta):>+7}"
-                f"{int(c.delta('query_rows')[i]):>+9}{int(c.delta('admitted')[i]):>+9}"
-                f"{int(c.delta('preempted')[i]):>+11}"
-            )
-        if len(changed) > rows:
-            lines.append(f"... {len(changed) - rows} more (--rows)")
-    return lines

@@ -10,7 +10,8 @@ header field that differs: engines of one server share every one of these.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -19,7 +20,7 @@ import numpy as np
 
 from tracer.analysis.session import Session
 from tracer.trace.errors import TraceHeaderError
-from tracer.trace.reader import Progress, Trace
+from tracer.trace.reader import Progress, Trace, load
 
 # Header fields every engine of one server shares; (section, key): section None is the header.
 SHARED = (
@@ -92,11 +93,39 @@ class Run:
 
     @classmethod
     def load(
-        cls, paths: Sequence[str | Path], *, strict: bool = True, progress: Progress | None = None
+        cls,
+        paths: Sequence[str | Path],
+        *,
+        strict: bool = True,
+        progress: Progress | None = None,
+        session: Callable[[Trace], Session] = Session,
     ) -> Run:
-        return cls.of([Session.load(p, strict=strict, progress=progress) for p in paths])
+        """Each trace in turn, then the one-run check (TraceError if not one run). `progress`
+        covers the whole run, in bytes of the files; `session` makes each engine's Session
+        (a viewer's subclass, built with what its first frame draws)."""
+        sizes = []
+        for p in paths:
+            try:
+                sizes.append(os.stat(p).st_size)
+            except OSError:
+                sizes.append(0)  # load names the problem
+        whole = max(1, sum(sizes))
+        sessions = []
+        for i, path in enumerate(paths):
+            before = sum(sizes[:i])
+
+            def each(done: int, total: int, before: int = before, size: int = sizes[i]) -> None:
+                if progress is not None:  # the files differ in size: their share of the whole
+                    progress(before + size * done // max(1, total), whole)
+
+            sessions.append(session(load(path, strict=strict, progress=each)))
+        return cls.of(sessions)
 
     def totals(self) -> RunTotals:
+        return self._totals
+
+    @cached_property
+    def _totals(self) -> RunTotals:  # once per run: every view asks for the same numbers
         traces = [e.trace for e in self.engines]
         return RunTotals(
             engines=len(self.engines),

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -23,17 +23,42 @@ NEGATIVE = "negative-budget"
 PREEMPTION_LEAK = "preemption-budget-leak"
 CAP_BINDING = "admission-cap-binding"
 LIMIT_HOLDS = "limit-holds-waiting"
-KINDS = (ADDITIVE, QUERY_OVERFLOW, SHARED_OVERFLOW, NEGATIVE, PREEMPTION_LEAK, CAP_BINDING, LIMIT_HOLDS)
 
-SEVERITY = {
-    ADDITIVE: "warning",
-    QUERY_OVERFLOW: "error",
-    SHARED_OVERFLOW: "error",
-    NEGATIVE: "error",
-    PREEMPTION_LEAK: "error",
-    CAP_BINDING: "info",
-    LIMIT_HOLDS: "warning",
+
+class KindInfo(NamedTuple):
+    """What every view shows of a flag kind: its severity, a short name for a chart's legend
+    and axis, and its markers' colour."""
+
+    severity: str  # "error", "warning" or "info"
+    short: str
+    color: str
+
+
+# The one list of flag kinds, in the order flags of one step sort and views list them. A new
+# kind is one entry here (and its detector below); KINDS, SEVERITY and every view follow.
+KIND_INFO: dict[str, KindInfo] = {
+    ADDITIVE: KindInfo("warning", "additive", "#d62728"),
+    QUERY_OVERFLOW: KindInfo("error", "query overflow", "#9467bd"),
+    SHARED_OVERFLOW: KindInfo("error", "shared overflow", "#8c564b"),
+    NEGATIVE: KindInfo("error", "negative", "#e377c2"),
+    PREEMPTION_LEAK: KindInfo("error", "preempt leak", "#ff7f0e"),
+    CAP_BINDING: KindInfo("info", "cap binding", "#17becf"),
+    LIMIT_HOLDS: KindInfo("warning", "limit holds", "#bcbd22"),
 }
+KINDS = tuple(KIND_INFO)
+SEVERITY = {kind: info.severity for kind, info in KIND_INFO.items()}
+# A flag's mark in the text views, by severity.
+GLYPH = {"error": "✖", "warning": "▲", "info": "●"}
+
+
+def kind_info(kind: str) -> KindInfo:
+    """A kind's entry; one this build does not know (a newer trace's, a plugin's) still draws."""
+    return KIND_INFO.get(kind) or KindInfo("info", kind, "#7f7f7f")
+
+
+def glyph(severity: str) -> str:
+    return GLYPH.get(severity, "?")
+
 
 # A limit "holds requests back while budget and KV sit idle" when at least this share of the
 # target budget is left and at most this share of the KV cache is in use.

@@ -1,6 +1,6 @@
 """Lookups over a loaded trace that touch only the steps they need.
 
-`tracer.analysis.compare.lifetimes` parses every step, far too slow to answer one search
+`tracer.analysis.requests.lifetimes` parses every step, far too slow to answer one search
 in a million-step trace. Here a request id is found in the steps' raw records first
 (`Trace.raw_many`, read in blocks), and
 only the steps that mention it are parsed; the lifetime itself is still built by
@@ -13,10 +13,9 @@ from __future__ import annotations
 import numpy as np
 import orjson
 
-from tracer.analysis.compare import RequestLife, lifetimes
 from tracer.analysis.detail import rows_mentioning, rows_of_steps
 from tracer.analysis.flags import FlagReport
-from tracer.analysis.requests import cached_index
+from tracer.analysis.requests import RequestLife, cached_index, lifetimes
 from tracer.trace.reader import Trace
 
 

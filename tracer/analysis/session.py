@@ -21,13 +21,13 @@ from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
+from tracer.analysis import flags, why
 from tracer.analysis import request_lanes as lanes_model
-from tracer.analysis import why
 from tracer.analysis.budget import BudgetAnalysis, analyze
-from tracer.analysis.compare import RequestLife
 from tracer.analysis.detail import rows_of_steps
-from tracer.analysis.flags import KINDS, Flag, FlagReport, detect
+from tracer.analysis.flags import Flag, FlagReport, detect
 from tracer.analysis.lookup import flag_rows, matching_ids, request_life
+from tracer.analysis.requests import RequestLife
 from tracer.analysis.series import step_series
 from tracer.trace.reader import Progress, Trace, load
 
@@ -216,7 +216,8 @@ class Session:
     @property
     def kinds_present(self) -> list[str]:
         present = set(self.flag_kinds.tolist())
-        return [k for k in KINDS if k in present]
+        # In the registry's order; a kind it lacks (a newer trace's) last, never dropped.
+        return [k for k in flags.KINDS if k in present] + sorted(present - set(flags.KINDS))
 
     def flags_at(self, row: int) -> list[Flag]:
         lo, hi = np.searchsorted(self.flag_rows, [row, row + 1])

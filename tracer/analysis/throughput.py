@@ -127,7 +127,7 @@ class LatencyTracker:
 class RequestTimes:
     """Per request, in the order first seen: the row of the first step that saw it, of its
     first and last sampled token (-1: none), and the tokens sampled. Rows, not times, so a
-    retimed trace (tracer.whatif.clock.retimed) shares them."""
+    retimed trace (tracer.analysis.clock.retimed) shares them."""
 
     seen: np.ndarray
     first: np.ndarray

@@ -37,7 +37,7 @@ from tracer.analysis import flags as _flags
 from tracer.analysis import why
 from tracer.analysis.budget import analyze
 from tracer.analysis.reasons import CODES
-from tracer.live.stream import is_loopback, parse_bind
+from tracer.live.net import is_loopback, parse_bind
 from tracer.record.writer import Record
 from tracer.trace import schema
 from tracer.trace.reader import TraceBuilder

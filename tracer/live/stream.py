@@ -23,7 +23,6 @@ process must not grow one.
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import logging
 import threading
 import time
@@ -34,39 +33,19 @@ from urllib.parse import parse_qs, urlparse
 
 import orjson
 
+from tracer.live.net import is_loopback, parse_bind
 from tracer.record.writer import Record
 from tracer.trace import schema
+from tracer.trace.schema import HEARTBEAT_INTERVAL
 
 logger = logging.getLogger("schedscope.stream")
 
 ENV_STREAM = "SCHEDSCOPE_STREAM"
 ENV_TOKEN = "SCHEDSCOPE_STREAM_TOKEN"
-DEFAULT_PORT = 8799
-HEARTBEAT_INTERVAL = 2.0  # seconds without a record before a viewer gets a heartbeat
 
 
 class StreamConfigError(ValueError):
     pass
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def parse_bind(value: str, default_port: int = DEFAULT_PORT) -> tuple[str, int]:
-    """ "HOST:PORT", ":PORT", "PORT" or "HOST" -> (host, port); loopback when omitted."""
-    value = value.strip()
-    if value.isdigit():
-        return "127.0.0.1", int(value)
-    host, sep, port = value.rpartition(":")
-    if not sep:
-        return value, default_port
-    return (host.strip("[]") or "127.0.0.1"), int(port)
 
 
 class _Viewer:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tracer.analysis.methods import is_separate_pass, query_rows_per_request
+from tracer.trace.methods import is_separate_pass, query_rows_per_request
 
 
 def _get(obj: Any, *names: str, default: Any = None) -> Any:

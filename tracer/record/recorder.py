@@ -162,6 +162,7 @@ class RecorderConfig:
     stream_token: str | None = None
     metrics: str = ""  # SCHEDSCOPE_METRICS: HOST:PORT, "off", or "" (on the stream server only)
     queue: int = DEFAULT_QUEUE  # the writer's bounded queue, in records
+    metrics_token: str | None = None  # SCHEDSCOPE_METRICS_TOKEN, else the stream's token
     header: Mapping[str, Any] = field(default_factory=dict)  # extra header fields (a replay's source)
 
     @property
@@ -192,6 +193,7 @@ class RecorderConfig:
             stream_token=env.get("SCHEDSCOPE_STREAM_TOKEN") or None,
             metrics=env.get("SCHEDSCOPE_METRICS", "").strip(),
             queue=queue,
+            metrics_token=env.get("SCHEDSCOPE_METRICS_TOKEN") or env.get("SCHEDSCOPE_STREAM_TOKEN") or None,
         )
 
 

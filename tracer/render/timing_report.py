@@ -13,7 +13,7 @@ from tracer.analysis import timing
 from tracer.analysis.steppass import step_pass
 from tracer.analysis.throughput import Latency, Throughput, measure_throughput
 from tracer.trace.reader import Trace
-from tracer.whatif.offline import OFFLINE_MODEL_NAME
+from tracer.trace.schema import OFFLINE_MODEL_NAME
 
 MANY_STALLS = 0.05  # over this share of usable steps, stalls suggest a cost the model lacks
 
@@ -31,24 +31,6 @@ def drop_sentence(drop: timing.Drop) -> str:
     if drop.why == "too few":
         return f"too few fitted steps for it ({drop.value:.0f}; {timing.STEPS_PER_COEF} per coefficient)"
     return f"fitted negative ({drop.value:.3g} ms): more of it cannot make a step faster"
-
-
-def refusal_sentence(what: str, counts: dict[str, int]) -> str:
-    """Why there is no model, with the step counts behind it."""
-    parts = [f"{_n(counts['recorded'], 'step')} recorded", f"{counts['usable']} usable"]
-    for key, label in (
-        ("idle", "idle gaps"),
-        ("gap", "across missing steps"),
-        ("empty", "scheduled nothing"),
-        ("stall", "stalls"),
-        ("last", "without a later timestamp"),
-    ):
-        if counts.get(key):
-            parts.append(f"{counts[key]} {label}")
-    return (
-        f"{what} to fit a step-time model: {', '.join(parts)}; it needs at least {timing.MIN_FIT_STEPS} "
-        "usable steps (a measured duration, something scheduled, no wait for requests)"
-    )
 
 
 def _pct(values: np.ndarray) -> dict[str, float]:

@@ -1,6 +1,7 @@
 """Read traces into columnar arrays, with per-step detail on demand.
 
-- Plain, `.gz` and (when the `zstandard` module is present) `.zst` files.
+- Plain, gzip and (when the `zstandard` module is present) zstd files, told apart by their
+  first bytes (tracer.trace.codec), whatever their names.
 - A torn last line, as from a killed server, is expected: every complete step
   loads and `Trace.torn` says where the file tore.
 - A malformed line raises TraceError naming the file, line and field. With
@@ -15,7 +16,7 @@ the file).
 Memory: a Trace holds its columns; where each step's record lives is its store
 (tracer.trace.store). load() never holds a plain file (4 MiB windows, then a
 FileStore) nor a multi-member gzip file (member by member, then a
-GzipMemberStore); a single-member .gz and .zst are held decompressed, as before.
+GzipMemberStore); a single-member gzip and a zstd file are held decompressed, as before.
 A big trace's columns are saved in a sidecar (tracer.trace.sidecar) after the
 first load and mapped on the next.
 
@@ -45,7 +46,7 @@ from typing import IO, Any
 import numpy as np
 import orjson
 
-from tracer.trace import compact, schema, sidecar
+from tracer.trace import codec, compact, schema, sidecar
 from tracer.trace.errors import TraceError, TraceHeaderError, TraceVersionError
 from tracer.trace.store import (
     MEMBER_DTYPE,
@@ -803,51 +804,22 @@ def _join_runner_exact(steps: np.ndarray, records: np.ndarray, runner: dict[str,
     return runner
 
 
-GZIP_MAGIC = b"\x1f\x8b"
 # A plain file is parsed this many bytes at a time: the reader never holds more of it.
 _WINDOW = 4 << 20
 
 
-def _compressed(path: Path, magic: bytes | None = None) -> str | None:
-    if path.suffix == ".gz" or (magic or b"")[:2] == GZIP_MAGIC:
-        return "gzip"
-    if path.suffix == ".zst":
-        return "zstd"
-    return None
-
-
-def open_builder(path: str | Path, *, strict: bool = True) -> TraceBuilder:
+def open_builder(path: str | Path, *, strict: bool = True, kind: codec.Kind | None = None) -> TraceBuilder:
     """A TraceBuilder for bytes read from `path` from its start, storing them where they
     are: a plain file's steps are read back from the file, so a follower of a growing
-    file holds only columns; compressed bytes (fed decompressed) are kept in memory."""
+    file holds only columns; compressed bytes (fed decompressed) are kept in memory.
+    `kind`: the file's compression, from its first bytes (codec.kind_of); without it, a
+    file with no bytes yet is taken as compressed when its name ends in .gz or .zst."""
     path = Path(path)
-    if _compressed(path):
+    if kind is None:
+        kind = "gzip" if path.suffix == ".gz" else "zstd" if path.suffix == ".zst" else "plain"
+    if kind != "plain":
         return TraceBuilder(path, strict=strict)
     return TraceBuilder(path, strict=strict, store=FileStore(path))
-
-
-def _inflate_bytes(raw: bytes) -> tuple[bytearray, str | None]:
-    """All gzip members of `raw` (a pipe: no offsets to index), and a note if cut short."""
-    out = bytearray()
-    while raw:
-        d = zlib.decompressobj(wbits=31)
-        try:
-            out += d.decompress(raw)
-        except zlib.error as exc:
-            return out, f"gzip data corrupt ({exc}); kept what decompressed"
-        if not d.eof:
-            out += d.flush()
-            return out, "gzip stream cut short; kept what decompressed"
-        raw = d.unused_data  # appended writes make several gzip members
-    return out, None
-
-
-def _unzstd(path: Path, raw: bytes) -> bytes:
-    try:
-        import zstandard  # optional: only if installed
-    except ImportError:
-        raise TraceError(path, "reading .zst needs the 'zstandard' package") from None
-    return zstandard.ZstdDecompressor().decompressobj().decompress(raw)
 
 
 def _parse_plain(
@@ -959,23 +931,23 @@ def _load_open(path: Path, f: IO[bytes], strict: bool, progress: Progress | None
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):  # a pipe: no offsets to read back, so into memory
         raw = f.read()
-        kind = _compressed(path, raw[:2])
-        data, note = _inflate_bytes(raw) if kind == "gzip" else (_unzstd(path, raw) if kind else raw, None)
+        data, note = codec.decode(path, raw)
         builder = TraceBuilder(path, strict=strict)
         builder._adopt(data)
         builder._parse(progress)
         return _built(path, builder, builder.finish(), note, len(data), progress)
-    kind = _compressed(path, os.pread(fd, 2, 0))
+    kind = codec.kind_of(os.pread(fd, codec.HEAD, 0))
     if kind == "zstd":
+        data, note = codec.decode(path, f.read())
         builder = TraceBuilder(path, strict=strict)
-        builder._adopt(_unzstd(path, f.read()))
+        builder._adopt(data)
         builder._parse(progress)
-        return _built(path, builder, builder.finish(), None, len(builder._buf), progress)
+        return _built(path, builder, builder.finish(), note, len(builder._buf), progress)
     use_sidecar = use_sidecar and st.st_size >= sidecar.MIN_SOURCE_BYTES
     resumed = None
     if use_sidecar:
         fingerprint = sidecar.fingerprint(fd, st)
-        trace, resumed = _from_sidecar(path, fd, st, strict, kind or "plain", progress)
+        trace, resumed = _from_sidecar(path, fd, st, strict, kind, progress)
         if trace is not None:
             trace.fingerprint = fingerprint
             return trace
@@ -989,7 +961,7 @@ def _load_open(path: Path, f: IO[bytes], strict: bool, progress: Progress | None
         builder, torn, note = _parse_plain(resumed, fd, st.st_size, progress)
     trace = _built(path, builder, torn, note, st.st_size, progress)
     if use_sidecar and builder.store is not None:
-        _save_sidecar(path, builder, torn, fingerprint, kind or "plain")
+        _save_sidecar(path, builder, torn, fingerprint, kind)
         trace.fingerprint = fingerprint
     return trace
 
@@ -1004,7 +976,7 @@ def reopen(path: str | Path, *, strict: bool = True) -> Trace | None:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode) or st.st_size < sidecar.MIN_SOURCE_BYTES:
                 return None
-            kind = _compressed(path, os.pread(fd, 2, 0)) or "plain"
+            kind = codec.kind_of(os.pread(fd, codec.HEAD, 0))
             if kind == "zstd":
                 return None
             trace = _from_sidecar(path, fd, st, strict, kind, None)[0]

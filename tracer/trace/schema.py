@@ -23,6 +23,12 @@ GAP: Final = "gap"
 # The live stream's keep-alive while the engine is idle. Stream only (never saved); a reader
 # that finds one in a file skips it.
 HEARTBEAT: Final = "heartbeat"
+# Seconds without a record before the stream sends a viewer a heartbeat; the client reads
+# a silence of several as a dead link (tracer.trace.attach.READ_TIMEOUT).
+HEARTBEAT_INTERVAL: Final = 2.0
+# The served model name the offline harness records (tracer.whatif.offline): a trace naming it
+# timed the scheduler's own CPU work, no model. Here so a reader can tell without loading vLLM's side.
+OFFLINE_MODEL_NAME: Final = "schedscope-offline-llama"
 
 # Engine config keys in the header, with the default a reader assumes when an
 # older trace lacks one. None means "unknown".

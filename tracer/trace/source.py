@@ -18,8 +18,8 @@ state turns `complete` just before its last snapshot.
 
 Bytes go through one `tracer.trace.reader.TraceBuilder`, which holds back an
 incomplete last line: a torn line at the end of a growing file is read once it
-is whole. Files are plain, gzip or zstd, told apart by their magic bytes.
-A stream is read with `tracer.live.attach.StreamFollower`; with `save=FILE` it
+is whole. Files are plain, gzip or zstd, told apart by their magic bytes (tracer.trace.codec).
+A stream is read with `tracer.trace.attach.StreamFollower`; with `save=FILE` it
 is also written to FILE (`RunSaver`: one header per file, a new run to
 FILE.1.jsonl), and its snapshots then name that file.
 """
@@ -29,14 +29,14 @@ from __future__ import annotations
 import os
 import threading
 import time
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
 from typing import IO, Any
 
-from tracer.live.attach import READ_TIMEOUT, LinkState, RunSaver, StreamFollower, link_status
+from tracer.trace.attach import READ_TIMEOUT, LinkState, RunSaver, StreamFollower, link_status
+from tracer.trace.codec import Decoder
 from tracer.trace.reader import (
     Torn,
     Trace,
@@ -52,14 +52,12 @@ FIRST_CHUNK = 1 << 20  # small, so the first snapshot of a big file comes quickl
 CHUNK = 8 << 20
 MAX_INTERVAL = 5.0  # the slowest a source ever gets between snapshots
 GAP_HOLD = 5.0  # seconds a stream's gap stays the shown state, so a viewer sees it
-GZIP_MAGIC = b"\x1f\x8b"
-ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
 def _builder(path: str | Path, strict: bool, *, plain: bool = False) -> TraceBuilder:
     """The one place a source makes its builder: a plain file's steps are read back from
     the file (the builder holds only columns); decompressed or streamed bytes are kept."""
-    return open_builder(path, strict=strict) if plain else TraceBuilder(path, strict=strict)
+    return open_builder(path, strict=strict, kind="plain") if plain else TraceBuilder(path, strict=strict)
 
 
 class Mode(str, Enum):
@@ -144,61 +142,6 @@ class SourceState:
 
 
 Callback = Callable[..., Any] | None
-
-
-class _Decoder:
-    """A file's bytes as read, to trace bytes: plain passes through; gzip (any number of
-    members, as appended writes make) and zstd (with the optional zstandard module)
-    decompress as they come, so a compressed file loads and follows like a plain one."""
-
-    def __init__(self, path: Path, head: bytes) -> None:
-        self.path = path
-        self.kind = "gzip" if head[:2] == GZIP_MAGIC else "zstd" if head[:4] == ZSTD_MAGIC else "plain"
-        self.note: str | None = None  # why decompressing stopped early
-        self._z: Any = None
-        if self.kind == "zstd":
-            try:
-                import zstandard  # optional: only if installed
-            except ImportError:
-                raise TraceError(path, "reading zstd needs the 'zstandard' package") from None
-            self._zstd = zstandard.ZstdDecompressor()
-            self._z = self._zstd.decompressobj()
-
-    def feed(self, raw: bytes) -> bytes:
-        if self.kind == "plain":
-            return raw
-        if self.note is not None and "corrupt" in self.note:
-            return b""  # nothing after corrupt data can be trusted
-        if self.kind == "zstd":
-            return self._feed_zstd(raw)
-        out = bytearray()
-        while raw:
-            if self._z is None:
-                self._z = zlib.decompressobj(wbits=31)
-            try:
-                out += self._z.decompress(raw)
-            except zlib.error as exc:
-                self.note = f"gzip data corrupt ({exc}); kept what decompressed"
-                break
-            if not self._z.eof:
-                break
-            raw, self._z = self._z.unused_data, None  # the next member
-        return bytes(out)
-
-    def _feed_zstd(self, raw: bytes) -> bytes:
-        out = bytearray()
-        while raw:
-            out += self._z.decompress(raw)
-            if not self._z.eof:
-                break
-            raw, self._z = self._z.unused_data, self._zstd.decompressobj()  # the next frame
-        return bytes(out)
-
-    def finish(self) -> str | None:
-        """At the end of a complete file: a note if the compressed data stopped mid-stream."""
-        if self.note is None and self._z is not None and not self._z.eof:
-            self.note = f"{self.kind} stream cut short; kept what decompressed"
-        return self.note
 
 
 class _Restart(Exception):
@@ -445,7 +388,7 @@ class TraceSource:
                 self._post(known)
                 return
             head = f.read(FIRST_CHUNK)
-            decoder = _Decoder(path, head)
+            decoder = Decoder(path, head)
             self._builder = builder = _builder(path, self.strict, plain=decoder.kind == "plain")
             self._set(total=total)
             read, chunk = 0, head
@@ -520,7 +463,7 @@ class TraceSource:
                 self._waiting(f"waiting for the header record of {path}")
                 self._unchanged(path, inode, len(head))
                 head += f.read(4 - len(head))
-            decoder = _Decoder(path, head)
+            decoder = Decoder(path, head)
             with self._lock:
                 self._builder = builder = _builder(path, self.strict, plain=decoder.kind == "plain")
                 self._dirty = True  # a new file: its first snapshot comes even with no step in it

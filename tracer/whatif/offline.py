@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tracer.trace.schema import OFFLINE_MODEL_NAME
+
 # A tiny Llama: only its config is read; the scheduler never loads weights.
 _TARGET_CONFIG: dict[str, Any] = {
     "architectures": ["LlamaForCausalLM"],
@@ -48,7 +50,6 @@ _DRAFT_CONFIGS: dict[str, dict[str, Any]] = {
         "mask_token_id": 0,
     },
 }
-OFFLINE_MODEL_NAME = "schedscope-offline-llama"
 SAMPLED_TOKEN = 7  # every sampled and drafted token; never EOS (ignore_eos is set)
 STOP_TOKEN = 5  # a replay ends a request that stopped on a stop token with this one
 # Prompt tokens are drawn from [PROMPT_TOKEN_BASE, PROMPT_TOKEN_BASE + 1000): never a

@@ -10,7 +10,7 @@ another policy or configuration the same inputs meet a different schedule, and
 the per-request behaviour is looked up by output position instead.
 
 Its output is an ordinary trace whose header names the policy. A timed replay
-(`clock=`) prices each step with a StepClock (tracer.whatif.clock) and writes the
+(`clock=`) prices each step with a StepClock (tracer.analysis.clock) and writes the
 predicted time into each step's `t`; with `arrivals="time"` requests arrive at
 their recorded times on that clock rather than before their recorded step.
 """
@@ -36,7 +36,7 @@ from tracer.whatif.offline import (
 from tracer.whatif.workload import Event, Workload, WorkloadError
 
 if TYPE_CHECKING:
-    from tracer.whatif.clock import StepClock
+    from tracer.analysis.clock import StepClock
 
 REPLAYABLE_METHODS = (None, "ngram", "draft_model", "dflash", "dspark")
 ARRIVALS = ("step", "time")

@@ -2,8 +2,8 @@
 
 Each setting (policy × max_num_batched_tokens × num_speculative_tokens ×
 max_num_seqs × method) is a timed replay (tracer.whatif.replay with the source's
-StepClock, tracer.whatif.clock), deterministic, so settings can run in separate
-processes in any order. Each is measured with tracer.whatif.clock.performance (its
+StepClock, tracer.analysis.clock), deterministic, so settings can run in separate
+processes in any order. Each is measured with tracer.analysis.clock.performance (its
 times are predictions) and ranked by one objective, with the clock's summed
 error beside each figure. Every sentence of the report is here; the figure
 is web/sweep_figure.py (tracer never imports plotly).
@@ -22,8 +22,9 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
+from tracer.analysis.clock import StepClock, clock_for, performance
 from tracer.trace.reader import Trace, load
-from tracer.whatif.clock import StepClock, attach_idle_waits, clock_for, clock_sentence, performance
+from tracer.whatif.clock import attach_idle_waits, clock_sentence
 
 # objective -> (result key, label, unit, True when higher is better)
 OBJECTIVES: dict[str, tuple[str, str, str, bool]] = {

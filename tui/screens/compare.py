@@ -13,10 +13,9 @@ from textual.markup import escape
 from textual.widgets import Footer, ProgressBar, Static
 
 from tracer.analysis.budget import arithmetic
-from tracer.analysis.compare import headline_sentences
+from tracer.render.compare import headline_sentences, performance_note, performance_rows
 from tracer.render.text import compare_totals
 from tracer.trace.reader import TraceError, load
-from tracer.whatif.clock import performance_note, performance_rows
 from tui.bins import Window
 from tui.data import CompareModel, TraceModel
 from tui.screens.base import Command, StepScreen

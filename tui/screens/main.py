@@ -12,7 +12,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.markup import escape
 from textual.widgets import Footer, ProgressBar, Static, TabbedContent, TabPane
 
-from tracer.analysis.compare import RequestLife
+from tracer.analysis.requests import RequestLife
 from tui.bins import Window
 from tui.data import TraceModel
 from tui.feed import Failed, Progress, Snapshot, StateChanged, connect

@@ -13,7 +13,8 @@ from textual.markup import escape
 from textual.widgets import Static
 
 from tracer.analysis.budget import arithmetic
-from tracer.analysis.compare import RequestLife
+from tracer.analysis.flags import glyph
+from tracer.analysis.requests import RequestLife
 from tracer.analysis.session import StepRequests, step_requests
 from tracer.analysis.why import StepWhy
 from tracer.render.text import RunLine, engine_parts
@@ -21,7 +22,6 @@ from tracer.render.why import cause_text, reason_cell
 from tui.data import TraceModel
 from tui.widgets.textview import TextView
 
-GLYPH = {"error": "✖", "warning": "▲", "info": "●"}
 SEVERITY_STYLE = {"error": "$error", "warning": "$warning", "info": "$text-muted"}
 MAX_REQUEST_LINES = 200
 # How the inspector names each record group of scheduled requests, and colours it.
@@ -112,7 +112,7 @@ class Inspector(TextView):
         out.append(f"[b $primary]Flags[/] ({len(flags)})" if flags else "[b $primary]Flags[/] none")
         for f in flags:
             style = SEVERITY_STYLE.get(f.severity, "$text")
-            out.append(f"  [{style}]{GLYPH.get(f.severity, '?')} {f.kind}[/] [$text-muted]({f.severity})[/]")
+            out.append(f"  [{style}]{glyph(f.severity)} {f.kind}[/] [$text-muted]({f.severity})[/]")
             out.append(f"    {escape(f.message)}")
         why = model.step_why(row, rec)
         out.append(f"[b $primary]Why[/] {escape(cause_text(why.binding))}")

@@ -6,10 +6,9 @@ from typing import Any
 
 import numpy as np
 
+from tracer.analysis.flags import glyph
 from tui.data import CompareModel, TraceModel
 from tui.widgets.vlist import Cell, VirtualList
-
-GLYPH = {"error": "✖", "warning": "▲", "info": "●"}
 
 
 def _col(text: object, width: int) -> str:
@@ -69,7 +68,7 @@ class StepTable(VirtualList):
             ("  ", "row"),
         ]
         for flag in self.model.flags_at(row):
-            cells.append((f"{GLYPH.get(flag.severity, '?')} {flag.kind} ", flag.severity))
+            cells.append((f"{glyph(flag.severity)} {flag.kind} ", flag.severity))
         return cells
 
 
@@ -106,7 +105,7 @@ class FlagList(VirtualList):
         withheld = f.numbers.get("tokens_withheld")
         return [
             (f"{f.step:>7} ", "muted"),
-            (f"{GLYPH.get(f.severity, '?')} ", f.severity),
+            (f"{glyph(f.severity)} ", f.severity),
             (f"{f.kind:<29}", f.severity),
             (f"{withheld if withheld is not None else '':>8}  ", "withheld"),
             (f.message, "row"),
@@ -167,6 +166,6 @@ class DeltaTable(VirtualList):
             cells.append((_col(withheld or "", 12), "withheld"))
         for side in (self.model.a, self.model.b):
             flags = side.flags_at(row) if row < len(side) else []
-            text = "".join(GLYPH.get(f.severity, "?") for f in flags[:4])
+            text = "".join(glyph(f.severity) for f in flags[:4])
             cells.append((_col(text or "", 9), flags[0].severity if flags else "muted"))
         return cells

@@ -23,8 +23,7 @@ from typing import Any
 import numpy as np
 
 from tracer.trace.reader import Trace
-from tracer.trace.schema import WAITING_DEMAND_LIMIT
-from tracer.whatif.offline import OFFLINE_MODEL_NAME
+from tracer.trace.schema import OFFLINE_MODEL_NAME, WAITING_DEMAND_LIMIT
 
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
 

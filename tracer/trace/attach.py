@@ -29,8 +29,8 @@ from urllib.parse import urlencode, urlparse, urlunparse
 
 import orjson
 
-from tracer.live.stream import HEARTBEAT_INTERVAL
 from tracer.trace.compact import GROUPS, size
+from tracer.trace.schema import HEARTBEAT_INTERVAL
 
 MAX_LINE = 16 << 20  # a record longer than this is garbage, not a trace record
 # No bytes at all (heartbeats included) for this long: the connection is stalled.
