@@ -79,6 +79,7 @@ def test_each_nasty_record_is_a_trace_error_and_loses_nothing() -> None:
         b'{"kind":"step","step":1,"t":0,"target":{"cap":1,"used":1,"left":0},'
         b'"input":{"cap":1,"used":1,"left":0}}'
     )
+    later = good.replace(b'"step":1', b'"step":9')  # after every nasty one: the order holds
     for rec in NASTY:
         strict = TraceBuilder("nasty")
         try:
@@ -88,7 +89,7 @@ def test_each_nasty_record_is_a_trace_error_and_loses_nothing() -> None:
         else:
             raise AssertionError(f"accepted {rec!r}")
         lenient = TraceBuilder("nasty", strict=False)
-        lenient.feed(header + good + b"\n" + rec + b"\n" + good + b"\n")
+        lenient.feed(header + good + b"\n" + rec + b"\n" + later + b"\n")
         trace = lenient.build(lenient.finish())
         assert len(trace) == 2 and len(trace.problems) == 1, rec
         assert all(len(v) == 2 for v in trace.columns.values())
@@ -209,7 +210,7 @@ def test_each_bad_compact_field_is_named_with_its_line() -> None:
         else:
             raise AssertionError(f"accepted a bad {field}")
         lenient = TraceBuilder("compact.jsonl", strict=False)
-        lenient.feed(HEADER_12 + good + bad + good)
+        lenient.feed(HEADER_12 + good + bad + orjson.dumps(_step_12(step=3)) + b"\n")
         trace = lenient.build(lenient.finish())
         assert len(trace) == 2 and [p.field for p in trace.problems] == [field]
         assert [trace.step(i)["running"] for i in range(2)] == [[["a", 2, 1, 2], ["b", 2, 1, 2]]] * 2

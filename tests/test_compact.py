@@ -27,10 +27,10 @@ def test_sampled_for_other_requests_stays_a_dict() -> None:
     assert _aligned(ORDER, ["n1", "r1", "x"], [0, 2, 5]) == {"n1": 0, "r1": 2, "x": 5}  # another one
 
 
-def _step(sampled: object) -> dict[str, object]:
+def _step(sampled: object, step: int = 1) -> dict[str, object]:
     return {
         "kind": "step",
-        "step": 1,
+        "step": step,
         "t": 0.0,
         "target": {"cap": 8, "used": 5, "left": 3},
         "input": {"cap": 8, "used": 5, "reserved": 0, "left": 3},
@@ -52,7 +52,9 @@ def _step(sampled: object) -> dict[str, object]:
 def test_a_dict_sampled_beside_compact_groups_loads() -> None:
     builder = TraceBuilder("t")
     header = b'{"kind":"header","schema":"1.2","config":{}}\n'
-    builder.feed(header + orjson.dumps(_step({"n1": 0, "x": 4})) + b"\n" + orjson.dumps(_step(None)) + b"\n")
+    builder.feed(
+        header + orjson.dumps(_step({"n1": 0, "x": 4})) + b"\n" + orjson.dumps(_step(None, 2)) + b"\n"
+    )
     trace = builder.build()
     assert trace.columns["sampled_tokens"].tolist() == [4, -1]
     assert trace.columns["n_preempted_held"].tolist() == [1, 1]

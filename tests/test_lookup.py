@@ -40,7 +40,7 @@ def test_rows_of_steps_and_flag_rows() -> None:
     trace = load(ROOT / "sample_traces" / "dspark_k4_additive.jsonl")
     assert rows_of_steps(trace, [1, 6, 999]).tolist() == [0, 5, -1]
     rows, kinds = flag_rows(trace, detect(trace))
-    assert rows.tolist() == [0, 1, 3, 5]  # steps 1, 2, 4 and 6
+    assert rows.tolist() == [0, 1, 3, 4, 5, 7]  # steps 1, 2, 4, 5, 6 and 8
     assert set(kinds.tolist()) == {"additive-double-reservation"}
     assert rows_of_steps(trace, np.array([], dtype=np.int64)).size == 0
 

@@ -112,7 +112,9 @@ def record(
             )
         return s.schedule()
 
-    run_workload(sched, reqs, accept=mixed_accept, schedule=schedule)
+    # The golden copies were driven before the Driver refused a padded admission's placeholder
+    # drafts: the same model outputs, so the records compare the recorder alone.
+    run_workload(sched, reqs, accept=mixed_accept, schedule=schedule, accept_placeholders=True)
     sched.shutdown()
     records = []
     for line in path.read_bytes().splitlines():

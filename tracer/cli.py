@@ -802,7 +802,7 @@ def _entry_points(group: str) -> list:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from tracer.trace.errors import TraceError, skippable
+    from tracer.trace.errors import TraceError, TraceOrderError, skippable
 
     args = build_parser().parse_args(argv)
     if args.command != "serve":
@@ -813,7 +813,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except TraceError as exc:
         lenient = getattr(args, "lenient", True)
-        hint = " (--lenient skips malformed lines)" if not lenient and skippable(exc) else ""
+        what = "out-of-order steps" if isinstance(exc, TraceOrderError) else "malformed lines"
+        hint = f" (--lenient skips {what})" if not lenient and skippable(exc) else ""
         print(f"schedscope: error: {exc}{hint}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `schedscope summary … | head`

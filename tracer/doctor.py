@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from tracer.trace.reader import Trace
+from tracer.trace.reader import Trace, TraceOrderError
 from tracer.trace.schema import OFFLINE_MODEL_NAME, WAITING_DEMAND_LIMIT
 
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
@@ -342,7 +342,11 @@ def record_verdicts(trace: Trace) -> list[Verdict]:
     if trace.torn is not None:
         problems.append(f"the file is {trace.torn.describe()}")
     if trace.problems:
-        problems.append(f"{len(trace.problems)} malformed lines skipped")
+        unordered = [p for p in trace.problems if isinstance(p, TraceOrderError)]
+        if malformed := len(trace.problems) - len(unordered):
+            problems.append(f"{malformed} malformed lines skipped")
+        if unordered:  # the first says where: a second writer or a joined copy begins there
+            problems.append(f"{len(unordered)} out-of-order step records skipped, the first {unordered[0]}")
     if foot is None:
         why = "; ".join(problems) or "records dropped are counted at a clean shutdown"
         return [
@@ -360,8 +364,8 @@ def record_verdicts(trace: Trace) -> list[Verdict]:
         problems.append(f"{foot['errors']} tracer errors (the server log has the first one)")
     if foot.get("writer_failure"):
         problems.append(f"writing stopped: {foot['writer_failure']}")
-    if foot.get("steps_written") != len(steps):
-        problems.append(f"the footer counts {foot.get('steps_written')} steps, the file has {len(steps)}")
+    if (mismatch := trace.footer_mismatch()) is not None:
+        problems.append(mismatch)
     if problems:
         return [Verdict(FAIL, "records", "; ".join(problems))]
     return [Verdict(PASS, "records", f"footer: {len(steps)} steps written, 0 records dropped, 0 errors")]

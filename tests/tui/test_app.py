@@ -109,9 +109,9 @@ def test_flag_list_filters_by_kind_and_jumps() -> None:
     async def body(pilot: Pilot) -> None:
         screen = main_screen(pilot)
         flags = screen.query_one(FlagList)
-        assert flags.count == 4
+        assert flags.count == 6
         await pilot.press("k")  # all -> the one kind present
-        assert screen.kind == "additive-double-reservation" and flags.count == 4
+        assert screen.kind == "additive-double-reservation" and flags.count == 6
         await pilot.press("k")  # back to all kinds
         assert screen.kind is None
         flags.focus()

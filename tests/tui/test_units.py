@@ -47,12 +47,12 @@ def test_eighths_never_hide_a_nonzero_value() -> None:
 
 def test_flag_navigation_and_compare_changes() -> None:
     model = TraceModel.build(load(SAMPLES / "dspark_k4_additive.jsonl"))
-    assert model.flag_rows.tolist() == [0, 1, 3, 5]
-    assert model.next_flag(1) == 3 and model.next_flag(5) is None
-    assert model.next_flag(5, backwards=True) == 3 and model.next_flag(0, backwards=True) is None
+    assert model.flag_rows.tolist() == [0, 1, 3, 4, 5, 7]
+    assert model.next_flag(1) == 3 and model.next_flag(7) is None
+    assert model.next_flag(7, backwards=True) == 5 and model.next_flag(0, backwards=True) is None
     assert model.next_flag(0, "query-overflow") is None
-    assert [f.step for f in model.flags_at(5)] == [6] and model.flags_at(2) == []
-    assert model.severity_by_row().tolist() == [2, 2, 0, 2, 0, 2, 0, 0]
+    assert [f.step for f in model.flags_at(7)] == [8] and model.flags_at(2) == []
+    assert model.severity_by_row().tolist() == [2, 2, 0, 2, 2, 2, 0, 2, 0, 0]
     cmp = CompareModel.build(load(ADDITIVE), load(SAMPLES / "dflash_k7_separate.jsonl"))
     assert cmp.changed[0] == 0 and cmp.next_change(0) == 1
 

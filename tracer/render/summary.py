@@ -39,6 +39,8 @@ def summary_lines(source: Session | Trace, *, first: int = 0, limit: int | None 
         else "no footer: the recording did not shut down cleanly"
     )
     yield f"steps    {n} ({state})"
+    if (mismatch := trace.footer_mismatch()) is not None:
+        yield f"differs  {mismatch}"
     if trace.torn is not None:
         yield f"torn     {trace.torn.describe()}; every complete step before it is loaded"
     if trace.gaps:

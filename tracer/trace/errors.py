@@ -24,6 +24,17 @@ def skippable(error: TraceError) -> bool:
     return error.line is not None and not isinstance(error, TraceHeaderError)
 
 
+class TraceOrderError(TraceError):
+    """A step record out of order: its number does not exceed the step before it, or it
+    comes after the footer. `step` is its number; `after` the step it follows (None when
+    it follows the footer). A file two writers appended to, or a copy tool joined."""
+
+    def __init__(self, path: str | Path, message: str, *, line: int, step: int, after: int | None):
+        super().__init__(path, message, line=line, field="step")
+        self.step = step
+        self.after = after
+
+
 class TraceHeaderError(TraceError):
     """No usable header record: nothing in the file can be read, strict or not."""
 

@@ -47,7 +47,7 @@ import numpy as np
 import orjson
 
 from tracer.trace import codec, compact, schema, sidecar
-from tracer.trace.errors import TraceError, TraceHeaderError, TraceVersionError
+from tracer.trace.errors import TraceError, TraceHeaderError, TraceOrderError, TraceVersionError
 from tracer.trace.store import (
     MEMBER_DTYPE,
     PIECE,
@@ -66,6 +66,7 @@ __all__ = [
     "TraceBuilder",
     "TraceError",
     "TraceHeaderError",
+    "TraceOrderError",
     "TraceVersionError",
     "load",
     "open_builder",
@@ -121,6 +122,11 @@ _ROW = struct.Struct(f"<{len(_INT_COLS) + 2}q{len(_FLOAT_COLS)}d")
 _ROW_DTYPE = np.dtype(
     [(name, "<i8") for name in (*_INT_COLS, "_start", "_end")] + [(name, "<f8") for name in _FLOAT_COLS]
 )
+# A packed row starts with its step number: the builder's last step is read from its rows,
+# so a builder resumed from a sidecar knows it without keeping it apart.
+assert _INT_COLS[0] == "step"
+_ROW_STEP = struct.Struct("<q")
+_NO_STEP = -(1 << 63)  # before the first step: any number may come
 # One packed row per runner record: step, pass (0 target, 1 draft), rows, cap, padded (-1: none).
 _RUNNER_ROW = struct.Struct("<5q")
 _RUNNER_DTYPE = np.dtype(
@@ -168,6 +174,27 @@ class Trace:
 
     def __len__(self) -> int:
         return len(self.columns["step"])
+
+    def footer_mismatch(self) -> str | None:
+        """When the footer's `steps_written` is not the number of steps read: both numbers,
+        and what accounts for steps read fewer (gaps, dropped or skipped records). None when
+        they agree, or without a footer (a torn file: its count was never written)."""
+        if self.footer is None:
+            return None
+        written, read = self.footer.get("steps_written"), len(self)
+        if written == read:
+            return None
+        why = []
+        if holes := sum(max(0, before - after - 1) for after, before in self.gaps):
+            why.append(f"{holes} in the live stream's gaps")
+        if dropped := self.footer.get("records_dropped"):
+            why.append(f"{dropped} records dropped by the recorder")
+        if skipped := sum(isinstance(p, TraceOrderError) for p in self.problems):
+            why.append(f"{skipped} out-of-order step records skipped")
+        elif self.problems:
+            why.append(f"{len(self.problems)} malformed lines skipped")
+        because = f" ({'; '.join(why)})" if why else ""
+        return f"the footer counts {written} steps written, {read} were read{because}"
 
     def raw(self, i: int) -> bytes:
         """The i-th step's record as it is in the file (one JSON object, no newline)."""
@@ -331,6 +358,7 @@ class TraceBuilder:
         self.store = store
         self.header: dict[str, Any] | None = None
         self.footer: dict[str, Any] | None = None
+        self.footer_line: int | None = None  # where the footer was (None: none, or unknown)
         self.problems: list[TraceError] = []
         self.gaps: list[tuple[int, int]] = []  # (after, before): steps missing in between
         self.hooks: list[dict[str, Any]] = []
@@ -346,6 +374,32 @@ class TraceBuilder:
     @property
     def steps_parsed(self) -> int:
         return len(self._rows) // _ROW.size
+
+    def _last_step(self) -> int:
+        """The number of the last step added (_NO_STEP before the first)."""
+        rows = self._rows
+        return _ROW_STEP.unpack_from(rows, len(rows) - _ROW.size)[0] if rows else _NO_STEP
+
+    def _check_order(self, step: int, line: int) -> None:
+        """The trace's order rule, for every path that adds a step (the fast path sends any
+        record that may break it here): step numbers increase, and no step comes after the
+        footer. A repeat would otherwise count twice in every total; a stream's gap records
+        declare a hole, so the step after one only has to exceed the step before it."""
+        why = "two writers on one file, or a joined copy?"
+        if self.footer is not None:
+            where = f" (line {self.footer_line})" if self.footer_line is not None else ""
+            raise TraceOrderError(
+                self.path,
+                f"step {step} after the footer{where}, which ended the recording ({why})",
+                line=line,
+                step=step,
+                after=None,
+            )
+        last = self._last_step()
+        if step <= last:
+            what = f"step {step} repeated" if step == last else f"step {step} after step {last}"
+            message = f"{what}: step numbers must increase ({why})"
+            raise TraceOrderError(self.path, message, line=line, step=step, after=last)
 
     def feed(self, chunk: bytes) -> int:
         """Parse every complete line in `chunk` (plus any held remainder); return steps added."""
@@ -427,6 +481,9 @@ class TraceBuilder:
         compact_refs_ok = compact.refs_ok
         counted, line_no = pos, self._line  # line_no: lines before byte `counted`
         have_header = self.header is not None
+        # The fast path takes a step only when it keeps the order (_check_order): above
+        # the last step, before any footer. Anything else goes to the general path.
+        last, open_ = self._last_step(), self.footer is None
         for line in source:
             n = len(line)
             if n == 1:  # an empty line
@@ -479,8 +536,10 @@ class TraceBuilder:
                     # takes numbers, so anything else goes down the general path.
                     if (
                         ok
+                        and open_
                         and _why_problem(r) is None
                         and type(step) is int
+                        and step > last
                         and type(tc) is int
                         and type(tu) is int
                         and type(tl) is int
@@ -495,7 +554,7 @@ class TraceBuilder:
                             nw, nr, _held(pre, new, res, run) if pre else 0, base + pos, base + pos + n - 1,
                             t, su, kv,
                         )  # fmt: skip
-                        fast = True
+                        last, fast = step, True
                 except (KeyError, TypeError, IndexError, AttributeError, struct.error):
                     pass  # not the recorder's shape: the general path decides
             elif kind == "runner" and have_header:
@@ -525,6 +584,7 @@ class TraceBuilder:
                 self._line = line_no + 1
                 self._record(base + pos, base + pos + n - 1)
                 have_header = self.header is not None
+                last, open_ = self._last_step(), self.footer is None
             pos += n
             if pos >= stop:
                 break
@@ -583,7 +643,12 @@ class TraceBuilder:
             elif kind == schema.RUNNER:
                 self._add_runner(record, line)
             elif kind == schema.FOOTER:
+                if self.footer is not None:
+                    where = f" (line {self.footer_line})" if self.footer_line is not None else ""
+                    message = f"a second footer, after the one{where} that ended the recording"
+                    raise TraceError(self.path, f"{message}: two runs in one file?", line=line, field="kind")
                 self.footer = _with_defaults(record, schema.FOOTER_DEFAULTS)
+                self.footer_line = line
             elif kind == schema.GAP:
                 self.gaps.append((int(record.get("after", 0)), int(record.get("before", 0))))
             elif kind == schema.HOOKS:
@@ -630,6 +695,7 @@ class TraceBuilder:
         except compact.CompactError as exc:
             raise TraceError(path, exc.message, line=line, field=exc.field) from None
         step = _int(r, "step", None, path, line)
+        self._check_order(step, line)
         t = r["t"]
         if not isinstance(t, (int, float)):
             raise TraceError(path, f"expected a number, got {t!r}", line=line, field="t")
@@ -1024,6 +1090,9 @@ def _built(
 
 
 _SIDECAR_ARRAYS = {"rows": _ROW_DTYPE, "runner": _RUNNER_DTYPE, "members": MEMBER_DTYPE}
+# The checks a sidecar's load applied. 2: the step order (TraceBuilder._check_order). A
+# sidecar made before it may hold a repeated step or one after the footer: never trusted.
+_SIDECAR_CHECKS = 2
 
 
 def _save_sidecar(path: Path, builder: TraceBuilder, torn: Torn | None, fingerprint: dict, kind: str) -> None:
@@ -1035,7 +1104,9 @@ def _save_sidecar(path: Path, builder: TraceBuilder, torn: Torn | None, fingerpr
         # part of what the sidecar means.
         "strict": builder.strict,
         "header": builder.header,
+        "checks": _SIDECAR_CHECKS,
         "footer": builder.footer,
+        "footer_line": builder.footer_line,
         "gaps": builder.gaps,
         "hooks": builder.hooks,
         "problems": [{"message": p.message, "line": p.line, "field": p.field} for p in builder.problems],
@@ -1070,7 +1141,11 @@ def _from_sidecar(
             return None, None
         if strict and not meta["strict"] and meta["problems"]:
             return None, None  # a lenient load's findings; a strict load must raise on them
+        if meta.get("checks") != _SIDECAR_CHECKS:
+            raise ValueError(f"it was made with checks {meta.get('checks')}, not {_SIDECAR_CHECKS}")
         rows, runner = arrays["rows"], arrays["runner"]
+        if len(rows) > 1 and not bool((rows["step"][1:] > rows["step"][:-1]).all()):
+            raise ValueError("its step numbers do not increase")
         end = int(meta["parsed_end"])
         if kind == "gzip":
             members = arrays["members"]
@@ -1093,6 +1168,7 @@ def _from_sidecar(
             raise ValueError("it has no header")
         builder = TraceBuilder(path, strict=strict, store=store)
         builder.header, builder.footer, builder.hooks = header, meta["footer"], list(meta["hooks"])
+        builder.footer_line = None if meta["footer_line"] is None else int(meta["footer_line"])
         builder.gaps = [(int(a), int(b)) for a, b in meta["gaps"]]
         builder.problems = [
             TraceError(path, p["message"], line=p["line"], field=p["field"]) for p in meta["problems"]

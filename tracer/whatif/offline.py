@@ -55,6 +55,20 @@ STOP_TOKEN = 5  # a replay ends a request that stopped on a stop token with this
 # Prompt tokens are drawn from [PROMPT_TOKEN_BASE, PROMPT_TOKEN_BASE + 1000): never a
 # sampled or stop token, always inside the offline model's vocabulary.
 PROMPT_TOKEN_BASE = 10
+# The draft vLLM's scheduler writes where it pads an admission to 1+K rows beside running
+# decoders (`pad_spec_decode` in its waiting loop). No model proposed it: the rejection
+# sampler ends verification at the first one, so it is never accepted.
+PLACEHOLDER_DRAFT = -1
+
+
+def verifiable_drafts(drafts: list[int] | None) -> int:
+    """How many of a request's scheduled drafts a model can accept: those before the first
+    placeholder (the scheduler pads at the end, so only a last -1 needs a search)."""
+    if not drafts:
+        return 0
+    if drafts[-1] != PLACEHOLDER_DRAFT:
+        return len(drafts)
+    return drafts.index(PLACEHOLDER_DRAFT)
 
 
 @dataclass
@@ -278,9 +292,14 @@ def accept_all(req_id: str, step: int, num_drafts: int) -> int:
 class Driver:
     """Steps a scheduler the way EngineCore does, with deterministic model outputs."""
 
-    def __init__(self, sched: Any, accept: AcceptFn = accept_all) -> None:
+    def __init__(
+        self, sched: Any, accept: AcceptFn = accept_all, *, accept_placeholders: bool = False
+    ) -> None:
         self.sched = sched
         self.accept = accept
+        # Only to re-make runs driven before placeholders were refused (the recorder's
+        # golden copies in tests/data): no model runner accepts one.
+        self.accept_placeholders = accept_placeholders
         spec = sched.vllm_config.speculative_config
         self.num_drafts = int(getattr(spec, "num_speculative_tokens", 0) or 0) if spec else 0
         self.step_index = 0
@@ -297,8 +316,12 @@ class Driver:
             if req.num_computed_tokens < req.num_tokens:
                 sampled.append([])
                 continue
-            drafts = len(out.scheduled_spec_decode_tokens.get(rid, ()))
-            accepted = max(0, min(drafts, self.accept(rid, self.step_index, drafts)))
+            # `accept` is asked about every scheduled draft, as before; a padded admission's
+            # placeholders are then refused, as the model runner's rejection sampler does.
+            scheduled = out.scheduled_spec_decode_tokens.get(rid)
+            drafts = len(scheduled) if scheduled else 0
+            verifiable = drafts if self.accept_placeholders else verifiable_drafts(scheduled)
+            accepted = max(0, min(verifiable, self.accept(rid, self.step_index, drafts)))
             sampled.append([SAMPLED_TOKEN] * (accepted + 1))
         return ModelRunnerOutput(
             req_ids=req_ids,
@@ -353,13 +376,14 @@ def run_workload(
     accept: AcceptFn = accept_all,
     schedule: Callable[[Any], Any] | None = None,
     max_steps: int = 100_000,
+    accept_placeholders: bool = False,
 ) -> list[tuple[Any, Any]]:
     """Feed `requests` at their arrival steps and step until all finish.
 
     `schedule(sched)` replaces sched.schedule() when given (tests probe with it).
     Returns (SchedulerOutput, ModelRunnerOutput) per step.
     """
-    driver = Driver(sched, accept)
+    driver = Driver(sched, accept, accept_placeholders=accept_placeholders)
     pending = sorted(requests, key=lambda r: r.arrival_step)
     results = []
     while driver.step_index < max_steps:

@@ -32,6 +32,7 @@ from tracer.whatif.offline import (
     RequestSpec,
     make_request,
     prompt_tokens,
+    verifiable_drafts,
 )
 from tracer.whatif.workload import Event, Workload, WorkloadError
 
@@ -157,20 +158,24 @@ class Replayer:
         self.inflight.append((self.clock, out, prefill))
         self.batches[self.clock] = list(out.num_scheduled_tokens)
 
-    def update(self, upto: int | None = None) -> None:
-        """Apply the oldest in-flight output (through clock `upto` when given, in order)."""
+    def update(self, upto: int | None = None) -> list[int]:
+        """Apply the oldest in-flight output (through clock `upto` when given, in order);
+        the clocks applied."""
+        done: list[int] = []
         while self.inflight:
             clock, out, prefill = self.inflight[0]
             if upto is not None and clock > upto:
-                return
+                return done
             self.inflight.popleft()
+            done.append(clock)
             output = self._model_output(out, prefill)
             self.sched.update_from_output(out, output)
             if self.timer is not None:
                 counts = map(len, output.sampled_token_ids)
                 self.timer.advance(out, dict(zip(output.req_ids, counts, strict=True)))
             if upto is None:
-                return
+                return done
+        return done
 
     def _model_output(self, out: Any, prefill: dict[str, bool]) -> Any:
         from vllm.v1.outputs import ModelRunnerOutput
@@ -188,7 +193,10 @@ class Replayer:
                 continue
             drafts = spec.get(rid)
             at = emitted.get(rid, 0)
-            d = len(drafts) if drafts else 0
+            # A padded admission's placeholder drafts are never accepted: what the request
+            # accepted at this position in the recording (a real draft there, or none) does
+            # not carry over to them.
+            d = verifiable_drafts(drafts)
             n = 1 + max(0, min(d, accepted(rid, at, d))) if d or every_step else 1
             tokens = [SAMPLED_TOKEN] * n
             stop = stops.get(rid)
@@ -212,6 +220,8 @@ class Replayer:
             seq = w.accepted_in_order[rid]
             value = seq[i] if i < len(seq) else None
         if value is None:
+            if w.accept_rate is not None:  # never seen verifying drafts: as the recording's others
+                return int(w.accept_rate * drafts + 0.5)
             return drafts if w.accept_default == "all" else 0
         return value
 
@@ -257,7 +267,12 @@ class Replayer:
                 elif kind == "x":
                     self.abort(event[1], event[2])
                 elif kind == "u":
-                    self.update(upto=event[1])
+                    for done in self.update(upto=event[1]):
+                        # The recording ran no model in that step, so it logged no drafts
+                        # after it; where this replay's batch there did run (another
+                        # policy), a synchronous engine's post_step proposes for it.
+                        if done in self.w.unrun and self.num_drafts and not self.is_async:
+                            self.propose(done)
                 elif kind == "d" and self.num_drafts and not self.is_async:
                     self.propose(event[1])
             if self.steps >= max_steps:

@@ -51,10 +51,19 @@ class PositionTable:
 
     positions: dict[str, list[int]] = field(default_factory=dict)
     values: dict[str, list[int]] = field(default_factory=dict)
+    # Per request, the positions whose value holds only there (a censored observation:
+    # see add); absent when it has none.
+    local: dict[str, set[int]] = field(default_factory=dict)
 
-    def add(self, rid: str, position: int, value: int) -> None:
+    def add(self, rid: str, position: int, value: int, *, only_here: bool = False) -> None:
+        """`only_here`: the value is right at this position and says nothing of others (the
+        drafts accepted in a step that also reached max_tokens or a stop: a lower bound)."""
         pos = self.positions.setdefault(rid, [])
         vals = self.values.setdefault(rid, [])
+        if only_here:
+            self.local.setdefault(rid, set()).add(position)
+        elif rid in self.local:
+            self.local[rid].discard(position)
         if pos and pos[-1] == position:
             vals[-1] = value  # a re-sample at the same position (after a preemption): the latest
             return
@@ -66,7 +75,14 @@ class PositionTable:
         if not pos:
             return None
         i = bisect.bisect_right(pos, position) - 1
-        return self.values[rid][max(i, 0)]
+        local = self.local.get(rid)
+        if local is None or (i >= 0 and pos[i] == position):
+            return self.values[rid][max(i, 0)]
+        # Not observed here: the nearest value before that holds elsewhere, else the first after.
+        for j in (*range(i, -1, -1), *range(i + 1, len(pos))):
+            if pos[j] not in local:
+                return self.values[rid][j]
+        return None
 
     def __contains__(self, rid: str) -> bool:
         return rid in self.positions
@@ -86,6 +102,12 @@ class Workload:
     # Synthetic workloads: drafts accepted per sampling step, in order (not by position).
     accepted_in_order: dict[str, list[int]] = field(default_factory=dict)
     accept_default: str = "all"  # or "none", where nothing was recorded
+    # A recording's share of drafts accepted, over every step that showed one (not cut):
+    # what a request never seen verifying drafts accepts where a replay gives it some.
+    accept_rate: float | None = None
+    # Recorded steps that scheduled nothing: no model ran, so no drafts were proposed after
+    # them (with `log`: the only steps a replay's own batch may need drafts after unlogged).
+    unrun: set[int] = field(default_factory=set)
     exact: bool = False  # the trace carried every input a replay needs
     notes: list[str] = field(default_factory=list)
     source: str = ""
@@ -177,6 +199,8 @@ def _recorded_workload(
     log: list[list[Event]] = []
     accepted, drafts = PositionTable(), PositionTable()
     stops: dict[str, int] = {}
+    limits: dict[str, int] = {}  # max_tokens per request
+    verified = [0, 0]  # drafts accepted, drafts scheduled: where a step showed acceptance
     sampled_by_step: dict[int, dict[str, int]] = {}
     out: dict[str, int] = {}  # tokens sampled so far, per request, in update order
     last_update = -1
@@ -189,10 +213,25 @@ def _recorded_workload(
         updated.add(k)
         rec = steps[index[k]]
         sampled = rec.get("sampled") or {}
+        # Acceptance is observed only where a request verified real drafts: a running one
+        # with drafts scheduled. One without drafts accepted nothing for want of any, and an
+        # admission's drafts (new or resumed, from vLLM's waiting loop) are placeholders
+        # (pad_spec_decode): neither says what it would accept where a replay gives it drafts.
+        drafted = {e[0]: e[2] for e in rec.get("running") or () if len(e) > 2 and e[2]}
+        ends = rec.get("ends") or {}
         for rid, n in sampled.items():
             if n > 0:
-                accepted.add(rid, out.get(rid, 0), n - 1)
-                out[rid] = out.get(rid, 0) + n
+                at = out.get(rid, 0)
+                if rid in drafted:
+                    # vLLM cuts what a step sampled at max_tokens or a stop: fewer accepted
+                    # than drafted there may be that cut, not a rejection.
+                    cut = rid in ends or at + n >= limits.get(rid, at + n + 1)
+                    only_here = cut and n - 1 < drafted[rid]
+                    accepted.add(rid, at, n - 1, only_here=only_here)
+                    if not only_here:
+                        verified[0] += min(n - 1, drafted[rid])
+                        verified[1] += drafted[rid]
+                out[rid] = at + n
         for rid, (reason, kept) in (rec.get("ends") or {}).items():
             if reason not in (_LENGTH, _ABORT):
                 stops[rid] = out.get(rid, 0) - sampled.get(rid, 0) + int(kept)
@@ -222,6 +261,7 @@ def _recorded_workload(
                 except (TypeError, ValueError, IndexError) as exc:
                     raise _bad(trace, number, f"an arrival ({exc})", entry) from None
                 requests.append(spec)
+                limits[spec.id] = spec.max_tokens
                 events.append(("a", spec.id))
             elif kind == "x":
                 if len(entry) != 3 or not (entry[1] is None or isinstance(entry[1], list)):
@@ -267,6 +307,8 @@ def _recorded_workload(
         accepted=accepted,
         drafts=drafts if has_drafts else None,  # None: the proposer offers K (no drafts recorded)
         stops=stops,
+        unrun={rec["step"] for rec in steps if not rec["target"]["used"]},
+        accept_rate=verified[0] / verified[1] if verified[1] else None,
         exact=True,
         notes=notes,
         source=trace.path,
