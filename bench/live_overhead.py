@@ -394,7 +394,8 @@ def measure(args: argparse.Namespace, workdir: Path) -> int:
             print(f"  {LABEL[c.name]}: no trace footer in {c.trace}")
         else:
             print(
-                f"  {LABEL[c.name]} trace: {f.get('steps_written')} steps, "
+                f"  {LABEL[c.name]} trace (its last server's, warm-up included): "
+                f"{f.get('steps_written')} steps, "
                 f"{f.get('records_dropped')} records dropped, {f.get('errors')} tracer errors"
             )
         if c.viewer is not None:
