@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
-from tracer.analysis.doctor import record_verdicts
+from tracer.doctor import record_verdicts
 
 from tests.conftest import ROOT
 from tests.stream_support import records, wait_for
