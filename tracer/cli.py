@@ -9,9 +9,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tracer import __version__
 
@@ -123,7 +123,6 @@ def cmd_flags(args: argparse.Namespace) -> int:
 
 def cmd_why(args: argparse.Namespace) -> int:
     """A request's life with its reasons, or one step's binding constraint and every listed request's."""
-    import orjson
 
     from tracer.analysis.session import Session
     from tracer.render.why import step_lines, story_lines
@@ -142,12 +141,7 @@ def cmd_why(args: argparse.Namespace) -> int:
             from tracer.whatif.probe import settle
 
             why = settle(session.trace, why)
-        if args.json:
-            sys.stdout.buffer.write(orjson.dumps(why.as_dict(), option=orjson.OPT_INDENT_2) + b"\n")
-        else:
-            for line in step_lines(why):
-                print(line)
-        return 0
+        return _report(args, why.as_dict, lambda: step_lines(why))
     story = session.request_story(args.request)
     if story is None:
         print(f"schedscope: error: {args.trace} never names request {args.request!r}", file=sys.stderr)
@@ -159,10 +153,17 @@ def cmd_why(args: argparse.Namespace) -> int:
         from tracer.whatif.probe import settle_story
 
         story = settle_story(session.trace, story)
+    return _report(args, story.as_dict, lambda: story_lines(story))
+
+
+def _report(args: argparse.Namespace, doc: Callable[[], Any], lines: Callable[[], Iterable[str]]) -> int:
+    """Print a command's result: its JSON document with --json, else its lines."""
     if args.json:
-        sys.stdout.buffer.write(orjson.dumps(story.as_dict(), option=orjson.OPT_INDENT_2) + b"\n")
+        import orjson
+
+        sys.stdout.buffer.write(orjson.dumps(doc(), option=orjson.OPT_INDENT_2) + b"\n")
     else:
-        for line in story_lines(story):
+        for line in lines():
             print(line)
     return 0
 

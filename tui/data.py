@@ -14,7 +14,7 @@ from typing import cast
 import numpy as np
 
 from tracer.analysis.compare import Comparison, compare
-from tracer.analysis.engines import Run, RunTotals
+from tracer.analysis.engines import ReadsRun, Run
 from tracer.analysis.flags import FlagReport
 from tracer.analysis.session import Session, neighbour
 from tracer.trace.reader import Progress, Trace
@@ -53,7 +53,7 @@ class CompareModel:
 
 
 @dataclass
-class RunModel:
+class RunModel(ReadsRun):
     """The engines of one data-parallel run (tracer.analysis.engines.Run), each a TraceModel. The
     shared step axis and the totals are the Run's, read through, never copied."""
 
@@ -71,19 +71,6 @@ class RunModel:
     @property
     def models(self) -> list[TraceModel]:
         return cast("list[TraceModel]", [e.session for e in self.run.engines])  # as load/build made them
-
-    @property
-    def steps(self) -> np.ndarray:
-        return self.run.axis.steps
-
-    @property
-    def at(self) -> list[np.ndarray]:
-        """Engine i's rows' places on the axis."""
-        return self.run.axis.at
-
-    @property
-    def totals(self) -> RunTotals:
-        return self.run.totals()
 
     def __len__(self) -> int:
         return len(self.steps)

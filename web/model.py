@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from tracer.analysis.engines import Run, RunTotals
+from tracer.analysis.engines import ReadsRun, Run
 from tracer.analysis.flags import Flag, FlagReport
 from tracer.analysis.session import Session
 from tracer.render.text import RunLine, engine_line, run_totals_line
@@ -66,7 +66,7 @@ class TraceView:
 
 
 @dataclass
-class RunView:
+class RunView(ReadsRun):
     """The engines of one data-parallel run (tracer.analysis.engines.Run), each a TraceView over
     the engine's own Session. The shared step axis (step k of each engine at x = k) and the
     totals are the Run's, read through, never copied."""
@@ -82,19 +82,6 @@ class RunView:
             _ = engine.session.report, engine.session.series  # now, not in the first callback
             views.append(TraceView(f"{key}-{i}", engine.label, engine.session))
         return cls(run, views)
-
-    @property
-    def steps(self) -> np.ndarray:
-        return self.run.axis.steps
-
-    @property
-    def at(self) -> list[np.ndarray]:
-        """Engine i's rows on the axis."""
-        return self.run.axis.at
-
-    @property
-    def totals(self) -> RunTotals:
-        return self.run.totals()
 
     def on_axis(self, engine: int, values: np.ndarray, missing: int) -> np.ndarray:
         """An engine's per-row array placed on the shared axis; `missing` where it has no such step."""

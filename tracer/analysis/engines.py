@@ -166,3 +166,23 @@ def check_one_run(traces: Sequence[Trace]) -> None:
             other = traces[pids.index(pid)].path
             message = f"the same engine (pid {pid}) as {other}"
             raise TraceHeaderError(traces[i].path, message, line=1, field="pid")
+
+
+class ReadsRun:
+    """What a view's wrapper of a Run (tui.data.RunModel, web.model.RunView) reads through,
+    never copies: the shared step axis and the run's totals."""
+
+    run: Run
+
+    @property
+    def steps(self) -> np.ndarray:
+        return self.run.axis.steps
+
+    @property
+    def at(self) -> list[np.ndarray]:
+        """Engine i's rows' places on the axis."""
+        return self.run.axis.at
+
+    @property
+    def totals(self) -> RunTotals:
+        return self.run.totals()
