@@ -490,7 +490,7 @@ def bindings(trace: Trace) -> np.ndarray:
         return out
     # Only the keys the waiting loop's tests read: the queue and the 1.3 facts (a step's
     # running list, most of its bytes, is not parsed); the budgets come from the columns.
-    queues = detail.region(trace, rest, "unscheduled", "sampled")
+    queues = detail.region(trace, rest, "waiting_demand", "priority")
     facts = detail.region(trace, rest, "kv_free", None) if has_why_fields(trace) else None
     scheduled = (col["n_new"] + col["n_resumed"] + col["n_running"]) > 0
     for row, queue in queues:
@@ -498,6 +498,8 @@ def bindings(trace: Trace) -> np.ndarray:
         if facts is not None:
             rec.update(next(facts)[1])
         rec["preempted"] = []  # steps with a preemption were decided above
+        rec["num_waiting"], rec["num_running"] = int(col["num_waiting"][row]), int(col["num_running"][row])
+        rec["kv_usage"] = float(col["kv_usage"][row])
         rec["target"] = {
             "left": int(col["target_left"][row]),
             "cap": int(col["target_cap"][row]),
