@@ -95,7 +95,9 @@ def check_reasons(trace: Trace, rows: list[int] | None = None) -> Report:
     for w, r, lead, v in failed:
         target, have = lead or (r.id, r.tokens if r.state == "clipped" else 0)
         with_ = co_binding(pairs[w.step], r.cause.root, target, have)
-        if v.by is None and not v.others and with_:
+        # A second constraint binds too: the reason must name it ("also").
+        named = {RELAXES[c][0] for c in r.cause.numbers.get("also", ()) if c in RELAXES}
+        if v.by is None and not v.others and with_ and named & set(with_):
             report.cobound.append((w.step, r.id, r.cause.root, with_))
             continue
         outcomes = {k: o.scheduled for k, o in probes[w.step].items()}
