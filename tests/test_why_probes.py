@@ -211,3 +211,81 @@ def test_each_reason_is_the_one_constraint_that_admits(name: str, tmp_path: Path
     assert not report.failures, "\n".join(report.failures[:5])
     for code in expected.get(_minor(), expected.get("*", ())):
         assert report.proven[code], f"{name}: no {code} reason was proven: {dict(report.proven)}"
+
+
+def _as_format_12(src: Path, dst: Path) -> Trace:
+    """The trace as a 1.2 recorder wrote it: without the 1.3 facts a reason rests on."""
+    import orjson
+
+    from tracer.trace import schema
+
+    lines = []
+    for line in src.read_bytes().splitlines():
+        rec = orjson.loads(line)
+        if rec["kind"] == "header":
+            rec["schema"] = "1.2"
+        elif rec["kind"] == "step":
+            for key in schema.WHY_STEP_KEYS:
+                rec.pop(key, None)
+        lines.append(orjson.dumps(rec))
+    dst.write_bytes(b"\n".join(lines) + b"\n")
+    return load(dst)
+
+
+def test_exact_settles_an_older_traces_likely_reasons(tmp_path: Path) -> None:
+    """`why --exact` (tracer.whatif.probe.settle): on a 1.2 trace the KV cache is only
+    `likely` (no free-block counts); the probes settle it, to the 1.3 trace's exact answer."""
+    from tracer.analysis.reasons import LIKELY
+    from tracer.analysis.why import request_story, step_why
+    from tracer.whatif.probe import settle, settle_story
+
+    spec, requests, _ = SCENARIOS["kv_pressure"]
+    new = record(spec, requests, tmp_path / "new.jsonl")
+    old = _as_format_12(tmp_path / "new.jsonl", tmp_path / "old.jsonl")
+    likely = [row for row in range(len(old)) if step_why(old, row).binding.certainty == LIKELY]
+    assert likely, "the 1.2 trace must leave some reason likely"
+    for row in likely[:4]:
+        settled = settle(old, step_why(old, row))
+        truth = step_why(new, row)
+        assert settled.binding.certainty == EXACT and settled.binding.numbers["proven"] == "probe"
+        assert settled.binding.code == truth.binding.code == "kv_blocks"
+        assert [r.cause.root for r in settled.requests] == [r.cause.root for r in truth.requests]
+    rid = step_why(old, likely[0]).binding.numbers["request"]
+    story = request_story(old, rid)
+    assert story is not None
+    settled_story = settle_story(old, story)
+    causes = [s.cause for s in settled_story.steps if s.cause is not None and s.state == "waiting"]
+    assert causes and all(c.certainty in (EXACT, DERIVED) for c in causes)
+    assert "kv_blocks" in settled_story.waiting_by_reason
+    assert sum(n for n, _ in settled_story.waiting_by_reason.values()) == len(causes)
+
+
+def test_probes_leave_the_scheduler_and_its_trace_untouched(tmp_path: Path) -> None:
+    """Probing every step of a recording (each relaxation on a deep copy) changes neither
+    the scheduler's decisions nor its trace: the copies record nothing."""
+    import orjson
+
+    from tracer.policies import scheduler_class
+    from tracer.whatif.fidelity import decisions
+    from tracer.whatif.offline import build_scheduler, run_workload
+    from tracer.whatif.probe import probe_all
+    from tracer.whatif.replay import recording_to
+
+    spec, requests, _ = SCENARIOS["priority_preempt"]
+    plain = record(spec, requests, tmp_path / "plain.jsonl")
+    probed_path = tmp_path / "probed.jsonl"
+    probed: list[int] = []
+
+    def schedule(sched: Any) -> Any:
+        probed.append(len(probe_all(sched)))
+        return sched.schedule()
+
+    with recording_to(probed_path):
+        sched = build_scheduler(spec, scheduler_class("stock"))
+    run_workload(sched, requests, schedule=schedule)
+    sched.shutdown()
+    got = load(probed_path)
+    assert len(got) == len(plain) == len(probed) and all(n >= 3 for n in probed)
+    footer = orjson.loads(probed_path.read_bytes().splitlines()[-1])
+    assert footer["steps_written"] == len(plain) and footer["errors"] == 0
+    assert [decisions(s) for s in got.steps()] == [decisions(s) for s in plain.steps()]

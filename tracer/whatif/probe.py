@@ -407,7 +407,9 @@ def co_binding(probes: StepProbes, code: str, rid: str, tokens: int = 0) -> tupl
     return tuple(dict.fromkeys(out))
 
 
-def _settled(cause: Cause, probes: StepProbes, rid: str | None, tokens: int) -> Cause:
+def _settled(
+    cause: Cause, probes: StepProbes, rid: str | None, tokens: int, lead: tuple[str, int] | None = None
+) -> Cause:
     """The cause the probes prove among the cause and its alternatives; unknown (with what
     was tried) when none is; the cause itself when no relaxation bears on it."""
     from tracer.analysis.why import Cause
@@ -415,7 +417,7 @@ def _settled(cause: Cause, probes: StepProbes, rid: str | None, tokens: int) -> 
     candidates = [cause.code, *cause.alternatives]
     tried: list[str] = []
     for code in candidates:
-        v = verdict(probes, code, rid, tokens) if rid is not None else None
+        v = verdict(probes, code, rid, tokens, lead=lead) if rid is not None else None
         if v is None or not v.own:
             continue
         tried.append(code)
@@ -444,25 +446,33 @@ def settle(trace: Trace, why: StepWhy) -> StepWhy:
 
 
 def _apply(why: StepWhy, probes: StepProbes) -> StepWhy:
-    from tracer.analysis.why import Cause
-
+    """Settle a step's causes. As the loop meets them: the first request a constraint held
+    (the head, or the first clipped) must be admitted by its relaxation; the ones after it
+    only kept from admission by every other relaxation (once relaxed for the first, the
+    next constraint may hold the rest)."""
     binding = why.binding
+    waiting = [r for r in why.requests if r.state == "waiting" and r.cause.code != "behind"]
+    head = binding.numbers.get("request") or next((r.id for r in waiting if r.cause == binding), None)
     if _needs_probe(binding):
-        head = binding.numbers.get("request") or next(
-            (r.id for r in why.requests if r.state == "waiting"), None
-        )
         binding = _settled(binding, probes, head, 0)
-    requests = []
-    for r in why.requests:
+    leads: dict[str, tuple[str, int]] = {}
+    settled: dict[int, Any] = {}
+    running_first = sorted(range(len(why.requests)), key=lambda i: why.requests[i].state == "waiting")
+    for i in running_first:  # the running loop's clips first, then the waiting queue
+        r = why.requests[i]
         cause = r.cause
         if _needs_probe(cause):
             if cause.code == "behind":  # it follows the head's (the binding's) answer
-                cause = Cause(
-                    "behind", binding.certainty, {**cause.numbers, "root": binding.code}, (), cause.behind
-                )
+                cause = _behind(cause, binding)
+            elif r.state == "waiting" and cause == why.binding:
+                lead = (head, 0) if head is not None and head != r.id else None
+                cause = binding if lead is None else _settled(cause, probes, r.id, 0, lead)
             else:
-                cause = _settled(cause, probes, r.id, r.tokens)
-        requests.append(dataclasses.replace(r, cause=cause))
+                have = r.tokens if r.state == "clipped" else 0
+                lead = leads.setdefault(cause.code, (r.id, have))
+                cause = _settled(cause, probes, r.id, have, lead if lead[0] != r.id else None)
+        settled[i] = dataclasses.replace(r, cause=cause)
+    requests = [settled[i] for i in range(len(why.requests))]
     return dataclasses.replace(why, binding=binding, requests=requests)
 
 
@@ -474,13 +484,35 @@ def settle_story(trace: Trace, story: RequestStory) -> RequestStory:
     if not steps:
         return story
     probes = probe_steps(trace, steps)
+    answers = _settled_causes(trace, story.id, probes)
     new_steps = []
     for s in story.steps:
-        if s.cause is not None and s.step in probes and _needs_probe(s.cause) and s.cause.code != "behind":
-            have = 0 if s.state in ("waiting", "unscheduled") else s.tokens
-            s = dataclasses.replace(s, cause=_settled(s.cause, probes[s.step], story.id, have))
+        cause = answers.get(s.step)
+        if s.cause is not None and cause is not None and _needs_probe(s.cause):
+            s = dataclasses.replace(s, cause=cause)
         new_steps.append(s)
     return _restory(story, new_steps)
+
+
+def _behind(cause: Cause, binding: Cause) -> Cause:
+    from tracer.analysis.why import Cause
+
+    return Cause("behind", binding.certainty, {**cause.numbers, "root": binding.code}, (), cause.behind)
+
+
+def _settled_causes(trace: Trace, rid: str, probes: dict[int, StepProbes]) -> dict[int, Cause]:
+    """The request's settled cause at each probed step (settled with its whole step)."""
+    from tracer.analysis import detail
+    from tracer.analysis.why import step_why
+
+    rows = [int(r) for r in detail.rows_of_steps(trace, sorted(probes)) if r >= 0]
+    out = {}
+    for row, rec in detail.records(trace, rows):
+        why = _apply(step_why(trace, row, rec), probes[int(rec["step"])])
+        mine = next((r for r in why.requests if r.id == rid), None)
+        if mine is not None:
+            out[why.step] = mine.cause
+    return out
 
 
 def _restory(story: RequestStory, steps: list[Any]) -> RequestStory:
