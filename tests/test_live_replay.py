@@ -63,6 +63,27 @@ def async_live(tmp_path_factory: pytest.TempPathFactory) -> tuple[Trace, dict[st
     )
 
 
+@pytest.fixture(scope="module")
+def priority_live(tmp_path_factory: pytest.TempPathFactory) -> tuple[Trace, dict[str, Any]]:
+    """Priority scheduling, max_num_seqs=4 with the KV cache mostly free, and a 64-token budget
+    under 200-token prompts: the admission cap and the token budget take turns binding."""
+    tmp = tmp_path_factory.mktemp("priority")
+    model = build_tiny_llama(tmp / "model")
+    trace_path = tmp / "live.jsonl"
+    args = [
+        "--scheduler-cls", "tracer.scheduler.TracingScheduler", "--scheduling-policy", "priority",
+        "--max-num-batched-tokens", "64", "--max-num-seqs", "4", "--shutdown-timeout", "10",
+    ]  # fmt: skip
+    bench = [
+        "--dataset-name", "random", "--random-input-len", "200", "--random-output-len", "12",
+        "--num-prompts", "16", "--max-concurrency", "8", "--ignore-eos",
+    ]  # fmt: skip
+    env = {"SCHEDSCOPE_TRACE": str(trace_path)}
+    with start_server(model, extra_args=args, env=env, log_path=tmp / "server.log") as server:
+        result = bench_serve(server, tmp, *bench)
+    return load(trace_path), result
+
+
 def _inputs(trace: Trace, kind: str) -> list[list[Any]]:
     return [e for s in trace.steps() for e in s["inputs"] if e[0] == kind]
 
@@ -126,3 +147,31 @@ def test_what_a_big_live_trace_keeps_beside_it_reads_back_equal(
     again = load(path)
     assert_same_pass(computed, steppass.step_pass(again))
     assert list(requests.request_index(again).events.items()) == list(index.events.items())
+
+
+# The reasons each live configuration must show proven (tracer.whatif.probe, on the identity replay).
+LIVE_REASONS = {
+    "ngram_live": ("kv_blocks", "preemption"),  # a KV cache of 16 blocks, prefix caching on
+    "async_live": ("kv_blocks",),  # async scheduling
+    "priority_live": ("max_num_seqs", "target_budget"),  # priority; the cap with KV free; long prompts
+}
+
+
+@pytest.mark.parametrize("run", sorted(LIVE_REASONS))
+def test_live_reasons_are_proven_on_the_real_scheduler(run: str, request: pytest.FixtureRequest) -> None:
+    """Replayed exactly, every sampled step of the live trace is probed: relaxing a reason's
+    constraint admits the request it held first; relaxing any other single one admits none."""
+    from tests.test_why_probes import check_reasons, sample_rows
+
+    trace, _ = request.getfixturevalue(run)
+    report = check_reasons(trace, sample_rows(trace))
+    print(run, len(trace), "steps;", report.steps, "probed;", dict(report.proven), dict(report.unprobed))
+    assert not report.failures, "\n".join(report.failures[:5])
+    for code in LIVE_REASONS[run]:
+        assert report.proven[code], f"{run}: no {code} reason was proven: {dict(report.proven)}"
+    if run == "priority_live":  # the cap held requests back while the KV cache sat mostly free
+        from tracer.analysis.reasons import CODE_INDEX
+        from tracer.analysis.why import bindings
+
+        capped = bindings(trace) == CODE_INDEX["max_num_seqs"]
+        assert capped.any() and float(trace.columns["kv_usage"][capped].max()) < 0.5

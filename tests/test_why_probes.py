@@ -109,6 +109,22 @@ def check_reasons(trace: Trace, rows: list[int] | None = None) -> Report:
     return report
 
 
+def sample_rows(trace: Trace, per_code: int = 6) -> list[int]:
+    """Rows that cover every reason the trace gives (exact or derived), `per_code` of each at
+    most, spread over the run: probing every step of a long live trace costs too much."""
+    from tracer.analysis.why import steps_why
+
+    by_code: dict[str, list[int]] = {}
+    for w in steps_why(trace, range(len(trace))):
+        for code in {r.cause.root for r in w.requests if r.cause.certainty in (EXACT, DERIVED)}:
+            by_code.setdefault(code, []).append(w.row)
+    rows: set[int] = set()
+    for found in by_code.values():
+        stride = max(1, len(found) // per_code)
+        rows.update(found[::stride][:per_code])
+    return sorted(rows)
+
+
 def record(spec: EngineSpec, requests: list[RequestSpec], path: Path, policy: str = "stock") -> Trace:
     from tracer.policies import scheduler_class
     from tracer.whatif.offline import build_scheduler, run_workload
