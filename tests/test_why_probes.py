@@ -81,6 +81,8 @@ def check_reasons(trace: Trace, rows: list[int] | None = None) -> Report:
             v = verdict(probes[w.step], code, r.id, have, lead=lead)
             if not v.own:
                 report.unprobed[code] += 1
+            elif code == "preemption" and probes[w.step]["kv"].preempted:
+                report.failures.append(f"step {w.step}: with more KV blocks it still preempts")
             elif v.proven:
                 kind = (
                     ""
@@ -175,6 +177,18 @@ SCENARIOS: dict[str, tuple[EngineSpec, list[RequestSpec], dict[str, tuple[str, .
         [RequestSpec(f"d{i}", 6, 30) for i in range(12)],
         {"0.32": ("input_budget",), "0.33": ("max_num_active_seqs",)},
     ),
+    # 0.33's rule on 0.32 through the `cap` policy layer (no slots, admission at B // lookahead).
+    "dflash_cap_policy": (
+        EngineSpec(
+            method="dflash",
+            num_speculative_tokens=7,
+            max_num_batched_tokens=64,
+            max_num_seqs=16,
+            max_model_len=512,
+        ),
+        [RequestSpec(f"d{i}", 6, 30) for i in range(12)],
+        {"*": ("max_num_active_seqs",)},
+    ),
     "dspark_padding": (
         EngineSpec(
             method="dspark",
@@ -221,7 +235,8 @@ SCENARIOS: dict[str, tuple[EngineSpec, list[RequestSpec], dict[str, tuple[str, .
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_each_reason_is_the_one_constraint_that_admits(name: str, tmp_path: Path) -> None:
     spec, requests, expected = SCENARIOS[name]
-    trace = record(spec, requests, tmp_path / f"{name}.jsonl")
+    policy = "cap" if name.endswith("_cap_policy") else "stock"
+    trace = record(spec, requests, tmp_path / f"{name}.jsonl", policy=policy)
     report = check_reasons(trace)
     print(name, dict(report.proven), dict(report.unprobed), len(report.failures), report.cobound[:3])
     assert not report.failures, "\n".join(report.failures[:5])
