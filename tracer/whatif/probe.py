@@ -288,6 +288,21 @@ def probe_all(sched: Any, relaxations: Iterable[str] | None = None, *, pairs: bo
     return {r: probe(sched, r) for r in keys}
 
 
+ASYNC_DONE: Final = "state:async_done"  # not a relaxation: the state vLLM's own test reads
+
+
+def _async_done(sched: Any) -> Outcome:
+    """The running requests the running loop skips under async scheduling: max_tokens is
+    already in flight (vLLM's test, read on the state right before schedule())."""
+    done = {
+        r.request_id: 1
+        for r in sched.running
+        if r.num_output_placeholders > 0
+        and r.num_computed_tokens + 2 - r.num_output_placeholders >= r.num_prompt_tokens + r.max_tokens
+    }
+    return Outcome(ASYNC_DONE, done, frozenset(), "read on the state: max_tokens in flight")
+
+
 # -- the replay that reaches each step -------------------------------------------------------
 def _recorded_tokens(rec: dict[str, Any]) -> dict[str, int]:
     return {e[0]: int(e[1]) for g in ("new", "resumed", "running") for e in rec[g] if e[1]}
@@ -356,6 +371,7 @@ def probe_steps(
 
     def at_step(step: int, sched: Any) -> None:
         out[step] = probe_all(sched, wanted, pairs=pairs)
+        out[step][ASYNC_DONE] = _async_done(sched)
 
     replay_probing(trace, steps, at_step)
     return out
@@ -387,7 +403,9 @@ def verdict(
     own = tuple(r for r in family if r in probes)
     target, have = lead if lead is not None else (rid, tokens)
     by = next((r for r in own if probes[r].admits(target, have)), None)
-    others = tuple(r for r, o in probes.items() if "+" not in r and r not in family and o.admits(rid, tokens))
+    others = tuple(
+        r for r, o in probes.items() if r in RELAXATIONS and r not in family and o.admits(rid, tokens)
+    )
     return Verdict(code, own, by, others)
 
 
@@ -416,6 +434,12 @@ def _settled(
 
     candidates = [cause.code, *cause.alternatives]
     tried: list[str] = []
+    state = probes.get(ASYNC_DONE)
+    if "async_done" in candidates and state is not None and rid is not None:
+        if state.admits(rid):  # the state decides it, no relaxation needed
+            return Cause("async_done", EXACT, {**cause.numbers, "proven": "state"}, (), cause.behind)
+        candidates.remove("async_done")
+        tried.append("async_done")
     for code in candidates:
         v = verdict(probes, code, rid, tokens, lead=lead) if rid is not None else None
         if v is None or not v.own:
@@ -426,7 +450,12 @@ def _settled(
             return Cause(code, EXACT, numbers, (), cause.behind)
     if not tried:
         return cause
-    numbers = {**cause.numbers, "proven": "probe", "tried": tried, "relaxations": sorted(probes)}
+    numbers = {
+        **cause.numbers,
+        "proven": "probe",
+        "tried": tried,
+        "relaxations": sorted(set(probes) & set(RELAXATIONS)),
+    }
     return Cause("unknown", UNKNOWN, numbers, tuple(candidates))
 
 
