@@ -320,3 +320,27 @@ def test_probes_leave_the_scheduler_and_its_trace_untouched(tmp_path: Path) -> N
     footer = orjson.loads(probed_path.read_bytes().splitlines()[-1])
     assert footer["steps_written"] == len(plain) and footer["errors"] == 0
     assert [decisions(s) for s in got.steps()] == [decisions(s) for s in plain.steps()]
+
+
+def test_exact_on_a_trace_the_replay_cannot_re_make_is_an_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A trace whose header does not match its steps (max_num_seqs edited from 4 to 3): the
+    probes would run on a state the recording never had, so `why --exact` refuses (each
+    probed step's real schedule() is checked against its record)."""
+    import orjson
+
+    from tracer.cli import main
+
+    spec, requests, _ = SCENARIOS["max_num_seqs"]
+    record(spec, requests, tmp_path / "t.jsonl")
+    lines = (tmp_path / "t.jsonl").read_bytes().splitlines()
+    header = orjson.loads(lines[0])
+    header["config"]["max_num_seqs"] = header["config"]["max_num_active_seqs"] = 3
+    (tmp_path / "bad.jsonl").write_bytes(b"\n".join([orjson.dumps(header), *lines[1:]]) + b"\n")
+    from tracer.analysis.why import steps_why
+
+    bad = _as_format_12(tmp_path / "bad.jsonl", tmp_path / "bad12.jsonl")  # derived reasons: --exact probes
+    step = next(w.step for w in steps_why(bad, range(len(bad))) if w.binding.code == "max_num_seqs")
+    assert main(["why", str(tmp_path / "bad12.jsonl"), "--step", str(step), "--exact"]) == 2
+    assert f"the replay diverged from the record at step {step}" in capsys.readouterr().err

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from tracer.analysis.reasons import EXACT, UNKNOWN
+from tracer.trace.errors import TraceError
 
 if TYPE_CHECKING:
     from tracer.analysis.why import Cause, RequestStory, StepWhy
@@ -63,8 +64,9 @@ _STACK = 512 * 1024 * 1024  # the deep copy's thread stack: the KV free list is 
 _RECURSION = 1_000_000
 
 
-class ProbeError(RuntimeError):
-    """The replay could not give a probe the recorded state (it diverged, or cannot run)."""
+class ProbeError(TraceError):
+    """The replay cannot give a probe the recorded state (it diverged, or cannot run): a
+    TraceError, so `why --exact` reports it as an error, not a traceback."""
 
 
 @dataclass(frozen=True)
@@ -325,12 +327,23 @@ def replay_probing(
     wanted = sorted(set(steps))
     if not wanted:
         return
-    workload = workload_from_trace(trace)
+    try:
+        import vllm  # noqa: F401
+    except ImportError as exc:
+        raise ProbeError(
+            trace.path, "--exact replays the trace through vLLM's scheduler: install vLLM"
+        ) from exc
+    try:
+        workload = workload_from_trace(trace)
+    except ValueError as exc:  # WorkloadError
+        raise ProbeError(trace.path, f"--exact cannot replay it: {exc}") from exc
     if not workload.exact:
-        raise ProbeError(f"{trace.path}: the trace lacks the inputs an exact replay needs (format 1.1)")
+        raise ProbeError(
+            trace.path, "--exact needs the scheduler's inputs an exact replay takes (format 1.1+)"
+        )
     engine = workload.engine
     if engine.method not in REPLAYABLE_METHODS:
-        raise ProbeError(f"{trace.path}: method {engine.method!r} cannot be replayed offline")
+        raise ProbeError(trace.path, f"--exact cannot replay method {engine.method!r} offline")
     records = {int(rec["step"]): rec for rec in _records_of(trace, wanted)}
     policy = str(trace.header.get("policy") or "stock")
     with configured(RecorderConfig()):  # untraced, whatever the environment says
@@ -346,7 +359,9 @@ def replay_probing(
             if step in targets:
                 got = {k: int(v) for k, v in self.inflight[-1][1].num_scheduled_tokens.items() if v}
                 if got != _recorded_tokens(records[step]):
-                    raise ProbeError(f"{trace.path}: the replay diverged from the record at step {step}")
+                    raise ProbeError(
+                        trace.path, f"--exact: the replay diverged from the record at step {step}"
+                    )
 
     k = engine.num_speculative_tokens if engine.method else 0
     try:
