@@ -243,8 +243,12 @@ def _admission(rec: dict[str, Any], cfg: Config, scheduled: bool | None = None) 
     if rec.get("paused"):
         return Cause("paused", EXACT, {"state": rec["paused"]}), None
     target, inp = rec["target"], rec["input"]
+    running = int(rec.get("num_running") or 0)
+    # The loop's next test would have stopped it too: the admission cap binds as well (under
+    # 0.33's DFlash/DSpark cap, B // lookahead decoders fill the budget exactly).
+    also = {"also": [cfg.cap_code()]} if cfg.active and running >= cfg.active else {}
     if target["left"] <= 0:
-        return Cause("target_budget", exact, {"cap": target["cap"], "used": target["used"]}), None
+        return Cause("target_budget", exact, {"cap": target["cap"], "used": target["used"], **also}), None
     ds = cfg.draft_slots
     if inp["left"] <= ds:
         numbers = {
@@ -252,9 +256,9 @@ def _admission(rec: dict[str, Any], cfg: Config, scheduled: bool | None = None) 
             "left": inp["left"],
             "draft_slots": ds,
             "reserved": inp.get("reserved", 0),
+            **also,
         }
         return Cause("input_budget", exact, numbers), None
-    running = int(rec.get("num_running") or 0)
     if cfg.active and running >= cfg.active:
         numbers = {
             "cap": int(cfg.active),

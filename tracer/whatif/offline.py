@@ -85,6 +85,7 @@ class EngineSpec:
     scheduling_policy: str = "fcfs"
     long_prefill_token_threshold: int = 0
     enable_prefix_caching: bool = False
+    enable_chunked_prefill: bool = True
     extra_draft_config: dict[str, Any] = field(default_factory=dict)
 
 
@@ -120,7 +121,7 @@ def build_vllm_config(spec: EngineSpec, workdir: Path | None = None) -> Any:
         max_num_seqs=spec.max_num_seqs,
         max_num_batched_tokens=spec.max_num_batched_tokens,
         max_model_len=spec.max_model_len,
-        enable_chunked_prefill=True,
+        enable_chunked_prefill=spec.enable_chunked_prefill,
         long_prefill_token_threshold=spec.long_prefill_token_threshold,
         policy=spec.scheduling_policy,
         is_encoder_decoder=False,

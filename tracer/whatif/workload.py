@@ -172,6 +172,7 @@ def engine_from_config(config: dict[str, Any]) -> EngineSpec:
         scheduling_policy=str(config.get("scheduling_policy") or "fcfs"),
         long_prefill_token_threshold=int(config.get("long_prefill_token_threshold") or 0),
         enable_prefix_caching=bool(config.get("enable_prefix_caching")),
+        enable_chunked_prefill=config.get("enable_chunked_prefill") is not False,
     )
 
 
