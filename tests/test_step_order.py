@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
-from tracer.doctor import record_verdicts
 
 from tests.conftest import ROOT
 from tests.stream_support import records, wait_for
+from tracer.doctor import record_verdicts
 from tracer.live.stream import StreamHub, StreamServer
 from tracer.render.summary import summary_lines
 from tracer.trace import reader, sidecar

@@ -601,7 +601,8 @@ What each reason means and what to change: docs/why.md""",
     p.add_argument(
         "--exact",
         action="store_true",
-        help="settle 'likely' reasons on vLLM's real scheduler (replays the trace)",
+        help="settle 'likely' reasons on vLLM's real scheduler (replays the trace; for a request, "
+        "at most its first 200 held-back steps are probed)",
     )
     p.set_defaults(func=cmd_why)
 

@@ -316,10 +316,17 @@ def _head_cause(rec: dict[str, Any], cfg: Config, rid: str, demand: int, schedul
         )
     if free_after is not None:
         numbers.update(kv_free=free_after, kv_needed_at_most=need_max)
-        certainty = LIKELY if alternatives or others else EXACT
-        return Cause("kv_blocks", certainty, numbers, tuple(alternatives + others))
-    numbers["kv_usage"] = rec.get("kv_usage")
-    return Cause("kv_blocks", LIKELY, numbers, tuple(dict.fromkeys([*alternatives, *others, "unknown"])))
+    else:
+        numbers["kv_usage"] = rec.get("kv_usage")
+    if alternatives:
+        # vLLM tests padding and chunked prefill before it allocates: where the trace shows one
+        # of them failing, it is the likelier reason (probes on real runs agree), KV the other.
+        return Cause(
+            alternatives[0], LIKELY, numbers, tuple(dict.fromkeys([*alternatives[1:], "kv_blocks", *others]))
+        )
+    if free_after is not None:
+        return Cause("kv_blocks", LIKELY if others else EXACT, numbers, tuple(others))
+    return Cause("kv_blocks", LIKELY, numbers, tuple(dict.fromkeys([*others, "unknown"])))
 
 
 def _waiting(rec: dict[str, Any], binding: Cause, head: str | None, cfg: Config) -> list[RequestWhy]:
