@@ -246,7 +246,10 @@ def _admission(rec: dict[str, Any], cfg: Config, scheduled: bool | None = None) 
     running = int(rec.get("num_running") or 0)
     # The loop's next test would have stopped it too: the admission cap binds as well (under
     # 0.33's DFlash/DSpark cap, B // lookahead decoders fill the budget exactly).
-    also = {"also": [cfg.cap_code()]} if cfg.active and running >= cfg.active else {}
+    also_codes = [cfg.cap_code()] if cfg.active and running >= cfg.active else []
+    if _kv_binds_too(rec, cfg, statuses):
+        also_codes.append("kv_blocks")
+    also = {"also": also_codes} if also_codes else {}
     if target["left"] <= 0:
         return Cause("target_budget", exact, {"cap": target["cap"], "used": target["used"], **also}), None
     ds = cfg.draft_slots
@@ -278,6 +281,20 @@ def _admission(rec: dict[str, Any], cfg: Config, scheduled: bool | None = None) 
     if scheduled is None:
         scheduled = bool(rec["new"] or rec["resumed"] or rec["running"])
     return _head_cause(rec, cfg, head[0], int(head[1]), scheduled), head[0]
+
+
+def _kv_binds_too(rec: dict[str, Any], cfg: Config, statuses: dict[str, str]) -> bool:
+    """Whether the KV cache would have stopped the head request too, had the budget lasted: the
+    free blocks after the step are fewer than it needs at the least (one, for a request with
+    nothing computed; with prefix caching off, its whole chunk's blocks). Only 1.3 says."""
+    kv_free = rec.get("kv_free")
+    head = next((e for e in rec.get("waiting_demand") or () if e[0] not in statuses), None)
+    if not kv_free or head is None or not cfg.block or cfg.connector:
+        return False  # a connector's KV-holding requests may need no new block
+    need = 1
+    if cfg.cfg.get("enable_prefix_caching") is False:
+        need = math.ceil((int(head[1]) + cfg.lookahead) / cfg.block)
+    return int(kv_free[1]) < need
 
 
 def _head_cause(rec: dict[str, Any], cfg: Config, rid: str, demand: int, scheduled: bool) -> Cause:

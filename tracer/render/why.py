@@ -88,6 +88,8 @@ def cause_text(cause: Cause) -> str:
         text = f"skipped: {label(code)}"
     else:
         text = label(code)
+    if n.get("also"):
+        text += f"; {' and '.join(label(c) for c in n['also'])} would have stopped it too"
     if "withheld" in n and code != "none":
         text += f", {n['withheld']} tokens short"
     if cause.certainty == LIKELY and cause.alternatives:
