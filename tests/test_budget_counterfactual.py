@@ -27,7 +27,7 @@ def _steps(
     """Run `requests` for `upto` steps; at step `no_excess_at` schedule with 0 draft slots."""
     from vllm.v1.core.sched.scheduler import Scheduler
 
-    from tracer.policies import AdditiveMixin, _View
+    from tracer.policies import AdditiveMixin, ConfigView
 
     class Additive(AdditiveMixin, Scheduler):
         """vLLM 0.32's accounting on either release (0.33's stock charges no slots)."""
@@ -49,8 +49,9 @@ def _steps(
                 continue
             if upcoming == no_excess_at:
                 cfg = sched.vllm_config
-                sched.vllm_config = _View(
-                    cfg, speculative_config=_View(cfg.speculative_config, max_num_new_slots_for_drafting=0)
+                sched.vllm_config = ConfigView(
+                    cfg,
+                    speculative_config=ConfigView(cfg.speculative_config, max_num_new_slots_for_drafting=0),
                 )
                 outs.append(sched.schedule())
                 break

@@ -43,7 +43,7 @@ from tracer.trace.methods import (
 )
 
 
-class _View:
+class ConfigView:
     """Read-through view of a vLLM config object with some attributes overridden."""
 
     def __init__(self, target: Any, **overrides: Any) -> None:
@@ -75,7 +75,9 @@ class PolicyMixin:
         k = int(getattr(spec, "num_speculative_tokens", 0) or 0)
         parallel = bool(getattr(spec, "parallel_drafting", False))
         slots, cap = self.policy_budget(vcfg, method, k, parallel)
-        self.vllm_config = _View(vcfg, speculative_config=_View(spec, max_num_new_slots_for_drafting=slots))
+        self.vllm_config = ConfigView(
+            vcfg, speculative_config=ConfigView(spec, max_num_new_slots_for_drafting=slots)
+        )
         seqs = int(self.scheduler_config.max_num_seqs)  # type: ignore[attr-defined]
         self.max_num_active_reqs = min(seqs, cap) if cap else seqs
 

@@ -175,21 +175,6 @@ def _link_blocks(pairs: list[tuple[Any, Any]], memo: dict[int, Any]) -> None:
                 setattr(clone, name, memo.get(id(value), value))
 
 
-class _Override:
-    """Read-through view of a vLLM config object with some attributes replaced (the copy's
-    own view: the shared config stays as it is)."""
-
-    def __init__(self, target: Any, **overrides: Any) -> None:
-        object.__setattr__(self, "_target", target)
-        object.__setattr__(self, "_overrides", overrides)
-
-    def __getattr__(self, name: str) -> Any:
-        overrides = object.__getattribute__(self, "_overrides")
-        if name in overrides:
-            return overrides[name]
-        return getattr(object.__getattribute__(self, "_target"), name)
-
-
 # -- relaxations ------------------------------------------------------------------------------
 def draft_slots(sched: Any) -> int:
     spec = getattr(sched.vllm_config, "speculative_config", None)
@@ -249,8 +234,10 @@ def relax(clone: Any, relaxation: str) -> str:
     if relaxation == "draft_slots":
         vcfg = clone.vllm_config
         spec = vcfg.speculative_config
-        clone.vllm_config = _Override(
-            vcfg, speculative_config=_Override(spec, max_num_new_slots_for_drafting=0)
+        from tracer.policies import ConfigView  # the policies' own read-through view
+
+        clone.vllm_config = ConfigView(
+            vcfg, speculative_config=ConfigView(spec, max_num_new_slots_for_drafting=0)
         )
         return "no draft-slot reservations"
     if relaxation == "long_prefill":
