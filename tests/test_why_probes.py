@@ -150,6 +150,18 @@ def _spread(n: int, prompt: int, out: int, every: int = 1, prefix: str = "r") ->
 
 
 # name -> (engine, requests, the reasons that must be proven, per vLLM minor ("*": any))
+# DFlash K=7 under a 64-token budget: twelve short prompts, admitted beside decoders.
+_DFLASH = (
+    EngineSpec(
+        method="dflash",
+        num_speculative_tokens=7,
+        max_num_batched_tokens=64,
+        max_num_seqs=16,
+        max_model_len=512,
+    ),
+    [RequestSpec(f"d{i}", 6, 30) for i in range(12)],
+)
+
 SCENARIOS: dict[str, tuple[EngineSpec, list[RequestSpec], dict[str, tuple[str, ...]]]] = {
     "max_num_seqs": (
         EngineSpec(max_num_seqs=4, max_num_batched_tokens=512, num_kv_blocks=2000),
@@ -167,26 +179,12 @@ SCENARIOS: dict[str, tuple[EngineSpec, list[RequestSpec], dict[str, tuple[str, .
         {"*": ("target_budget",)},
     ),
     "dflash": (
-        EngineSpec(
-            method="dflash",
-            num_speculative_tokens=7,
-            max_num_batched_tokens=64,
-            max_num_seqs=16,
-            max_model_len=512,
-        ),
-        [RequestSpec(f"d{i}", 6, 30) for i in range(12)],
+        *_DFLASH,
         {"0.32": ("input_budget",), "0.33": ("max_num_active_seqs",)},
     ),
     # 0.33's rule on 0.32 through the `cap` policy layer (no slots, admission at B // lookahead).
     "dflash_cap_policy": (
-        EngineSpec(
-            method="dflash",
-            num_speculative_tokens=7,
-            max_num_batched_tokens=64,
-            max_num_seqs=16,
-            max_model_len=512,
-        ),
-        [RequestSpec(f"d{i}", 6, 30) for i in range(12)],
+        *_DFLASH,
         {"*": ("max_num_active_seqs",)},
     ),
     "dspark_padding": (
