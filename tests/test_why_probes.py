@@ -149,7 +149,6 @@ def _spread(n: int, prompt: int, out: int, every: int = 1, prefix: str = "r") ->
     ]
 
 
-# name -> (engine, requests, the reasons that must be proven, per vLLM minor ("*": any))
 # DFlash K=7 under a 64-token budget: twelve short prompts, admitted beside decoders.
 _DFLASH = (
     EngineSpec(
@@ -162,6 +161,7 @@ _DFLASH = (
     [RequestSpec(f"d{i}", 6, 30) for i in range(12)],
 )
 
+# name -> (engine, requests, the reasons that must be proven, per vLLM minor ("*": any))
 SCENARIOS: dict[str, tuple[EngineSpec, list[RequestSpec], dict[str, tuple[str, ...]]]] = {
     "max_num_seqs": (
         EngineSpec(max_num_seqs=4, max_num_batched_tokens=512, num_kv_blocks=2000),
