@@ -26,25 +26,47 @@ SAMPLES = sorted((ROOT / "sample_traces").glob("*.jsonl"))
 
 
 def assert_latency_equals_the_loop(trace: Trace) -> None:
+    """For every TTFT start the trace supports, the vectorised figures against a plain loop."""
     tracker = LatencyTracker()
     for i, rec in enumerate(trace.iter_steps()):
         tracker.add(i, rec)
     durations = timing.step_durations(trace)
     t, end = trace.columns["t"], durations.end
-    ttft, tpot = [], []
-    for rid, i in tracker.seen.items():
-        f = tracker.first.get(rid)
-        if f is None or not np.isfinite(end[f]):
-            continue
-        ttft.append((end[f] - t[i]) * 1e3)
-        last, tokens = tracker.last[rid], tracker.tokens[rid]
-        if tokens > 1 and np.isfinite(end[last]):
-            tpot.append((end[last] - end[f]) * 1e3 / (tokens - 1))
-    got = tracker.times().latency(trace, durations)
-    assert (got.requests, got.unmeasured) == (len(ttft), len(tracker.seen) - len(ttft))
-    assert got.requests > 0, trace.path
-    np.testing.assert_array_equal(got.ttft_ms, np.array(ttft))  # exact: the same float operations
-    np.testing.assert_array_equal(got.tpot_ms, np.array(tpot))
+    h = trace.header
+    times = tracker.times()
+    best = times.basis(trace)
+    bases = ("arrival", "engine", "seen")[("arrival", "engine", "seen").index(best) :]
+    for basis in bases:
+        ttft, tpot, parts = [], [], []
+        for rid in tracker.order:
+            f = tracker.first.get(rid)
+            seen = tracker.seen.get(rid)
+            row = seen if basis == "seen" else tracker.arrived.get(rid, seen)
+            if f is None or row is None or not np.isfinite(end[f]):
+                continue
+            start = t[row]
+            if basis == "arrival":
+                if rid not in tracker.arrival:
+                    continue
+                start = tracker.arrival[rid] - h["start_time"] + h["t0"]
+                s = tracker.scheduled[rid]
+                parts.append([t[row] - start, t[s] - t[row], t[f] - t[s], end[f] - t[f]])
+            ttft.append((end[f] - start) * 1e3)
+            last, tokens = tracker.last[rid], tracker.tokens[rid]
+            if tokens > 1 and np.isfinite(end[last]):
+                tpot.append((end[last] - end[f]) * 1e3 / (tokens - 1))
+        got = times.latency(trace, durations, basis)
+        assert got.basis == basis
+        assert (got.requests, got.unmeasured) == (len(ttft), len(tracker.order) - len(ttft))
+        assert got.requests > 0, trace.path
+        np.testing.assert_allclose(got.ttft_ms, np.array(ttft), rtol=1e-12)
+        np.testing.assert_array_equal(got.tpot_ms, np.array(tpot))  # exact: the same float operations
+        if basis == "arrival":
+            split = np.array(parts) * 1e3
+            for k, name in enumerate(("frontend", "waiting", "prefill", "first_step")):
+                np.testing.assert_allclose(got.parts_ms[name], split[:, k], rtol=1e-9, atol=1e-9)
+            # The parts add up to the TTFT.
+            np.testing.assert_allclose(sum(got.parts_ms.values()), got.ttft_ms, rtol=1e-9)
 
 
 @pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.name)

@@ -24,7 +24,7 @@ import numpy as np
 
 from tracer.analysis import steppass, timing
 from tracer.analysis.steppass import step_pass
-from tracer.analysis.throughput import busy_mask, measure_throughput
+from tracer.analysis.throughput import BASES, busy_mask, measure_throughput
 from tracer.trace.reader import Trace
 
 
@@ -102,6 +102,8 @@ class Performance:
     prefill_s: float  # summed durations of the steps that ran prefill tokens
     median_prefill_ms: float | None  # median duration of those steps
     error_pct: float | None = None  # the clock's summed error, where the times are predictions
+    ttft_from: str = "seen"  # where TTFT starts (tracer.analysis.throughput.BASES)
+    ttft_parts_ms: dict[str, float] | None = None  # mean frontend/waiting/prefill/first_step (from arrival)
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -126,9 +128,21 @@ def is_replay(trace: Trace) -> bool:
     return "replay" in trace.header
 
 
-def performance(trace: Trace, clock: StepClock | None = None) -> Performance:
+def ttft_from(trace: Trace) -> str:
+    """The best start of TTFT this trace has (tracer.analysis.throughput.RequestTimes.basis)."""
+    return step_pass(trace).requests.basis(trace)
+
+
+def common_ttft_from(*traces: Trace) -> str:
+    """The best TTFT start every one of `traces` has: figures compared side by side must
+    start at the same point."""
+    return max((ttft_from(t) for t in traces), key=BASES.index, default="seen")
+
+
+def performance(trace: Trace, clock: StepClock | None = None, ttft_start: str | None = None) -> Performance:
     """Measured for a recording, predicted for a timed replay; an untimed replay is priced with
-    `clock` (its own timestamps are the offline scheduler's CPU time)."""
+    `clock` (its own timestamps are the offline scheduler's CPU time). TTFT starts at
+    `ttft_start` (default: the best this trace has)."""
     basis, error = "measured", None
     if is_timed(trace):
         basis = "predicted"
@@ -144,7 +158,7 @@ def performance(trace: Trace, clock: StepClock | None = None) -> Performance:
     features = done.features
     durations = timing.step_durations(trace)
     tp = measure_throughput(trace, durations, features)
-    lat = done.requests.latency(trace, durations)
+    lat = done.requests.latency(trace, durations, ttft_start)
     col = trace.columns
     busy = np.flatnonzero(col["target_used"] > 0)
     drain, steps = 0.0, 0
@@ -169,4 +183,6 @@ def performance(trace: Trace, clock: StepClock | None = None) -> Performance:
         prefill_s=tp.prefill_s,
         median_prefill_ms=float(np.median(durations.ms[pre])) if pre.any() else None,
         error_pct=error,
+        ttft_from=lat.basis,
+        ttft_parts_ms=lat.mean_parts(),
     )

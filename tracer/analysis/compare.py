@@ -10,7 +10,16 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tracer.analysis.clock import NoClock, Performance, StepClock, clock_for, is_replay, is_timed, performance
+from tracer.analysis.clock import (
+    NoClock,
+    Performance,
+    StepClock,
+    clock_for,
+    common_ttft_from,
+    is_replay,
+    is_timed,
+    performance,
+)
 from tracer.analysis.flags import FlagReport
 from tracer.analysis.requests import RequestEvents, request_events
 from tracer.trace.reader import Trace
@@ -91,7 +100,8 @@ def compare(session_a: Session | Trace, session_b: Session | Trace) -> Compariso
     perf = None
     if len(a) and len(b):
         clock = _pricing_clock(a, b)
-        perf = (performance(a, clock), performance(b, clock))
+        start = common_ttft_from(a, b)  # both TTFTs from the same point, or they do not compare
+        perf = (performance(a, clock, start), performance(b, clock, start))
     return Comparison(side_a, side_b, np.arange(1, n + 1), values, common, perf)
 
 

@@ -23,11 +23,11 @@ from tracer.trace.reader import Trace
 
 NAME = "steppass"
 # Bump when FeatureBuilder or LatencyTracker changes what it computes: older files are rebuilt.
-VERSION = 1
-_REQUEST_ARRAYS = ("seen", "first", "last", "tokens")
+VERSION = 2  # 2: arrivals (the `a` inputs' rows and times) and each request's first scheduled row
+_REQUEST_ARRAYS = ("seen", "first", "last", "tokens", "arrived", "scheduled", "arrival")
 _DTYPES = {
     **{f"f_{name}": np.dtype("<f8") for name in timing.FEATURES},
-    **{f"r_{name}": np.dtype("<i8") for name in _REQUEST_ARRAYS},
+    **{f"r_{name}": np.dtype("<f8" if name == "arrival" else "<i8") for name in _REQUEST_ARRAYS},
 }
 
 
@@ -76,8 +76,8 @@ def _read(trace: Trace) -> StepPass | None:
     lengths = {len(requests[name]) for name in _REQUEST_ARRAYS}
     if any(len(c) != n for c in columns.values()) or len(lengths) != 1:
         return None
-    rows = np.concatenate([requests["seen"], requests["first"], requests["last"]])
-    if len(rows) and (rows.min() < -1 or rows.max() >= n or requests["seen"].min(initial=0) < 0):
+    rows = np.concatenate([requests[k] for k in ("seen", "first", "last", "arrived", "scheduled")])
+    if len(rows) and (rows.min() < -1 or rows.max() >= n):
         return None  # rows outside the trace: not this trace's
     features = timing.StepFeatures(columns, context_recorded=bool(meta.get("context_recorded")))
     return StepPass(features, RequestTimes(**requests))

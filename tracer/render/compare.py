@@ -9,7 +9,7 @@ import numpy as np
 
 from tracer.analysis.clock import Performance
 from tracer.analysis.compare import DELTA_COLUMNS, Comparison
-from tracer.render.text import totals_lines
+from tracer.render.text import TTFT_FROM_SENTENCE, TTFT_FROM_SHORT, totals_lines
 from tracer.trace.schema import OFFLINE_MODEL_NAME
 from tracer.whatif.fidelity import identity_line
 
@@ -120,6 +120,7 @@ def performance_rows(a: Performance, b: Performance) -> list[tuple[str, str, str
         ("times", BASIS_SHORT[a.basis], BASIS_SHORT[b.basis]),
         ("prompt tok/s", _fmt(a.prompt_tok_s, "{:,.0f}"), _fmt(b.prompt_tok_s, "{:,.0f}")),
         ("output tok/s", _fmt(a.output_tok_s, "{:,.0f}"), _fmt(b.output_tok_s, "{:,.0f}")),
+        ("TTFT from", TTFT_FROM_SHORT[a.ttft_from], TTFT_FROM_SHORT[b.ttft_from]),
         ("TTFT p50 ms", _fmt(pct(a.ttft_ms, "p50"), "{:,.2f}"), _fmt(pct(b.ttft_ms, "p50"), "{:,.2f}")),
         ("TTFT p99 ms", _fmt(pct(a.ttft_ms, "p99"), "{:,.2f}"), _fmt(pct(b.ttft_ms, "p99"), "{:,.2f}")),
         ("TPOT p50 ms", _fmt(pct(a.tpot_ms, "p50"), "{:,.3f}"), _fmt(pct(b.tpot_ms, "p50"), "{:,.3f}")),
@@ -136,7 +137,7 @@ def performance_note(a: Performance, b: Performance) -> str:
         err = "" if p.basis in ("measured", "unpriced") else f", {_err(p)} summed"
         return f"{label} {BASIS_SENTENCE[p.basis]}{err}"
 
-    return f"Times: {side('A', a)}; {side('B', b)}."
+    return f"Times: {side('A', a)}; {side('B', b)}. {TTFT_FROM_SENTENCE[a.ttft_from]}."
 
 
 def _err(p: Performance) -> str:

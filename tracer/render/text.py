@@ -183,3 +183,35 @@ def totals_lines(c: Comparison) -> list[str]:
         va, vb, d = t.cells()
         lines.append(f"{t.label:24}{va:>12}{vb:>12}{d:>10}")
     return lines
+
+
+# -- where a TTFT starts ------------------------------------------------------------------------
+# tracer.analysis.throughput.BASES: the short label goes in table headers, the sentence under them.
+TTFT_FROM_SHORT = {"arrival": "arrival", "engine": "engine step", "seen": "first listed"}
+TTFT_FROM_SENTENCE = {
+    "arrival": (
+        "TTFT from each request's arrival (vLLM's arrival_time, stamped by the API server before "
+        "tokenising), as a client measures it less the network and the response's way back"
+    ),
+    "engine": (
+        "TTFT from the schedule() call the engine added each request before: a lower bound, without "
+        "the time before the engine had it"
+    ),
+    "seen": (
+        "TTFT from the first step that listed each request (this trace records no arrivals): a lower "
+        "bound, late for requests beyond the 32 a step lists waiting"
+    ),
+}
+TTFT_PART_LABELS = {
+    "frontend": "before the scheduler had it",
+    "waiting": "waiting in the scheduler",
+    "prefill": "prefill steps",
+    "first_step": "the first token's step",
+}
+
+
+def ttft_parts_phrase(parts: dict[str, float] | None) -> str | None:
+    """A request's mean TTFT split into its parts, in ms ("12.1 before the scheduler had it + ...")."""
+    if not parts:
+        return None
+    return " + ".join(f"{parts[k]:,.1f} {label}" for k, label in TTFT_PART_LABELS.items() if k in parts)

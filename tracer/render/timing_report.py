@@ -11,7 +11,8 @@ import numpy as np
 
 from tracer.analysis import timing
 from tracer.analysis.steppass import step_pass
-from tracer.analysis.throughput import Latency, Throughput, measure_throughput
+from tracer.analysis.throughput import BASIS_LOWER_BOUND, Latency, Throughput, measure_throughput
+from tracer.render.text import TTFT_FROM_SENTENCE, ttft_parts_phrase
 from tracer.trace.reader import Trace
 from tracer.trace.schema import OFFLINE_MODEL_NAME
 
@@ -84,7 +85,10 @@ def _throughput_doc(tp: Throughput, lat: Latency) -> dict[str, Any]:
         "target_steps": tp.target_steps,
         "requests_measured": lat.requests,
         "requests_unmeasured": lat.unmeasured,
+        "ttft_from": lat.basis,
+        "ttft_lower_bound": BASIS_LOWER_BOUND[lat.basis],
         "ttft_ms": lat.percentiles(lat.ttft_ms),
+        "ttft_parts_mean_ms": lat.mean_parts(),
         "tpot_ms": lat.percentiles(lat.tpot_ms),
     }
 
@@ -238,10 +242,11 @@ def timing_lines(doc: dict[str, Any]) -> list[str]:
     unmeasured = (
         f"; {tp['requests_unmeasured']} without a measurable first token" if tp["requests_unmeasured"] else ""
     )
-    lines.append(
-        f"latency    {_n(tp['requests_measured'], 'request')}{unmeasured}; TTFT from the first step that saw "
-        f"the request (a lower bound):"
-    )
+    start = TTFT_FROM_SENTENCE[tp["ttft_from"]]
+    lines.append(f"latency    {_n(tp['requests_measured'], 'request')}{unmeasured}; {start}:")
     lines.append(f"           TTFT {_spread(tp['ttft_ms'])}")
+    parts = ttft_parts_phrase(tp.get("ttft_parts_mean_ms"))
+    if parts:
+        lines.append(f"           TTFT mean {sum(tp['ttft_parts_mean_ms'].values()):,.1f} ms = {parts}")
     lines.append(f"           TPOT {_spread(tp['tpot_ms'])}")
     return lines
