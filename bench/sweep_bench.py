@@ -87,8 +87,9 @@ def main() -> int:
     parser.add_argument("--plot", help="also write the sweep figure (HTML)")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
+    from tracer.render.sweep_report import sweep_lines
     from tracer.trace.reader import load
-    from tracer.whatif.sweep import grid, sweep, sweep_lines
+    from tracer.whatif.sweep import grid, sweep
 
     tmp = Path(tempfile.mkdtemp(prefix="schedscope-sweep-bench-"))
     path = args.trace

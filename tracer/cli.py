@@ -225,7 +225,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         clock = None
         if args.timed or args.arrivals == "time":
             from tracer.analysis.clock import NoClock, clock_for
-            from tracer.whatif.clock import attach_idle_waits, clock_sentence
+            from tracer.whatif.clock import attach_frontend_delays, attach_idle_waits, clock_sentence
 
             if recorded is None:
                 print("schedscope: error: --timed needs a recorded trace to fit on", file=sys.stderr)
@@ -236,6 +236,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
                 print(f"schedscope: error: {exc}", file=sys.stderr)
                 return 2
             attach_idle_waits(workload, recorded, clock)
+            attach_frontend_delays(workload, recorded)
             print(f"timed: {clock_sentence(clock)}; arrivals by recorded {args.arrivals}")
         if recorded is not None and not args.no_identity:
             # The baseline's own replay error, kept beside the what-if so diff can name it.
@@ -274,7 +275,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     import orjson
 
     from tracer.analysis.clock import NoClock
-    from tracer.whatif.sweep import POLICIES, default_workers, grid, sweep, sweep_lines
+    from tracer.render.sweep_report import sweep_lines
+    from tracer.whatif.sweep import POLICIES, default_workers, grid, sweep
     from tracer.whatif.workload import WorkloadError
 
     policies = [p.strip() for p in args.policy.split(",") if p.strip()]

@@ -11,7 +11,8 @@ from typing import Any
 import plotly.graph_objects as go
 from dash import dcc, html
 
-from tracer.whatif.sweep import OBJECTIVES, error_text, sweep_lines
+from tracer.render.sweep_report import error_text, sweep_lines
+from tracer.whatif.sweep import OBJECTIVES
 
 
 def sweep_figure(doc: dict[str, Any]) -> go.Figure:

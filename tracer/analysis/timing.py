@@ -152,6 +152,16 @@ def duration_lag(trace: Trace) -> int:
     return 1 if trace.config.get("async_scheduling") else 0
 
 
+def idle_intervals(trace: Trace) -> np.ndarray:
+    """Per interval j (schedule() j to j+1; n-1 of them): the engine waited for requests in it,
+    because no unfinished request was left after step j and step j+1 scheduled something."""
+    col = trace.columns
+    if len(trace) < 2:
+        return np.zeros(0, dtype=bool)
+    remaining = col["num_running"][:-1] + col["num_waiting"][:-1] - col["n_finished"][1:]
+    return (remaining <= 0) & (col["target_used"][1:] > 0)
+
+
 def step_durations(trace: Trace) -> Durations:
     """Each step's wall duration from its schedule() timestamps, with idle gaps marked.
 
@@ -170,8 +180,7 @@ def step_durations(trace: Trace) -> Durations:
     kind = np.full(n, LAST, dtype=object)
     if n > 1:
         dt = np.diff(t) * 1e3
-        remaining = col["num_running"][:-1] + col["num_waiting"][:-1] - col["n_finished"][1:]
-        idle = (remaining <= 0) & (col["target_used"][1:] > 0)
+        idle = idle_intervals(trace)
         contiguous = np.diff(col["step"]) == 1  # `attach --save` gaps: steps missing in between
         interval[:-1] = dt
         kind[:-1] = np.where(~contiguous, GAP, np.where(idle, IDLE, np.where(dt > 0, USABLE, BAD)))

@@ -1,5 +1,6 @@
 """Pricing a replay: what the clock (tracer.analysis.clock.StepClock) is, in a sentence,
-and the recording's idle gaps as waits a timed replay repeats.
+the recording's idle gaps as waits a timed replay repeats, and each request's time in the
+frontend, which a replay by arrival time repeats.
 """
 
 from __future__ import annotations
@@ -43,3 +44,30 @@ def attach_idle_waits(workload: Any, trace: Trace, clock: StepClock) -> None:
         after = i + 1 + durations.lag
         if after < len(trace):
             workload.idle_waits[int(steps[after])] = max(0.0, float(durations.ms[i] - price[i]) / 1e3)
+
+
+def attach_frontend_delays(workload: Any, trace: Trace) -> None:
+    """How long each request took from its arrival (vLLM's `arrival_time`, stamped by the API
+    server before tokenising) to the moment the engine could take it, as the recording shows:
+    a replay by arrival time adds it then (Workload.engine_clock), whatever the schedule.
+
+    The recording says only which schedule() call the engine added a request before (step r):
+    it reached EngineCore's input queue after the inputs taken before step r-1 (about t[r-1])
+    and by t[r]. When the engine sat idle before step r it waited for this request, so it had
+    it at t[r]. Otherwise the moment is taken as the interval's midpoint, or the arrival itself
+    when later: the frontend's own time (tokenising, the hop to EngineCore; a burst's requests
+    one after another) does not depend on the scheduler, so a replay keeps it, while the wait
+    for the engine's next step is the replay's own."""
+    t = workload.step_times
+    if workload.start_time is None or workload.t0 is None or not t:
+        return
+    idle = timing.idle_intervals(trace)
+    delays = {}
+    for spec in workload.requests:
+        r = spec.arrival_step - 1
+        if spec.arrival_time is None or not 0 <= r < len(t):
+            continue
+        arrival = workload.arrival_clock(spec)
+        ready = t[r] if r == 0 or idle[r - 1] else max(arrival, (t[r - 1] + t[r]) / 2)
+        delays[spec.id] = max(0.0, ready - arrival)
+    workload.frontend_delays = delays

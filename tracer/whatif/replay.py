@@ -419,7 +419,7 @@ def replay(
             start = workload.step_times[0] if workload.step_times else 0.0
             timer = ReplayTimer(clock.model, start, int(getattr(rec, "q", 0) or 0))
             sched._schedscope_clock = timer  # the tracing scheduler's `t` for each step
-        arrive_at = workload.arrival_clock if arrivals == "time" else None
+        arrive_at = workload.engine_clock if arrivals == "time" else None
         Replayer(sched, workload, num_drafts=k, is_async=is_async, timer=timer, arrive_at=arrive_at).run(
             max_steps
         )

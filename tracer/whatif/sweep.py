@@ -24,7 +24,7 @@ from typing import Any
 
 from tracer.analysis.clock import StepClock, clock_for, performance
 from tracer.trace.reader import Trace, load
-from tracer.whatif.clock import attach_idle_waits, clock_sentence
+from tracer.whatif.clock import attach_frontend_delays, attach_idle_waits, clock_sentence
 
 # objective -> (result key, label, unit, True when higher is better)
 OBJECTIVES: dict[str, tuple[str, str, str, bool]] = {
@@ -88,6 +88,7 @@ def run_setting(
     workload = copy.copy(workload)  # the waits are used up by each replay
     workload.idle_waits = {}
     attach_idle_waits(workload, recorded, clock)
+    attach_frontend_delays(workload, recorded)
     out = Path(workdir) / f"{os.getpid()}-{abs(hash(setting)):x}.jsonl"
     header = {"replay": {"source": source, "policy": setting.policy, "sweep": setting.label()}}
     replay(
@@ -107,6 +108,8 @@ def run_setting(
         "tokens_withheld": flags.tokens_withheld,
         "prompt_tok_s": perf.prompt_tok_s,
         "output_tok_s": perf.output_tok_s,
+        "ttft_from": perf.ttft_from,
+        "ttft_basis": "predicted",  # every figure of a sweep is the clock's
         "ttft_p50_ms": None if perf.ttft_ms is None else perf.ttft_ms["p50"],
         "ttft_p99_ms": None if perf.ttft_ms is None else perf.ttft_ms["p99"],
         "tpot_p50_ms": None if perf.tpot_ms is None else perf.tpot_ms["p50"],
@@ -191,63 +194,10 @@ def sweep(
     }
 
 
-def _fmt(value: float | None, fmt: str) -> str:
-    return "n/a" if value is None else fmt.format(value)
-
-
-def sweep_lines(doc: dict[str, Any]) -> list[str]:
-    """The terminal table of `schedscope sweep`, ranked."""
-    key, label, unit, higher = OBJECTIVES[doc["objective"]]
-    err = doc["error_pct"]
-    pm = error_text(err)
-    n = len(doc["results"])
-    better = "higher" if higher else "lower"
-    lines = [
-        f"sweep      {doc['trace']}: {n} settings, ranked by {label} ({better} is better)",
-        f"clock      {doc['clock_sentence']}",
-        "           figures are predictions, "
-        + (
-            "error unknown (no model, no held-out error)"
-            if err is None
-            else f"{pm} (the clock's summed error)"
-        )
-        + f"; arrivals by recorded {doc['arrivals']}",
-        "",
-        f"{'rank':>4}  {'setting':<34}{'steps':>7}{'tok/step':>10}{'withheld':>9}{'out tok/s':>11}"
-        f"{'TTFT p99 ms':>13}{'drain ms':>11}  {label} ({pm})",
-    ]
-    for r in doc["results"]:
-        mark = " ≈ best" if r["within_error_of_best"] and r["rank"] > 1 else ""
-        lines.append(
-            f"{r['rank']:>4}  {r['label']:<34}{r['steps']:>7,}{r['target_tokens_per_step']:>10,.1f}"
-            f"{r['tokens_withheld']:>9,}{_fmt(r['output_tok_s'], '{:,.0f}'):>11}"
-            f"{_fmt(r['ttft_p99_ms'], '{:,.2f}'):>13}{r['drain_ms']:>11,.2f}  "
-            f"{_fmt(r[key], '{:,.2f}')} {unit}{mark}"
-        )
-    if doc["results"]:
-        top = doc["results"][0]
-        lines += ["", f"best       {top['label']}: {label} {_fmt(top[key], '{:,.2f}')} {unit} ({pm})"]
-        close = [r["label"] for r in doc["results"][1:] if r["within_error_of_best"]]
-        if close:
-            lines.append(f"           within the clock's error of it: {', '.join(close)}")
-        if err is None:
-            lines.append(
-                "           the clock's error is unknown (no model fitted): rank by steps and tokens, not by "
-                "the time figures' size"
-            )
-    return lines
-
-
 def default_workers(settings: int) -> int:
     """One: on the 2-core host of docs/performance.md two workers took 86 s where one took
     56 s (each worker imports vLLM, ~15-30 s, and the cores are shared). More cores: --workers."""
     return 1
-
-
-def error_text(err: float | None) -> str:
-    if err is None:
-        return "error unknown"
-    return f"±{err:.2f}%" if err < 1 else f"±{err:.1f}%"
 
 
 class SweepFileError(ValueError):

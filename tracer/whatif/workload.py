@@ -119,6 +119,9 @@ class Workload:
     # Timed replays by step: recorded step -> how long the engine waited for requests before
     # it (s), beyond its previous step's predicted time (tracer.whatif.clock.attach_idle_waits).
     idle_waits: dict[int, float] = field(default_factory=dict)
+    # Timed replays by arrival time: request id -> its time from arrival to when the engine
+    # could take it (s), as recorded (tracer.whatif.clock.attach_frontend_delays).
+    frontend_delays: dict[str, float] = field(default_factory=dict)
 
     def request(self, rid: str) -> RequestSpec:
         return self._by_id[rid]
@@ -127,6 +130,11 @@ class Workload:
         """When the request arrived on the recording's monotonic clock (steps' `t`)."""
         assert spec.arrival_time is not None and self.start_time is not None and self.t0 is not None
         return spec.arrival_time - self.start_time + self.t0
+
+    def engine_clock(self, spec: RequestSpec) -> float:
+        """When the engine could first take the request, on the recording's monotonic clock:
+        its arrival plus its recorded time in the frontend."""
+        return self.arrival_clock(spec) + self.frontend_delays.get(spec.id, 0.0)
 
     def check_arrival_times(self) -> None:
         """`--arrivals time` needs wall-clock arrival times from a live server; an offline
