@@ -98,7 +98,16 @@ def test_a_request_story_splits_waiting_and_ttft() -> None:
     ttft = story.ttft
     assert ttft["first_token_step"] >= admitted.step
     parts = sum(ttft["waiting"].values()) + ttft["prefill_seconds"] + ttft["first_token_seconds"]
+    parts += ttft["frontend_seconds"] + ttft["unlisted_seconds"]
     assert ttft["total_seconds"] == pytest.approx(parts, abs=1e-5)
+    # The live trace records arrivals: the story starts at the request's arrival, whose part
+    # before the scheduler had it is its arrival_time on the steps' clock up to its step.
+    assert ttft["from"] == "arrival"
+    arrival = next(e for r in trace.iter_steps() for e in r["inputs"] if e[0] == "a" and e[1] == rid)
+    row = next(i for i, r in enumerate(trace.iter_steps()) if arrival in r["inputs"])
+    h = trace.header
+    expected = trace.columns["t"][row] - (arrival[5] - h["start_time"] + h["t0"])
+    assert ttft["frontend_seconds"] == pytest.approx(expected, abs=1e-6)
     assert story.finished is not None
 
 

@@ -663,13 +663,17 @@ def request_story(trace: Trace, request_id: str) -> RequestStory | None:
     prefill_s = first_s = 0.0
     prefill_steps = 0
     first_token: int | None = None
+    t = trace.columns["t"]
+    added_t = scheduled_t = frontend_s = None
     finished: int | None = None
     for row, rec in detail.records(trace, rows):
         why = step_why(trace, row, rec, config=cfg)
         seconds = float(dur[row])
-        arrived = any(e[0] == "a" and e[1] == request_id for e in rec.get("inputs") or ())
-        if arrived:
+        arrival = next((e for e in rec.get("inputs") or () if e[0] == "a" and e[1] == request_id), None)
+        if arrival is not None:
             steps.append(LifeStep(why.step, "arrived", 0, -1, None, 0.0))
+            added_t = float(t[row])
+            frontend_s = _frontend_seconds(trace, arrival, added_t)
         mine = next((r for r in why.requests if r.id == request_id), None)
         entry = next((e for g in ("new", "resumed", "running") for e in rec[g] if e[0] == request_id), None)
         if entry is not None:
@@ -681,6 +685,8 @@ def request_story(trace: Trace, request_id: str) -> RequestStory | None:
                 LifeStep(why.step, state, int(entry[1]), int(entry[3]), mine.cause if mine else None, seconds)
             )
             sampled = _sampled(rec, request_id)
+            if scheduled_t is None:
+                scheduled_t = float(t[row])
             if first_token is None:
                 if sampled:
                     first_token = why.step
@@ -703,13 +709,25 @@ def request_story(trace: Trace, request_id: str) -> RequestStory | None:
         if request_id in (rec.get("finished") or ()):
             steps.append(LifeStep(why.step, "finished", 0, -1, None, 0.0))
             finished = why.step
+    # Steps the request waited through without being listed (a step lists at most 32 waiting
+    # requests): the engine had it, so it waited, but the trace cannot say why.
+    unlisted = None
+    if added_t is not None and scheduled_t is not None:
+        unlisted = max(0.0, scheduled_t - added_t - sum(ttft_wait.values()))
     ttft = {
+        "frontend_seconds": None if frontend_s is None else round(frontend_s, 6),
+        "unlisted_seconds": None if unlisted is None else round(unlisted, 6),
         "waiting": {k: round(v, 6) for k, v in ttft_wait.items()},
         "prefill_steps": prefill_steps,
         "prefill_seconds": round(prefill_s, 6),
         "first_token_step": first_token,
         "first_token_seconds": round(first_s, 6),
-        "total_seconds": round(sum(ttft_wait.values()) + prefill_s + first_s, 6) if first_token else None,
+        "total_seconds": round(
+            (frontend_s or 0.0) + (unlisted or 0.0) + sum(ttft_wait.values()) + prefill_s + first_s, 6
+        )
+        if first_token
+        else None,
+        "from": "arrival" if frontend_s is not None else "engine" if added_t is not None else "seen",
     }
     return RequestStory(
         id=request_id,
@@ -719,6 +737,17 @@ def request_story(trace: Trace, request_id: str) -> RequestStory | None:
         preemptions=preemptions,
         finished=finished,
     )
+
+
+def _frontend_seconds(trace: Trace, arrival: list[Any], added_t: float) -> float | None:
+    """From the request's arrival (wall clock, its `a` input) to the schedule() call it was
+    added before; None when the arrival is not a wall time within the run (offline traces)."""
+    h = trace.header
+    start, t0, at = h.get("start_time"), h.get("t0"), arrival[5] if len(arrival) > 5 else None
+    if not all(isinstance(x, (int, float)) for x in (start, t0, at)):
+        return None
+    seconds = added_t - (float(at) - float(start) + float(t0))
+    return seconds if -1.0 <= seconds <= 3600.0 else None
 
 
 def _sampled(rec: dict[str, Any], rid: str) -> int:

@@ -187,8 +187,16 @@ def story_lines(story: RequestStory) -> Iterator[str]:
     t = story.ttft
     if t.get("first_token_step") is not None:
         waits = " + ".join(f"{_seconds(v)} {label(k)}" for k, v in t["waiting"].items()) or "no waiting"
+        if t.get("unlisted_seconds"):
+            waits += f" + {_seconds(t['unlisted_seconds'])} waiting unlisted (beyond the 32 a step lists)"
+        if t.get("frontend_seconds") is not None:
+            waits = f"{_seconds(t['frontend_seconds'])} before the scheduler had it + {waits}"
+        start = {"arrival": "from arrival", "engine": "from the step it was added before"}.get(
+            t.get("from"), ""
+        )
         yield (
-            f"  TTFT {_seconds(t['total_seconds'])} = {waits} + {t['prefill_steps']} prefill steps "
+            f"  TTFT {start + ' ' if start else ''}{_seconds(t['total_seconds'])} = {waits} + "
+            f"{t['prefill_steps']} prefill steps "
             f"({_seconds(t['prefill_seconds'])}) + the first token's step "
             f"({_seconds(t['first_token_seconds'])})"
         )
