@@ -172,9 +172,20 @@ def cmd_timing(args: argparse.Namespace) -> int:
     """The step-time model, its held-out error and measured throughput; exit 1 if the model was refused."""
     import orjson
 
-    from tracer.render.timing_report import timing_lines, timing_report
+    from tracer.render.timing_report import client_doc, timing_lines, timing_report
 
-    doc = timing_report(_load(args))
+    trace = _load(args)
+    doc = timing_report(trace)
+    if args.client:
+        from tracer.analysis.client import ClientMismatch
+
+        try:
+            with open(args.client, "rb") as f:
+                result = orjson.loads(f.read())
+            doc["client"] = client_doc(trace, result, args.client)
+        except (OSError, orjson.JSONDecodeError, ClientMismatch) as exc:
+            print(f"schedscope: error: --client {args.client}: {exc}", file=sys.stderr)
+            return 2
     if args.json:
         sys.stdout.buffer.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
     else:
@@ -625,10 +636,20 @@ prefill, output tok/s, target steps/s) and TTFT / TPOT percentiles per request.
 Refuses to fit, saying why, with fewer than 20 usable steps.
 
 exit status: 0; 1 when the model was refused (the measurements are still
-printed); 2 for an unreadable trace. How time is modelled: docs/what-if.md""",
+printed); 2 for an unreadable trace. How time is modelled: docs/what-if.md
+
+--client RESULT.json takes `vllm bench serve --save-detailed --save-result`'s
+file for the same run (a client on the server's host) and splits each request's
+client TTFT into its time before vLLM stamped its arrival, the trace's TTFT from
+arrival, and the way back to the client.""",
     )
     trace_arg(p)
     p.add_argument("--json", action="store_true", help="machine-readable output (model, errors, throughput)")
+    p.add_argument(
+        "--client",
+        metavar="RESULT.json",
+        help="a `vllm bench serve --save-detailed` result of this run: split its TTFT against the trace's",
+    )
     p.set_defaults(func=cmd_timing)
 
     p = sub.add_parser("diff", help="compare two traces (two runs or two policies) step by step")

@@ -12,8 +12,10 @@ Rows, not times, are kept: a retimed trace shares them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+import orjson
 
 from tracer.analysis import timing
 from tracer.analysis.pertrace import PerTrace
@@ -23,11 +25,12 @@ from tracer.trace.reader import Trace
 
 NAME = "steppass"
 # Bump when FeatureBuilder or LatencyTracker changes what it computes: older files are rebuilt.
-VERSION = 2  # 2: arrivals (the `a` inputs' rows and times) and each request's first scheduled row
+VERSION = 2  # 2: arrivals (the `a` inputs' rows and times), first scheduled rows, the ids
 _REQUEST_ARRAYS = ("seen", "first", "last", "tokens", "arrived", "scheduled", "arrival")
 _DTYPES = {
     **{f"f_{name}": np.dtype("<f8") for name in timing.FEATURES},
     **{f"r_{name}": np.dtype("<f8" if name == "arrival" else "<i8") for name in _REQUEST_ARRAYS},
+    "r_ids": np.dtype("u1"),  # the ids as one JSON list
 }
 
 
@@ -72,7 +75,13 @@ def _read(trace: Trace) -> StepPass | None:
         return None
     meta, arrays = found
     columns = {name: np.array(arrays[f"f_{name}"]) for name in timing.FEATURES}
-    requests = {name: np.array(arrays[f"r_{name}"]) for name in _REQUEST_ARRAYS}
+    requests: dict[str, Any] = {name: np.array(arrays[f"r_{name}"]) for name in _REQUEST_ARRAYS}
+    try:
+        requests["ids"] = orjson.loads(bytes(arrays["r_ids"]))
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(requests["ids"], list) or len(requests["ids"]) != len(requests["seen"]):
+        return None
     lengths = {len(requests[name]) for name in _REQUEST_ARRAYS}
     if any(len(c) != n for c in columns.values()) or len(lengths) != 1:
         return None
@@ -86,6 +95,10 @@ def _read(trace: Trace) -> StepPass | None:
 def _write(trace: Trace, found: StepPass) -> None:
     arrays = {f"f_{name}": found.features.columns[name] for name in timing.FEATURES}
     arrays.update({f"r_{name}": getattr(found.requests, name) for name in _REQUEST_ARRAYS})
+    try:
+        arrays["r_ids"] = np.frombuffer(orjson.dumps(found.requests.ids), dtype=np.uint8)
+    except TypeError:
+        return  # an id JSON cannot hold (never the recorder's)
     meta = {"context_recorded": found.features.context_recorded}
     sidecar.write_derived(
         trace.path, NAME, trace.fingerprint, arrays, version=VERSION, steps=len(trace), meta=meta

@@ -22,7 +22,7 @@ step that sampled its first token) and `first_step` (that step, to its end).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Any
 
@@ -169,6 +169,7 @@ class LatencyTracker:
             arrived=rows(self.arrived),
             scheduled=rows(self.scheduled),
             arrival=np.fromiter(map(self.arrival.get, ids, repeat(np.nan)), np.float64, n),
+            ids=list(ids),
         )
 
 
@@ -186,6 +187,7 @@ class RequestTimes:
     arrived: np.ndarray
     scheduled: np.ndarray
     arrival: np.ndarray
+    ids: list[str] = field(default_factory=list)  # each request's id, in the same order
 
     def arrival_clock(self, trace: Trace) -> np.ndarray:
         """Each arrival on the steps' monotonic clock (NaN: none, or not a wall time within

@@ -191,7 +191,7 @@ TTFT_FROM_SHORT = {"arrival": "arrival", "engine": "engine step", "seen": "first
 TTFT_FROM_SENTENCE = {
     "arrival": (
         "TTFT from each request's arrival (vLLM's arrival_time, stamped by the API server before "
-        "tokenising), as a client measures it less the network and the response's way back"
+        "tokenising): a client's TTFT less its time before that stamp and the first token's way back"
     ),
     "engine": (
         "TTFT from the schedule() call the engine added each request before: a lower bound, without "

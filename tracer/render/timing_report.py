@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from tracer.analysis import timing
+from tracer.analysis import client, timing
 from tracer.analysis.steppass import step_pass
 from tracer.analysis.throughput import BASIS_LOWER_BOUND, Latency, Throughput, measure_throughput
 from tracer.render.text import TTFT_FROM_SENTENCE, ttft_parts_phrase
@@ -159,6 +159,39 @@ def _spread(p: dict[str, float] | None) -> str:
     return ", ".join(f"{k} {v:,.1f} ms" for k, v in p.items())
 
 
+def client_doc(trace: Trace, result: dict[str, Any], name: str) -> dict[str, Any]:
+    """A client's TTFT split against the trace's (tracer.analysis.client), JSON-able."""
+    found = client.split(trace, result)
+    return {
+        "result": name,
+        "requests": len(found.client_ms),
+        "unmatched": found.unmatched,
+        "client_ttft_ms": found.percentiles(found.client_ms),
+        "trace_ttft_ms": found.percentiles(found.parts_ms["trace"]),
+        "parts_mean_ms": {k: float(v.mean()) for k, v in found.parts_ms.items()},
+        "parts_p50_ms": {k: float(np.median(v)) for k, v in found.parts_ms.items()},
+    }
+
+
+CLIENT_PART_LABELS = {
+    "before_arrival": "before vLLM stamped its arrival",
+    "trace": "the trace's TTFT from arrival",
+    "way_back": "on the way back to the client",
+}
+
+
+def client_lines(c: dict[str, Any]) -> list[str]:
+    unmatched = f"; {c['unmatched']} not in the trace" if c["unmatched"] else ""
+    parts = " + ".join(f"{c['parts_mean_ms'][k]:,.1f} {label}" for k, label in CLIENT_PART_LABELS.items())
+    mean = sum(c["parts_mean_ms"].values())
+    return [
+        f"client     {c['result']}: {_n(c['requests'], 'request')} matched by id{unmatched}",
+        f"           client TTFT {_spread(c['client_ttft_ms'])}",
+        f"           trace  TTFT {_spread(c['trace_ttft_ms'])} (the same requests)",
+        f"           client TTFT mean {mean:,.1f} ms = {parts}",
+    ]
+
+
 def timing_lines(doc: dict[str, Any]) -> list[str]:
     """The text report of `schedscope timing`, from timing_report()."""
     d = doc["durations"]
@@ -249,4 +282,6 @@ def timing_lines(doc: dict[str, Any]) -> list[str]:
     if parts:
         lines.append(f"           TTFT mean {sum(tp['ttft_parts_mean_ms'].values()):,.1f} ms = {parts}")
     lines.append(f"           TPOT {_spread(tp['tpot_ms'])}")
+    if doc.get("client"):
+        lines += client_lines(doc["client"])
     return lines

@@ -1,0 +1,93 @@
+"""A client's TTFT, request by request, against the trace's: where the client's extra time went.
+
+`vllm bench serve --save-detailed` writes, per request, its TTFT and `start_times` (the
+client's `time.perf_counter()` when it sent the request) and sends each request with an
+`X-Request-Id` of its prefix and index, which vLLM's completions API keeps in the engine's
+request id (`cmpl-<prefix><index>-0-<suffix>`). On Linux `perf_counter` and `monotonic` are the
+same clock (CLOCK_MONOTONIC), the clock of the trace's step `t`, so when the client ran on the
+server's host each request's client TTFT splits exactly into:
+
+- `before_arrival`: from the client's send to vLLM's `arrival_time` stamp (connecting, the
+  HTTP server accepting and parsing; a burst's requests wait there one after another);
+- `trace`: the trace's TTFT from arrival (tracer.analysis.throughput);
+- `way_back`: from the end of the first token's step to the client reading it (output
+  processing and detokenising in the API server, the stream, the client's own loop).
+
+A client on another host has another monotonic clock: the split is then meaningless, and
+`split` refuses when the parts are not all above -1 ms.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tracer.analysis import timing
+from tracer.analysis.steppass import step_pass
+from tracer.trace.reader import Trace
+
+# cmpl-<X-Request-Id>-<prompt index>-<suffix>; the bench's id ends in the request's index.
+_BENCH_ID = re.compile(r"^cmpl-(?P<prefix>.*?)(?P<index>\d+)-\d+-[0-9a-f]+$")
+PARTS = ("before_arrival", "trace", "way_back")
+
+
+class ClientMismatch(ValueError):
+    """The client's result and the trace do not describe the same requests on one clock."""
+
+
+@dataclass
+class ClientSplit:
+    """Per matched request (ms): the client's TTFT and its parts, which add up to it."""
+
+    client_ms: np.ndarray
+    parts_ms: dict[str, np.ndarray]
+    unmatched: int  # client requests the trace has no measured first token for
+
+    def percentiles(self, values: np.ndarray) -> dict[str, float] | None:
+        if not len(values):
+            return None
+        return {f"p{p}": float(np.percentile(values, p)) for p in (50, 90, 99)}
+
+
+def split(trace: Trace, result: Mapping[str, Any]) -> ClientSplit:
+    """Match `vllm bench serve --save-detailed`'s `result` to `trace` and split each TTFT."""
+    ttfts, starts = result.get("ttfts"), result.get("start_times")
+    if not isinstance(ttfts, list) or not isinstance(starts, list) or len(ttfts) != len(starts):
+        raise ClientMismatch("the client's result has no per-request ttfts and start_times (--save-detailed)")
+    times = step_pass(trace).requests
+    if times.basis(trace) != "arrival":
+        raise ClientMismatch(f"{trace.path}: the trace records no arrival times to split a client's TTFT at")
+    ids = times.ids
+    durations = timing.step_durations(trace)
+    arrival = times.arrival_clock(trace)
+    first_end = np.where(times.first >= 0, durations.end[np.maximum(times.first, 0)], np.nan)
+    rows: list[tuple[float, float, float, float]] = []
+    for k, rid in enumerate(ids):
+        m = _BENCH_ID.match(rid)
+        if m is None:
+            continue
+        i = int(m.group("index"))
+        if not (0 <= i < len(ttfts)) or not ttfts[i] or starts[i] is None:
+            continue
+        if not (np.isfinite(arrival[k]) and np.isfinite(first_end[k])):
+            continue
+        sent, client = float(starts[i]), float(ttfts[i])
+        rows.append((client, arrival[k] - sent, first_end[k] - arrival[k], sent + client - first_end[k]))
+    if not rows:
+        raise ClientMismatch(f"{trace.path}: no request of the client's result is in the trace")
+    a = np.array(rows) * 1e3
+    if (a[:, 1:] < -1.0).any():
+        raise ClientMismatch(
+            f"{trace.path}: the client's clock is not the trace's (a part below -1 ms): was the client "
+            "on another host?"
+        )
+    matched = len(rows)
+    return ClientSplit(
+        client_ms=a[:, 0],
+        parts_ms={name: a[:, j + 1] for j, name in enumerate(PARTS)},
+        unmatched=sum(1 for x in ttfts if x) - matched,
+    )
