@@ -32,9 +32,7 @@ The last lines are the table docs/what-if.md shows.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -46,7 +44,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.live_support import LiveServer, bench_serve, build_tiny_llama, start_server  # noqa: E402
+from tests.live_support import (  # noqa: E402
+    LiveServer,
+    bench_serve,
+    build_tiny_llama,
+    renice_engine,
+    start_server,
+)
 
 
 @dataclass
@@ -58,31 +62,6 @@ class Live:
     vllm_ttft_mean_ms: float | None
     trace: Path
     measured: dict[str, Any] = field(default_factory=dict)
-
-
-def server_pids(pgid: int) -> dict[int, str]:
-    """The processes of a server's process group (start_server gives it its own): pid -> name."""
-    out = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-            name = (stat.parent / "comm").read_text().strip()
-        except OSError:
-            continue
-        if int(text[text.rindex(")") + 2 :].split()[2]) == pgid:
-            out[int(stat.parent.name)] = name
-    return out
-
-
-def renice_engine(server: LiveServer, nice: int) -> None:
-    """Lower EngineCore's and its worker's priority (module docstring): every thread of them."""
-    if not nice:
-        return
-    for pid, name in server_pids(server.proc.pid).items():
-        if "EngineCore" in name or "Worker" in name:
-            for task in Path(f"/proc/{pid}/task").iterdir():
-                with contextlib.suppress(OSError):  # a thread that ended meanwhile
-                    os.setpriority(os.PRIO_PROCESS, int(task.name), nice)
 
 
 def vllm_ttft_mean_ms(server: LiveServer) -> float | None:
@@ -119,7 +98,8 @@ def serve_once(args: argparse.Namespace, model: Path, work: Path, seqs: int) -> 
     ]  # fmt: skip
     env = {"SCHEDSCOPE_TRACE": str(trace)}
     with start_server(model, extra_args=server_args, env=env, log_path=out / "server.log", timeout=300) as s:
-        renice_engine(s, args.engine_nice)
+        if args.engine_nice:
+            renice_engine(s, args.engine_nice)
         client = bench_serve(s, out, *workload(args), timeout=1800)
         mean = vllm_ttft_mean_ms(s)
     if client.get("completed") != args.prompts:
