@@ -84,6 +84,7 @@ def workload(args: argparse.Namespace) -> list[str]:
         "--num-prompts", str(args.prompts), "--request-rate", str(args.request_rate),
         "--seed", str(args.seed),
         "--percentile-metrics", "ttft,tpot,itl", "--metric-percentiles", "50,99", "--disable-tqdm",
+        "--save-detailed",
     ]  # fmt: skip
 
 
@@ -105,17 +106,24 @@ def serve_once(args: argparse.Namespace, model: Path, work: Path, seqs: int) -> 
     if client.get("completed") != args.prompts:
         raise SystemExit(f"seqs={seqs}: {client.get('completed')} of {args.prompts} completed")
     live = Live(seqs, client, mean, trace)
-    live.measured = measured(trace)
+    live.measured = measured(trace, client)
     return live
 
 
-def measured(trace: Path) -> dict[str, Any]:
-    """The trace's own figures: `schedscope timing --json`'s throughput and latency, and drain."""
+def measured(path: Path, client: dict[str, Any]) -> dict[str, Any]:
+    """The trace's own figures (throughput, TTFT from arrival, drain), and the client's TTFT
+    split against it (`schedscope timing --client`)."""
+    import numpy as np
+
+    from tracer.analysis.client import split
     from tracer.analysis.clock import performance
     from tracer.trace.reader import load
 
-    perf = performance(load(trace))
+    trace = load(path)
+    perf = performance(trace)
+    parts = split(trace, client).parts_ms
     return {
+        "client_extra_p50_ms": {k: float(np.median(parts[k])) for k in ("before_arrival", "way_back")},
         "output_tok_s": perf.output_tok_s,
         "ttft_ms": perf.ttft_ms,
         "ttft_from": perf.ttft_from,
@@ -140,32 +148,47 @@ def pct(new: float | None, ref: float | None) -> str:
     return f"{100 * (new - ref) / ref:+.0f}%"
 
 
-def table(predicted: dict[int, dict[str, Any]], lives: list[Live], record_seqs: int) -> list[str]:
-    head = (
-        f"{'seqs':>4}  {'out tok/s pred/live (err)':>27}  {'TTFT p50 pred/trace/client ms':>34}  "
-        f"{'TTFT p99 pred/trace/client ms':>34}  {'TTFT mean trace/vLLM':>21}  {'drain pred/duration s':>22}"
-    )
-    lines = [head]
-    for live in lives:
+def _trio(pred: float | None, meas: float | None, client: float) -> str:
+    def f(x: float | None) -> str:
+        return "n/a" if x is None else f"{x:,.0f}"
+
+    return f"{f(pred)}/{f(meas)}/{f(client)} ({pct(pred, client)},{pct(meas, client)})"
+
+
+EXTRA = "client extra p50 ms: before arrival + way back"
+
+
+def table(predicted: dict[int, dict[str, Any]], lives: list[Live], recorded: Live) -> list[str]:
+    """Predicted against each live run (the recording first: the sweep's own setting)."""
+    lines = [
+        f"{'run':>6}  {'out tok/s pred/live':>20}  {'TTFT p50 pred/trace/client ms':>32}  "
+        f"{'TTFT p99 pred/trace/client ms':>32}  {'drain pred/duration s':>22}"
+    ]
+    for name, live in [("rec", recorded), *((str(x.seqs), x) for x in lives)]:
         p, m, c = predicted[live.seqs], live.measured, live.client
         ct = c["output_throughput"]
-        pt = f"{p['output_tok_s']:,.0f}/{ct:,.0f} ({pct(p['output_tok_s'], ct)})"
-        cols = []
-        for key, ck in (("p50", "median_ttft_ms"), ("p99", "p99_ttft_ms")):
-            pred = p[f"ttft_{key}_ms"]
-            meas = (m["ttft_ms"] or {}).get(key)
-            cols.append(f"{pred:,.0f}/{meas:,.0f}/{c[ck]:,.0f} ({pct(pred, c[ck])},{pct(meas, c[ck])})")
+        out = f"{p['output_tok_s']:,.0f}/{ct:,.0f} ({pct(p['output_tok_s'], ct)})"
+        ttft = m["ttft_ms"] or {}
+        p50 = _trio(p["ttft_p50_ms"], ttft.get("p50"), c["median_ttft_ms"])
+        p99 = _trio(p["ttft_p99_ms"], ttft.get("p99"), c["p99_ttft_ms"])
+        drain = f"{p['drain_ms'] / 1e3:.2f}/{c['duration']:.2f} ({pct(p['drain_ms'] / 1e3, c['duration'])})"
+        tag = f"rec {live.seqs}" if name == "rec" else name
+        lines.append(f"{tag:>6}  {out:>20}  {p50:>32}  {p99:>32}  {drain:>22}")
+    lines += [
+        "(err): predicted, and the live trace's TTFT from arrival, against the client's figure",
+        "",
+        f"{'run':>6}  {'TTFT mean trace/vLLM ms':>24}  {EXTRA:>47}",
+    ]
+    for name, live in [(f"rec {recorded.seqs}", recorded), *((str(x.seqs), x) for x in lives)]:
+        m = live.measured
         mean = "n/a"
         if m["ttft_parts_ms"] and live.vllm_ttft_mean_ms:
             tm = sum(m["ttft_parts_ms"].values())
             mean = f"{tm:,.0f}/{live.vllm_ttft_mean_ms:,.0f} ({pct(tm, live.vllm_ttft_mean_ms)})"
-        drain = f"{p['drain_ms'] / 1e3:.2f}/{c['duration']:.2f} ({pct(p['drain_ms'] / 1e3, c['duration'])})"
-        tag = f"{live.seqs}{'*' if live.seqs == record_seqs else ''}"
-        lines.append(f"{tag:>4}  {pt:>27}  {cols[0]:>34}  {cols[1]:>34}  {mean:>21}  {drain:>22}")
-    lines.append(
-        "(err): predicted and trace-measured against the client; * the recorded setting; "
-        "TTFT from arrival; vLLM = its /metrics TTFT histogram's mean"
-    )
+        extra = m["client_extra_p50_ms"]
+        split_text = f"{extra['before_arrival']:,.1f} + {extra['way_back']:,.1f}"
+        lines.append(f"{name:>6}  {mean:>24}  {split_text:>47}")
+    lines.append("vLLM: its /metrics TTFT histogram's mean (arrival to the first token's output processed)")
     return lines
 
 
@@ -204,13 +227,17 @@ def main(argv: list[str] | None = None) -> int:
     for seqs in (int(s) for s in args.settings.split(",")):
         lives.append(serve_once(args, model, work / "live", seqs))
         print(f"served max_num_seqs={seqs}", flush=True)
-    lines = table(predicted, lives, args.record_seqs)
+    lines = table(predicted, lives, recorded)
     print()
     print("\n".join(lines))
     if args.json:
         doc = {
             "args": {k: str(v) for k, v in vars(args).items()},
-            "recorded": {"client": recorded.client, "measured": recorded.measured},
+            "recorded": {
+                "client": recorded.client,
+                "measured": recorded.measured,
+                "vllm_ttft_mean_ms": recorded.vllm_ttft_mean_ms,
+            },
             "predicted": predicted,
             "live": [
                 {

@@ -51,13 +51,15 @@ def attach_frontend_delays(workload: Any, trace: Trace) -> None:
     server before tokenising) to the moment the engine could take it, as the recording shows:
     a replay by arrival time adds it then (Workload.engine_clock), whatever the schedule.
 
-    The recording says only which schedule() call the engine added a request before (step r):
-    it reached EngineCore's input queue after the inputs taken before step r-1 (about t[r-1])
-    and by t[r]. When the engine sat idle before step r it waited for this request, so it had
-    it at t[r]. Otherwise the moment is taken as the interval's midpoint, or the arrival itself
-    when later: the frontend's own time (tokenising, the hop to EngineCore; a burst's requests
-    one after another) does not depend on the scheduler, so a replay keeps it, while the wait
-    for the engine's next step is the replay's own."""
+    The recording says only which schedule() call the engine added a request before (step r).
+    EngineCore takes every queued request before each schedule(), so this one was not there
+    yet at t[r-1]: it spent at least t[r-1] minus its arrival in the frontend, and the replay
+    adds it at its first schedule() after that (after its arrival, when that is later). The
+    rest of the way to step r was the wait for the engine to finish a step, which the replay
+    makes with its own steps. When the engine sat idle before step r it waited for this very
+    request, so it had it at t[r]. The frontend's time (tokenising, the hop to EngineCore; a
+    burst's requests one after another) does not depend on the scheduler, so it is kept per
+    request whatever the replayed schedule."""
     t = workload.step_times
     if workload.start_time is None or workload.t0 is None or not t:
         return
@@ -68,6 +70,7 @@ def attach_frontend_delays(workload: Any, trace: Trace) -> None:
         if spec.arrival_time is None or not 0 <= r < len(t):
             continue
         arrival = workload.arrival_clock(spec)
-        ready = t[r] if r == 0 or idle[r - 1] else max(arrival, (t[r - 1] + t[r]) / 2)
+        # 1 µs past t[r-1]: a replay whose step r-1 starts just then must not take it there.
+        ready = t[r] if r == 0 or idle[r - 1] else max(arrival, t[r - 1] + 1e-6)
         delays[spec.id] = max(0.0, ready - arrival)
     workload.frontend_delays = delays
