@@ -27,7 +27,7 @@ import pytest
 
 from tests.live_support import bench_serve, build_tiny_llama, renice_engine, start_server
 from tracer.analysis import timing
-from tracer.analysis.client import split
+from tracer.analysis.client import ClientMismatch, split
 from tracer.analysis.steppass import step_pass
 from tracer.trace.reader import Trace, load
 
@@ -105,7 +105,9 @@ def test_trace_ttft_from_arrival_is_vllms_own(served: tuple[Trace, dict[str, Any
 def test_client_ttft_splits_at_the_arrival_stamp(served: tuple[Trace, dict[str, Any], str], run: str) -> None:
     trace, results, _ = served
     result = results[run]
-    found = split(trace, result)  # refuses a part below -1 ms: not one clock
+    with pytest.raises(ClientMismatch, match="2 bench runs"):
+        split(trace, result)  # two runs in one trace: the result does not say which it is
+    found = split(trace, result, f"{run}-")  # refuses a part below -1 ms: not one clock
     assert len(found.client_ms) == result["completed"] and found.unmatched == 0
     np.testing.assert_allclose(sum(found.parts_ms.values()), found.client_ms, rtol=1e-9)
     # Nothing the trace measures happens before the client sent the request or after it read
@@ -115,6 +117,7 @@ def test_client_ttft_splits_at_the_arrival_stamp(served: tuple[Trace, dict[str, 
     assert np.percentile(found.client_ms, 50) == pytest.approx(result["median_ttft_ms"], rel=1e-6)
     if run == "steady":
         # At a steady rate the API server stamps a request as it comes and streams the token
-        # back at once: the client's TTFT is the trace's plus a few ms at the median.
+        # back at once: the client's TTFT is the trace's plus a few ms at the median (tens on a
+        # loaded 2-core host; a broken split or clock would be off by the burst's hundreds).
         extra = found.client_ms - found.parts_ms["trace"]
-        assert np.median(extra) <= 20.0, np.median(extra)
+        assert np.median(extra) <= 40.0, np.median(extra)

@@ -182,7 +182,7 @@ def cmd_timing(args: argparse.Namespace) -> int:
         try:
             with open(args.client, "rb") as f:
                 result = orjson.loads(f.read())
-            doc["client"] = client_doc(trace, result, args.client)
+            doc["client"] = client_doc(trace, result, args.client, args.client_prefix)
         except (OSError, orjson.JSONDecodeError, ClientMismatch) as exc:
             print(f"schedscope: error: --client {args.client}: {exc}", file=sys.stderr)
             return 2
@@ -649,6 +649,11 @@ arrival, and the way back to the client.""",
         "--client",
         metavar="RESULT.json",
         help="a `vllm bench serve --save-detailed` result of this run: split its TTFT against the trace's",
+    )
+    p.add_argument(
+        "--client-prefix",
+        metavar="PREFIX",
+        help="that run's --request-id-prefix, when the trace holds several bench runs",
     )
     p.set_defaults(func=cmd_timing)
 

@@ -30,8 +30,9 @@ from tracer.analysis import timing
 from tracer.analysis.steppass import step_pass
 from tracer.trace.reader import Trace
 
-# cmpl-<X-Request-Id>-<prompt index>-<suffix>; the bench's id ends in the request's index.
-_BENCH_ID = re.compile(r"^cmpl-(?P<prefix>.*?)(?P<index>\d+)-\d+-[0-9a-f]+$")
+# cmpl-<X-Request-Id>-<prompt index>-<suffix>; the bench's id is its prefix (`bench-<hex>-` by
+# default: it ends in a separator) and the request's index. vLLM's own ids are bare hex.
+_BENCH_ID = re.compile(r"^cmpl-(?P<prefix>.*?[^0-9A-Za-z])(?P<index>\d+)-\d+-[0-9a-f]+$")
 PARTS = ("before_arrival", "trace", "way_back")
 
 
@@ -53,8 +54,10 @@ class ClientSplit:
         return {f"p{p}": float(np.percentile(values, p)) for p in (50, 90, 99)}
 
 
-def split(trace: Trace, result: Mapping[str, Any]) -> ClientSplit:
-    """Match `vllm bench serve --save-detailed`'s `result` to `trace` and split each TTFT."""
+def split(trace: Trace, result: Mapping[str, Any], prefix: str | None = None) -> ClientSplit:
+    """Match `vllm bench serve --save-detailed`'s `result` to `trace` and split each TTFT.
+    `prefix`: the run's `--request-id-prefix`, needed when the trace holds several bench runs
+    (the result file does not name its own)."""
     ttfts, starts = result.get("ttfts"), result.get("start_times")
     if not isinstance(ttfts, list) or not isinstance(starts, list) or len(ttfts) != len(starts):
         raise ClientMismatch("the client's result has no per-request ttfts and start_times (--save-detailed)")
@@ -65,10 +68,16 @@ def split(trace: Trace, result: Mapping[str, Any]) -> ClientSplit:
     durations = timing.step_durations(trace)
     arrival = times.arrival_clock(trace)
     first_end = np.where(times.first >= 0, durations.end[np.maximum(times.first, 0)], np.nan)
+    found = [(k, m) for k, rid in enumerate(ids) if (m := _BENCH_ID.match(rid)) is not None]
+    prefixes = sorted({m.group("prefix") for _, m in found})
+    if prefix is None and len(prefixes) > 1:
+        raise ClientMismatch(
+            f"{trace.path}: requests of {len(prefixes)} bench runs ({', '.join(prefixes)}): name the "
+            "result's --request-id-prefix"
+        )
     rows: list[tuple[float, float, float, float]] = []
-    for k, rid in enumerate(ids):
-        m = _BENCH_ID.match(rid)
-        if m is None:
+    for k, m in found:
+        if prefix is not None and m.group("prefix") != prefix:
             continue
         i = int(m.group("index"))
         if not (0 <= i < len(ttfts)) or not ttfts[i] or starts[i] is None:

@@ -159,9 +159,9 @@ def _spread(p: dict[str, float] | None) -> str:
     return ", ".join(f"{k} {v:,.1f} ms" for k, v in p.items())
 
 
-def client_doc(trace: Trace, result: dict[str, Any], name: str) -> dict[str, Any]:
+def client_doc(trace: Trace, result: dict[str, Any], name: str, prefix: str | None = None) -> dict[str, Any]:
     """A client's TTFT split against the trace's (tracer.analysis.client), JSON-able."""
-    found = client.split(trace, result)
+    found = client.split(trace, result, prefix)
     return {
         "result": name,
         "requests": len(found.client_ms),
