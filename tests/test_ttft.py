@@ -114,7 +114,7 @@ def test_diff_and_sweep_label_where_ttft_starts(tmp_path: Path, capsys: Any) -> 
     main(["diff", str(LIVE), str(stepped)])
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if line.startswith("TTFT from"))
-    assert row.split() == ["TTFT", "from", "engine", "step", "engine", "step"]
+    assert row.split() == ["TTFT", "from", "engine", "engine"]
     assert "TTFT from the schedule() call the engine added each request before" in out
     argv = ["sweep", str(LIVE), "--policy", "stock", "--max-num-seqs", "4,8"]
     docs = {}

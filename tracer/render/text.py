@@ -187,7 +187,7 @@ def totals_lines(c: Comparison) -> list[str]:
 
 # -- where a TTFT starts ------------------------------------------------------------------------
 # tracer.analysis.throughput.BASES: the short label goes in table headers, the sentence under them.
-TTFT_FROM_SHORT = {"arrival": "arrival", "engine": "engine step", "seen": "first listed"}
+TTFT_FROM_SHORT = {"arrival": "arrival", "engine": "engine", "seen": "listing"}
 TTFT_FROM_SENTENCE = {
     "arrival": (
         "TTFT from each request's arrival (vLLM's arrival_time, stamped by the API server before "
