@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -62,6 +63,7 @@ class Live:
     vllm_ttft_mean_ms: float | None
     trace: Path
     measured: dict[str, Any] = field(default_factory=dict)
+    load: tuple[float, float] = (0.0, 0.0)  # the host's 1-minute load average before and after
 
 
 def vllm_ttft_mean_ms(server: LiveServer) -> float | None:
@@ -101,11 +103,13 @@ def serve_once(args: argparse.Namespace, model: Path, work: Path, seqs: int) -> 
     with start_server(model, extra_args=server_args, env=env, log_path=out / "server.log", timeout=300) as s:
         if args.engine_nice:
             renice_engine(s, args.engine_nice)
+        before = os.getloadavg()[0]
         client = bench_serve(s, out, *workload(args), timeout=1800)
+        after = os.getloadavg()[0]
         mean = vllm_ttft_mean_ms(s)
     if client.get("completed") != args.prompts:
         raise SystemExit(f"seqs={seqs}: {client.get('completed')} of {args.prompts} completed")
-    live = Live(seqs, client, mean, trace)
+    live = Live(seqs, client, mean, trace, load=(before, after))
     live.measured = measured(trace, client)
     return live
 
@@ -192,6 +196,16 @@ def table(predicted: dict[int, dict[str, Any]], lives: list[Live], recorded: Liv
     return lines
 
 
+def run_line(live: Live) -> str:
+    """One run's client figures and the host's load: the comparison assumes an otherwise idle
+    host, and a run beside other work is slower in a way no recording predicts."""
+    c = live.client
+    return (
+        f"{c['output_throughput']:,.0f} output tok/s, TTFT p50 {c['median_ttft_ms']:,.0f} ms, "
+        f"{c['duration']:.2f} s; load average {live.load[0]:.2f} before, {live.load[1]:.2f} after"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -218,15 +232,13 @@ def main(argv: list[str] | None = None) -> int:
     model = build_tiny_llama(work / "model")
     print(f"workdir {work}; record at max_num_seqs={args.record_seqs}, rate {args.request_rate}", flush=True)
     recorded = serve_once(args, model, work / "record", args.record_seqs)
-    print(
-        f"recorded {recorded.trace}: client TTFT p50 {recorded.client['median_ttft_ms']:,.0f} ms", flush=True
-    )
+    print(f"recorded {recorded.trace}: {run_line(recorded)}", flush=True)
     predicted = sweep(args, recorded.trace)
     print(f"swept max_num_seqs {args.settings}", flush=True)
     lives = []
     for seqs in (int(s) for s in args.settings.split(",")):
         lives.append(serve_once(args, model, work / "live", seqs))
-        print(f"served max_num_seqs={seqs}", flush=True)
+        print(f"served max_num_seqs={seqs}: {run_line(lives[-1])}", flush=True)
     lines = table(predicted, lives, recorded)
     print()
     print("\n".join(lines))
