@@ -47,6 +47,8 @@ import numpy as np
 import orjson
 
 from tracer.trace import codec, compact, schema, sidecar
+from tracer.trace.entries import SIDECAR_DTYPES as _ENTRY_DTYPES
+from tracer.trace.entries import Entries, EntryCollector
 from tracer.trace.errors import TraceError, TraceHeaderError, TraceOrderError, TraceVersionError
 from tracer.trace.store import (
     MEMBER_DTYPE,
@@ -146,6 +148,17 @@ _COLUMNS = itemgetter(*compact.COLUMNS)
 _TOKENS = itemgetter(1)
 _SPEC = itemgetter(2)
 _JUST_INT = frozenset({int})
+_ENTRY_KEYS = (
+    "step",
+    "new",
+    "resumed",
+    "running",
+    "sampled",
+    "waiting_demand",
+    "preempted",
+    "finished",
+    "context_tokens",
+)
 
 
 @dataclass
@@ -167,6 +180,9 @@ class Trace:
     # The file state (tracer.trace.sidecar.fingerprint) a whole big file was loaded from:
     # derived sidecars (tracer.analysis.steppass) are valid for exactly it. None otherwise.
     fingerprint: dict[str, Any] | None = None
+    # Per-request entry columns (tracer.trace.entries), when the load collected them or its
+    # sidecar holds them; None otherwise (`entries_of` collects them then).
+    entries: Entries | None = None
 
     @property
     def config(self) -> dict[str, Any]:
@@ -230,6 +246,7 @@ class Trace:
             runner={k: v[rows] for k, v in self.runner.items()},
             _spans=self._spans[rows],
             fingerprint=None,  # a part of the file's steps: nothing derived from the whole fits it
+            entries=None,
         )
 
     def _parse_step(self, i: int, raw: bytes) -> dict[str, Any]:
@@ -350,9 +367,13 @@ def _req_list(record: dict[str, Any], key: str, path: str, line: int) -> list[An
 class TraceBuilder:
     """Incremental parser: feed() bytes as they arrive, build() a Trace at any time."""
 
-    def __init__(self, path: str | Path, *, strict: bool = True, store: Store | None = None) -> None:
+    def __init__(
+        self, path: str | Path, *, strict: bool = True, store: Store | None = None, entries: bool = False
+    ) -> None:
         self.path = str(path)
         self.strict = strict
+        # Per-request entry columns, collected from the same parse (tracer.trace.entries).
+        self.entries: EntryCollector | None = EntryCollector() if entries else None
         # None: everything fed is kept, for step detail (streams, uploads). A store
         # (its bytes are a file's, fed from the file's start): only the unparsed tail.
         self.store = store
@@ -484,6 +505,7 @@ class TraceBuilder:
         # The fast path takes a step only when it keeps the order (_check_order): above
         # the last step, before any footer. Anything else goes to the general path.
         last, open_ = self._last_step(), self.footer is None
+        collect = self.entries.add if self.entries is not None else None
         for line in source:
             n = len(line)
             if n == 1:  # an empty line
@@ -555,6 +577,8 @@ class TraceBuilder:
                             t, su, kv,
                         )  # fmt: skip
                         last, fast = step, True
+                        if collect is not None:
+                            collect(r)
                 except (KeyError, TypeError, IndexError, AttributeError, struct.error):
                     pass  # not the recorder's shape: the general path decides
             elif kind == "runner" and have_header:
@@ -690,6 +714,8 @@ class TraceBuilder:
         for key in schema.STEP_REQUIRED:
             if key not in r:
                 raise TraceError(path, "missing", line=line, field=key)
+        # As written, for the entry columns: the fast path collects the same from the same keys.
+        as_written = {key: r.get(key) for key in _ENTRY_KEYS} if self.entries is not None else None
         try:
             compact.expand(r)  # a 1.2 step in the 1.1 layout: every check below applies to both
         except compact.CompactError as exc:
@@ -748,6 +774,8 @@ class TraceBuilder:
         except struct.error as exc:  # e.g. an integer beyond 64 bits
             raise ValueError(str(exc)) from None
         self._rows += packed
+        if as_written is not None:
+            self.entries.add(as_written)  # type: ignore[union-attr]
 
     def _add_runner(self, r: dict[str, Any], line: int) -> None:
         for key in schema.RUNNER_REQUIRED:
@@ -796,6 +824,10 @@ class TraceBuilder:
         spans = np.stack([table["_start"], table["_end"]], axis=1)
         del table
         runner = _join_runner(columns["step"], np.frombuffer(self._runner_rows, _RUNNER_DTYPE).copy())
+        entries = self.entries.build() if self.entries is not None else None
+        if entries is not None and (problem := entries.problem(columns)) is not None:
+            logger.warning("schedscope: %s: entry columns not kept (%s)", self.path, problem)
+            entries = None
         return Trace(
             path=self.path,
             header=self.header,
@@ -808,6 +840,7 @@ class TraceBuilder:
             hooks=list(self.hooks),
             store=self.store if self.store is not None else MemoryStore(self._buf, self.path),
             _spans=spans,
+            entries=entries,
         )
 
 
@@ -915,7 +948,7 @@ def _parse_plain(
 
 
 def _parse_gzip(
-    path: Path, fd: int, st: os.stat_result, strict: bool, progress: Progress | None
+    path: Path, fd: int, st: os.stat_result, strict: bool, progress: Progress | None, entries: bool = False
 ) -> tuple[TraceBuilder, Torn | None, str | None]:
     """Decompress member by member, noting where each is. One member (an old `.gz`):
     its bytes stay in memory, as they always did. Several (the recorder writes one
@@ -960,12 +993,12 @@ def _parse_gzip(
             break
         if builder is None and fpos < size:  # a second member: index them, hold none
             store = GzipMemberStore(path, np.zeros(0, MEMBER_DTYPE), file_identity(st), fd=os.dup(fd))
-            builder = TraceBuilder(path, strict=strict, store=store)
+            builder = TraceBuilder(path, strict=strict, store=store, entries=entries)
             for at in range(0, len(first), _WINDOW):  # type: ignore[arg-type]
                 builder.feed(bytes(first[at : at + _WINDOW]))  # type: ignore[index]
             first = None
     if builder is None:
-        builder = TraceBuilder(path, strict=strict)
+        builder = TraceBuilder(path, strict=strict, entries=entries)
         builder._adopt(first)  # type: ignore[arg-type]
         builder._parse(progress)
     else:
@@ -974,16 +1007,23 @@ def _parse_gzip(
 
 
 def load(
-    path: str | Path, *, strict: bool = True, progress: Progress | None = None, sidecar: bool = True
+    path: str | Path,
+    *,
+    strict: bool = True,
+    progress: Progress | None = None,
+    sidecar: bool = True,
+    entries: bool = False,
 ) -> Trace:
     """Load a whole trace file. See the module docstring for the error contract.
 
     With `sidecar` (tracer.trace.sidecar), a big trace's columns are saved after the
-    first load and mapped back on the next, instead of parsing the file again."""
+    first load and mapped back on the next, instead of parsing the file again. With
+    `entries`, the per-request entry columns (Trace.entries) are collected by the same
+    parse, or mapped from a sidecar that holds them (one that does is mapped anyway)."""
     path = Path(path)
     try:
         with open(path, "rb", buffering=0) as f:
-            return _load_open(path, f, strict, progress, sidecar)
+            return _load_open(path, f, strict, progress, sidecar, entries)
     except FileNotFoundError:
         raise TraceError(path, "no such file") from None
     except IsADirectoryError:
@@ -992,20 +1032,22 @@ def load(
         raise TraceError(path, f"cannot read: {exc}") from None
 
 
-def _load_open(path: Path, f: IO[bytes], strict: bool, progress: Progress | None, use_sidecar: bool) -> Trace:
+def _load_open(
+    path: Path, f: IO[bytes], strict: bool, progress: Progress | None, use_sidecar: bool, entries: bool
+) -> Trace:
     fd = f.fileno()
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):  # a pipe: no offsets to read back, so into memory
         raw = f.read()
         data, note = codec.decode(path, raw)
-        builder = TraceBuilder(path, strict=strict)
+        builder = TraceBuilder(path, strict=strict, entries=entries)
         builder._adopt(data)
         builder._parse(progress)
         return _built(path, builder, builder.finish(), note, len(data), progress)
     kind = codec.kind_of(os.pread(fd, codec.HEAD, 0))
     if kind == "zstd":
         data, note = codec.decode(path, f.read())
-        builder = TraceBuilder(path, strict=strict)
+        builder = TraceBuilder(path, strict=strict, entries=entries)
         builder._adopt(data)
         builder._parse(progress)
         return _built(path, builder, builder.finish(), note, len(builder._buf), progress)
@@ -1013,23 +1055,56 @@ def _load_open(path: Path, f: IO[bytes], strict: bool, progress: Progress | None
     resumed = None
     if use_sidecar:
         fingerprint = sidecar.fingerprint(fd, st)
-        trace, resumed = _from_sidecar(path, fd, st, strict, kind, progress)
+        trace, resumed = _from_sidecar(path, fd, st, strict, kind, progress, entries)
         if trace is not None:
             trace.fingerprint = fingerprint
             return trace
     if kind == "gzip":
-        builder, torn, note = _parse_gzip(path, fd, st, strict, progress)
+        builder, torn, note = _parse_gzip(path, fd, st, strict, progress, entries)
     else:
         if resumed is None:  # the store keeps its own fd: the Trace reads this file even if it is replaced
             resumed = TraceBuilder(
-                path, strict=strict, store=FileStore(path, file_identity(st), fd=os.dup(fd))
+                path, strict=strict, store=FileStore(path, file_identity(st), fd=os.dup(fd)), entries=entries
             )
         builder, torn, note = _parse_plain(resumed, fd, st.st_size, progress)
     trace = _built(path, builder, torn, note, st.st_size, progress)
+    if entries and trace.entries is None:
+        entries_of(trace)  # a sidecar without them, for a file that grew since
     if use_sidecar and builder.store is not None:
-        _save_sidecar(path, builder, torn, fingerprint, kind)
+        _save_sidecar(path, builder, torn, fingerprint, kind, trace)
         trace.fingerprint = fingerprint
     return trace
+
+
+def entries_of(trace: Trace) -> Entries | None:
+    """The trace's per-request entry columns: those its load collected or mapped, else
+    collected now from its records (and kept with the Trace); None when a record does not
+    fit them (tracer.trace.entries)."""
+    if trace.entries is not None:
+        if (problem := trace.entries.problem(trace.columns)) is None:
+            return trace.entries
+        logger.warning("schedscope: %s: entry columns not used (%s); collected again", trace.path, problem)
+    collector = EntryCollector()
+    rows = range(len(trace))
+    batch: list[bytes] = []
+    for _, raw in trace.raw_many(rows):
+        batch.append(raw)
+        if len(batch) >= 2048:
+            for record in orjson.loads(b"[" + b",".join(batch) + b"]"):
+                collector.add(record)
+            batch.clear()
+    if batch:
+        for record in orjson.loads(b"[" + b",".join(batch) + b"]"):
+            collector.add(record)
+    found = collector.build()
+    if found is None:
+        logger.info("schedscope: %s: no entry columns (%s)", trace.path, collector.failed)
+        return None
+    if (problem := found.problem(trace.columns)) is not None:
+        logger.info("schedscope: %s: no entry columns (%s)", trace.path, problem)
+        return None
+    trace.entries = found
+    return found
 
 
 def reopen(path: str | Path, *, strict: bool = True) -> Trace | None:
@@ -1089,13 +1164,20 @@ def _built(
     return builder.build(torn)
 
 
-_SIDECAR_ARRAYS = {"rows": _ROW_DTYPE, "runner": _RUNNER_DTYPE, "members": MEMBER_DTYPE}
+_SIDECAR_ARRAYS = {"rows": _ROW_DTYPE, "runner": _RUNNER_DTYPE, "members": MEMBER_DTYPE, **_ENTRY_DTYPES}
 # The checks a sidecar's load applied. 2: the step order (TraceBuilder._check_order). A
 # sidecar made before it may hold a repeated step or one after the footer: never trusted.
 _SIDECAR_CHECKS = 2
 
 
-def _save_sidecar(path: Path, builder: TraceBuilder, torn: Torn | None, fingerprint: dict, kind: str) -> None:
+def _save_sidecar(
+    path: Path,
+    builder: TraceBuilder,
+    torn: Torn | None,
+    fingerprint: dict,
+    kind: str,
+    trace: Trace | None = None,
+) -> None:
     """Save what this load computed; a sidecar that cannot be written is only logged."""
     meta = {
         "source": fingerprint,
@@ -1120,6 +1202,8 @@ def _save_sidecar(path: Path, builder: TraceBuilder, torn: Torn | None, fingerpr
     }
     if isinstance(builder.store, GzipMemberStore):
         arrays["members"] = builder.store.members
+    if trace is not None and trace.entries is not None:
+        arrays.update(trace.entries.arrays())
     try:
         sidecar.write(path, meta, arrays)
     except (TypeError, ValueError, orjson.JSONEncodeError) as exc:  # a record JSON cannot hold again
@@ -1127,7 +1211,13 @@ def _save_sidecar(path: Path, builder: TraceBuilder, torn: Torn | None, fingerpr
 
 
 def _from_sidecar(
-    path: Path, fd: int, st: os.stat_result, strict: bool, kind: str, progress: Progress | None
+    path: Path,
+    fd: int,
+    st: os.stat_result,
+    strict: bool,
+    kind: str,
+    progress: Progress | None,
+    want_entries: bool = False,
 ) -> tuple[Trace | None, TraceBuilder | None]:
     """(the Trace, None) from a sidecar that matches the file; (None, a builder holding
     everything up to where the sidecar stopped) for a plain file that grew since; or
@@ -1177,11 +1267,35 @@ def _from_sidecar(
         builder._pos = builder._base = end
         builder._line = int(meta["lines"])
         torn = Torn(**meta["torn"]) if meta["torn"] else None
+        found = Entries.from_arrays(arrays) if "e_ids" in arrays else None
+        if found is not None and (
+            problem := found.problem({"step": rows["step"], **_count_cols(rows)}, deep=False)
+        ):
+            logger.info("schedscope: %s: the sidecar's entry columns are not used (%s)", path, problem)
+            found = None
     except (KeyError, TypeError, ValueError) as exc:
         logger.debug("schedscope: sidecar for %s not used (%s)", path, exc)
         return None, None
     if status == "grown":
+        if want_entries and found is not None:
+            builder.entries = EntryCollector()
+            builder.entries.extend(found)
         return None, builder
     if progress is not None:
         progress(st.st_size, st.st_size)
-    return builder.build(torn), None
+    trace = builder.build(torn)
+    trace.entries = found
+    if want_entries and found is None and entries_of(trace) is not None:
+        # A sidecar written by a load without them: rewritten with them, so the next
+        # open maps them too.
+        keep = {k: v for k, v in meta.items() if k not in ("version", "arrays", "total", "data")}
+        plain = {k: arrays[k] for k in ("rows", "runner", "members") if k in arrays}
+        try:
+            sidecar.write(path, keep, {**plain, **trace.entries.arrays()})  # type: ignore[union-attr]
+        except (TypeError, ValueError, orjson.JSONEncodeError) as exc:
+            logger.debug("schedscope: no sidecar for %s (%s)", path, exc)
+    return trace, None
+
+
+def _count_cols(rows: np.ndarray) -> dict[str, np.ndarray]:
+    return {name: rows[name] for name in ("n_new", "n_resumed", "n_running", "n_preempted", "n_finished")}

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import mmap
 import os
 import struct
 from pathlib import Path
@@ -156,7 +157,14 @@ def read(
 
 
 def _read_one(where: Path, dtypes: dict[str, np.dtype]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    data = where.read_bytes()
+    # Mapped, not read: a load touches only the arrays it uses (the reader's rows, not the
+    # per-request entry columns a summary never needs). Sidecars are only ever replaced
+    # (written to a temporary name, then renamed), never rewritten in place, so the mapping
+    # stays the file it was.
+    with open(where, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            raise ValueError("an empty file")
+        data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     if data[: len(MAGIC)] != MAGIC:
         raise ValueError("not a schedscope sidecar (magic)")
     (n,) = _LEN.unpack_from(data, len(MAGIC))
