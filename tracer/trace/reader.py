@@ -296,6 +296,91 @@ def _group_sums(group: Any) -> tuple[int, int, int]:
     return len(group), sum(map(_TOKENS, group)), sum(map(_SPEC, group))
 
 
+def fast_step_row(r: dict[str, Any], start: int, end: int, last: int) -> bytes | None:
+    """The packed row of step record `r` (its line at bytes [start, end)) when it is shaped
+    as the recorder writes it and its step number exceeds `last`; None sends it down the
+    general path, which decides. The reader's fast path, and the born index's
+    (tracer.record.born) for the records the recorder hands its writer."""
+    try:
+        step, t, tg, ip, q, new, res, run, pre, fin, smp, nw, nr, su, kv = _STEP_KEYS(r)
+        tc, tu, tl = _TARGET_KEYS(tg)
+        ic, iu, ir, il = _INPUT_KEYS(ip)
+        qp, qr, qc = (0, 0, -1) if q is None else _QUERY_KEYS(q)
+        nt = rt = ut = spec = 0
+        ok = type(new) is list and type(res) is list and type(run) is list
+        if ok:  # 1.1 entries (or 1.2 with every group empty)
+            # Token counts must be ints, not bools (so each entry is a list of
+            # >= 2): the general path's check, in C.
+            if new:
+                ok = set(map(type, map(_TOKENS, new))) == _JUST_INT
+                nt, spec = sum(map(_TOKENS, new)), sum(map(_SPEC, new))
+            if res and ok:
+                ok = set(map(type, map(_TOKENS, res))) == _JUST_INT
+                rt, spec = sum(map(_TOKENS, res)), spec + sum(map(_SPEC, res))
+            if run and ok:
+                ok = set(map(type, map(_TOKENS, run))) == _JUST_INT
+                ut, spec = sum(map(_TOKENS, run)), spec + sum(map(_SPEC, run))
+            is_compact = type(smp) is list
+            n_new, n_res, n_run = len(new), len(res), len(run)
+        else:  # 1.2 parallel arrays: compact.columns' checks, in C
+            is_compact = ok = True
+            (n_new, nt, s1), (n_res, rt, s2), (n_run, ut, s3) = map(_group_sums, (new, res, run))
+            spec = s1 + s2 + s3
+        if is_compact and ok:
+            # sampled aligned with the scheduled requests; drafts refs in range.
+            n_all = n_new + n_res + n_run
+            ok = type(smp) is not list or len(smp) == n_all
+            for e in r.get("inputs") or ():
+                if type(e) is list and len(e) == 3 and e[0] == "d" and type(e[1]) is list:
+                    ok = ok and compact.refs_ok(e[1], n_all)
+        # The budget fields must be exactly ints. The other values are
+        # checked by pack() itself: "q" takes ints and bools (read as 1/0,
+        # as int() does on the general path) and refuses the rest, "d"
+        # takes numbers, so anything else goes down the general path.
+        if (
+            ok
+            and _why_problem(r) is None
+            and type(step) is int
+            and step > last
+            and type(tc) is int
+            and type(tu) is int
+            and type(tl) is int
+            and type(ic) is int
+            and type(iu) is int
+            and type(il) is int
+        ):
+            return _ROW.pack(
+                step, tc, tu, tl, ic, iu, ir, il, qp, qr, qc or -1,
+                n_new, n_res, n_run, len(pre), len(fin), nt, rt, ut, spec,
+                -1 if smp is None else sum(smp.values()) if type(smp) is dict else sum(smp),
+                nw, nr, _held(pre, new, res, run) if pre else 0, start, end,
+                t, su, kv,
+            )  # fmt: skip
+    except (KeyError, TypeError, IndexError, AttributeError, struct.error):
+        pass  # not the recorder's shape: the general path decides
+    return None
+
+
+def fast_runner_row(r: dict[str, Any]) -> bytes | None:
+    """The packed row of runner record `r` as the recorder writes it, else None (the general path)."""
+    try:
+        step, pass_, rows_, cap = _RUNNER_KEYS(r)
+        padded = r.get("padded")
+        if (
+            type(step) is int
+            and type(rows_) is int
+            and (cap is None or type(cap) is int)
+            and (padded is None or type(padded) is int)
+            and (pass_ == "target" or pass_ == "draft")
+        ):
+            return _RUNNER_ROW.pack(
+                step, pass_ != "target", rows_, -1 if cap is None else cap, -1 if padded is None else padded
+            )
+    except (KeyError, TypeError, struct.error):
+        pass
+    return None
+
+
 def _with_defaults(record: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
     for key, value in defaults.items():
         if key not in record:
@@ -497,9 +582,7 @@ class TraceBuilder:
         one packed row; line numbers are counted (in C) only when a record needs one."""
         loads, decode_error = orjson.loads, orjson.JSONDecodeError
         rows, runner_rows = self._rows, self._runner_rows
-        pack, pack_runner = _ROW.pack, _RUNNER_ROW.pack
         data, base = self._buf, self._base
-        compact_refs_ok = compact.refs_ok
         counted, line_no = pos, self._line  # line_no: lines before byte `counted`
         have_header = self.header is not None
         # The fast path takes a step only when it keeps the order (_check_order): above
@@ -520,88 +603,18 @@ class TraceBuilder:
                 kind = None
             fast = False
             if kind == "step" and have_header:
-                try:
-                    step, t, tg, ip, q, new, res, run, pre, fin, smp, nw, nr, su, kv = _STEP_KEYS(r)
-                    tc, tu, tl = _TARGET_KEYS(tg)
-                    ic, iu, ir, il = _INPUT_KEYS(ip)
-                    qp, qr, qc = (0, 0, -1) if q is None else _QUERY_KEYS(q)
-                    nt = rt = ut = spec = 0
-                    ok = type(new) is list and type(res) is list and type(run) is list
-                    if ok:  # 1.1 entries (or 1.2 with every group empty)
-                        # Token counts must be ints, not bools (so each entry is a list of
-                        # >= 2): the general path's check, in C.
-                        if new:
-                            ok = set(map(type, map(_TOKENS, new))) == _JUST_INT
-                            nt, spec = sum(map(_TOKENS, new)), sum(map(_SPEC, new))
-                        if res and ok:
-                            ok = set(map(type, map(_TOKENS, res))) == _JUST_INT
-                            rt, spec = sum(map(_TOKENS, res)), spec + sum(map(_SPEC, res))
-                        if run and ok:
-                            ok = set(map(type, map(_TOKENS, run))) == _JUST_INT
-                            ut, spec = sum(map(_TOKENS, run)), spec + sum(map(_SPEC, run))
-                        is_compact = type(smp) is list
-                        n_new, n_res, n_run = len(new), len(res), len(run)
-                    else:  # 1.2 parallel arrays: compact.columns' checks, in C
-                        is_compact = ok = True
-                        (n_new, nt, s1), (n_res, rt, s2), (n_run, ut, s3) = map(_group_sums, (new, res, run))
-                        spec = s1 + s2 + s3
-                    if is_compact and ok:
-                        # sampled aligned with the scheduled requests; drafts refs in range.
-                        n_all = n_new + n_res + n_run
-                        ok = type(smp) is not list or len(smp) == n_all
-                        for e in r.get("inputs") or ():
-                            if type(e) is list and len(e) == 3 and e[0] == "d" and type(e[1]) is list:
-                                ok = ok and compact_refs_ok(e[1], n_all)
-                    # The budget fields must be exactly ints. The other values are
-                    # checked by pack() itself: "q" takes ints and bools (read as 1/0,
-                    # as int() does on the general path) and refuses the rest, "d"
-                    # takes numbers, so anything else goes down the general path.
-                    if (
-                        ok
-                        and open_
-                        and _why_problem(r) is None
-                        and type(step) is int
-                        and step > last
-                        and type(tc) is int
-                        and type(tu) is int
-                        and type(tl) is int
-                        and type(ic) is int
-                        and type(iu) is int
-                        and type(il) is int
-                    ):
-                        rows += pack(
-                            step, tc, tu, tl, ic, iu, ir, il, qp, qr, qc or -1,
-                            n_new, n_res, n_run, len(pre), len(fin), nt, rt, ut, spec,
-                            -1 if smp is None else sum(smp.values()) if type(smp) is dict else sum(smp),
-                            nw, nr, _held(pre, new, res, run) if pre else 0, base + pos, base + pos + n - 1,
-                            t, su, kv,
-                        )  # fmt: skip
-                        last, fast = step, True
+                if open_:
+                    row = fast_step_row(r, base + pos, base + pos + n - 1, last)
+                    if row is not None:
+                        rows += row
+                        last, fast = r["step"], True
                         if collect is not None:
                             collect(r)
-                except (KeyError, TypeError, IndexError, AttributeError, struct.error):
-                    pass  # not the recorder's shape: the general path decides
             elif kind == "runner" and have_header:
-                try:
-                    step, pass_, rows_, cap = _RUNNER_KEYS(r)
-                    padded = r.get("padded")
-                    if (
-                        type(step) is int
-                        and type(rows_) is int
-                        and (cap is None or type(cap) is int)
-                        and (padded is None or type(padded) is int)
-                        and (pass_ == "target" or pass_ == "draft")
-                    ):
-                        runner_rows += pack_runner(
-                            step,
-                            pass_ != "target",
-                            rows_,
-                            -1 if cap is None else cap,
-                            -1 if padded is None else padded,
-                        )
-                        fast = True
-                except (KeyError, struct.error):
-                    pass
+                row = fast_runner_row(r)
+                if row is not None:
+                    runner_rows += row
+                    fast = True
             if not fast:
                 line_no += data.count(b"\n", counted, pos)
                 counted = pos
