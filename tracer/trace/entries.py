@@ -25,7 +25,6 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterable
-from dataclasses import dataclass
 from itertools import repeat
 from operator import itemgetter
 from typing import Any
@@ -175,39 +174,91 @@ class EntryCollector:
             ids=list(self.ids),
             steps={name: a(v) for name, v in self.steps.items()},
             ctx=a(self.ctx),
-            sched={name: a(v) for name, v in self.sched.items()},
-            items={name: a(v) for name, v in self.items.items()},
-            wait=a(self.wait),
-            pre=a(self.pre),
-            fin=a(self.fin),
+            per_entry={
+                **{f"sched_{name}": a(v) for name, v in self.sched.items()},
+                **{f"items_{name}": a(v) for name, v in self.items.items()},
+                "wait": a(self.wait),
+                "pre": a(self.pre),
+                "fin": a(self.fin),
+            },
         )
 
 
-@dataclass
 class Entries:
-    """A trace's entry columns (see the module docstring); arrays may be mapped from a sidecar."""
+    """A trace's entry columns (see the module docstring). From a sidecar, each array may be
+    in pieces (one per segment of a born index, tracer.record.born), mapped from the file:
+    the per-entry arrays and the ids are joined on first use, so a load that never uses
+    them (a summary) never reads them."""
 
-    ids: list[Any]
-    steps: dict[str, np.ndarray]
-    ctx: np.ndarray
-    sched: dict[str, np.ndarray]
-    items: dict[str, np.ndarray]
-    wait: np.ndarray
-    pre: np.ndarray
-    fin: np.ndarray
-    checked: bool = False  # the request codes were found inside the id table
+    def __init__(
+        self,
+        ids: list[Any] | list[np.ndarray],
+        steps: dict[str, np.ndarray],
+        ctx: np.ndarray,
+        per_entry: dict[str, np.ndarray | list[np.ndarray]],
+    ) -> None:
+        self._ids: list[Any] | list[np.ndarray] = ids
+        self._ids_joined = not ids or not isinstance(ids[0], np.ndarray)
+        self.steps = steps
+        self.ctx = ctx
+        self._per_entry = per_entry  # "sched_req", …, "items_n", "wait", "pre", "fin"
+        self.checked = False  # the request codes were found inside the id table
 
     def __len__(self) -> int:
         return len(self.ctx)
 
+    @property
+    def ids(self) -> list[Any]:
+        if not self._ids_joined:
+            joined: list[Any] = []
+            for piece in self._ids:
+                part = orjson.loads(piece.tobytes())  # type: ignore[union-attr]
+                if type(part) is not list:
+                    raise ValueError("the entry ids are not a JSON list")
+                joined += part
+            self._ids, self._ids_joined = joined, True
+        return self._ids  # type: ignore[return-value]
+
+    def column(self, name: str) -> np.ndarray:
+        value = self._per_entry[name]
+        if isinstance(value, list):
+            value = self._per_entry[name] = np.concatenate(value) if value else np.zeros(0, np.int32)
+        return value
+
+    def _count(self, name: str) -> int:
+        value = self._per_entry[name]
+        return sum(map(len, value)) if isinstance(value, list) else len(value)
+
+    @property
+    def sched(self) -> dict[str, np.ndarray]:
+        return {name: self.column(f"sched_{name}") for name in SCHED_COLS}
+
+    @property
+    def items(self) -> dict[str, np.ndarray]:
+        return {name: self.column(f"items_{name}") for name in ITEM_COLS}
+
+    @property
+    def wait(self) -> np.ndarray:
+        return self.column("wait")
+
+    @property
+    def pre(self) -> np.ndarray:
+        return self.column("pre")
+
+    @property
+    def fin(self) -> np.ndarray:
+        return self.column("fin")
+
     def problem(self, columns: dict[str, np.ndarray] | None = None, *, deep: bool = True) -> str | None:
         """What makes these columns inconsistent (lengths, counts that differ from the
-        trace's own `columns`, with `deep` codes out of range: a pass over every entry), or
-        None: checked before they are trusted."""
+        trace's own `columns`; with `deep`, ids that do not parse and codes outside the id
+        table: a pass over every entry), or None: checked before they are trusted."""
         n = len(self.ctx)
         if any(len(v) != n for v in self.steps.values()):
             return "step arrays of unequal lengths"
         k = self.steps
+        if any(int(v.min(initial=0)) < 0 for v in k.values()):
+            return "negative counts"
         expect = {
             "sched": int(k["k_new"].sum(dtype=np.int64) + k["k_res"].sum() + k["k_run"].sum()),
             "items": int(k["k_items"].sum(dtype=np.int64)),
@@ -216,22 +267,15 @@ class Entries:
             "fin": int(k["k_fin"].sum(dtype=np.int64)),
         }
         got = {
-            "sched": {len(v) for v in self.sched.values()},
-            "items": {len(v) for v in self.items.values()},
-            "wait": {len(self.wait)},
-            "pre": {len(self.pre)},
-            "fin": {len(self.fin)},
+            "sched": {self._count(f"sched_{name}") for name in SCHED_COLS},
+            "items": {self._count(f"items_{name}") for name in ITEM_COLS},
+            "wait": {self._count("wait")},
+            "pre": {self._count("pre")},
+            "fin": {self._count("fin")},
         }
         for name, count in expect.items():
             if got[name] != {count}:
                 return f"{name}: {sorted(got[name])} entries, the step counts say {count}"
-        if any(int(v.min(initial=0)) < 0 for v in k.values()):
-            return "negative counts"
-        if deep and not self.checked:
-            for codes in (self.sched["req"], self.items["req"], self.wait, self.pre, self.fin):
-                if len(codes) and (int(codes.min()) < 0 or int(codes.max()) >= len(self.ids)):
-                    return "request codes outside the id table"
-            self.checked = True
         if columns is not None:
             if len(columns["step"]) != n:
                 return f"{n} steps, the trace has {len(columns['step'])}"
@@ -244,47 +288,51 @@ class Entries:
             ):
                 if not np.array_equal(k[mine], columns[theirs]):
                     return f"{mine} differs from the trace's {theirs}"
+        if deep and not self.checked:
+            try:
+                n_ids = len(self.ids)
+            except (ValueError, orjson.JSONDecodeError) as exc:
+                return f"ids: {exc}"
+            for name in ("sched_req", "items_req", "wait", "pre", "fin"):
+                codes = self.column(name)
+                if len(codes) and (int(codes.min()) < 0 or int(codes.max()) >= n_ids):
+                    return "request codes outside the id table"
+            self.checked = True
         return None
 
     # -- kept in the reader's sidecar ---------------------------------------------------
 
-    def arrays(self) -> dict[str, np.ndarray]:
-        out = {"e_ids": np.frombuffer(orjson.dumps(self.ids), dtype=np.uint8), "e_ctx": self.ctx}
+    def arrays(self, first_id: int = 0) -> dict[str, np.ndarray]:
+        """The sidecar's arrays; `first_id`: write only the ids from that code on (a born
+        index's segment holds the ids its steps met first)."""
+        out = {"e_ids": np.frombuffer(orjson.dumps(self.ids[first_id:]), dtype=np.uint8), "e_ctx": self.ctx}
         out.update({f"e_s_{name}": v for name, v in self.steps.items()})
-        out.update({f"e_sched_{name}": v for name, v in self.sched.items()})
-        out.update({f"e_items_{name}": v for name, v in self.items.items()})
-        out.update({"e_wait": self.wait, "e_pre": self.pre, "e_fin": self.fin})
+        out.update({f"e_{name}": self.column(name) for name in PER_ENTRY})
         return out
 
     @classmethod
-    def from_arrays(cls, arrays: dict[str, np.ndarray]) -> Entries | None:
-        """The columns `arrays()` wrote, or None if any is missing or the ids do not parse."""
+    def from_pieces(cls, pieces: dict[str, list[np.ndarray]]) -> Entries | None:
+        """The columns `arrays()` wrote, one piece per sidecar segment; None if any is missing."""
         try:
-            ids = orjson.loads(arrays["e_ids"].tobytes())
-            if type(ids) is not list:
-                return None
             return cls(
-                ids=ids,
-                steps={name: arrays[f"e_s_{name}"] for name in STEP_COLS},
-                ctx=arrays["e_ctx"],
-                sched={name: arrays[f"e_sched_{name}"] for name in SCHED_COLS},
-                items={name: arrays[f"e_items_{name}"] for name in ITEM_COLS},
-                wait=arrays["e_wait"],
-                pre=arrays["e_pre"],
-                fin=arrays["e_fin"],
+                ids=list(pieces["e_ids"]),
+                steps={name: _join(pieces[f"e_s_{name}"]) for name in STEP_COLS},
+                ctx=_join(pieces["e_ctx"]),
+                per_entry={name: list(pieces[f"e_{name}"]) for name in PER_ENTRY},
             )
-        except (KeyError, orjson.JSONDecodeError):
+        except KeyError:
             return None
 
 
+def _join(pieces: list[np.ndarray]) -> np.ndarray:
+    return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+
+
+PER_ENTRY = (*(f"sched_{n}" for n in SCHED_COLS), *(f"items_{n}" for n in ITEM_COLS), "wait", "pre", "fin")
 I32, I64 = np.dtype("<i4"), np.dtype("<i8")
 SIDECAR_DTYPES: dict[str, np.dtype] = {
     "e_ids": np.dtype("u1"),
     "e_ctx": I64,
     **{f"e_s_{name}": I32 for name in STEP_COLS},
-    **{f"e_sched_{name}": I32 for name in SCHED_COLS},
-    **{f"e_items_{name}": I32 for name in ITEM_COLS},
-    "e_wait": I32,
-    "e_pre": I32,
-    "e_fin": I32,
+    **{f"e_{name}": I32 for name in PER_ENTRY},
 }

@@ -1235,11 +1235,16 @@ def _from_sidecar(
     """(the Trace, None) from a sidecar that matches the file; (None, a builder holding
     everything up to where the sidecar stopped) for a plain file that grew since; or
     (None, None): parse from the start."""
-    found = sidecar.read(path, fd, st, _SIDECAR_ARRAYS)
+    found = sidecar.read(path, fd, st, _SIDECAR_ARRAYS, pieces=True)
     if found is None:
         return None, None
-    meta, arrays, status = found
+    meta, pieces, status = found
     try:
+        # A born index comes in segments (tracer.record.born): the step and runner rows are
+        # joined here, the entry columns on first use.
+        arrays = {
+            name: np.concatenate(pieces[name]) for name in ("rows", "runner", "members") if name in pieces
+        }
         if meta["store"] != kind or (status == "grown" and kind != "plain"):
             return None, None
         if strict and not meta["strict"] and meta["problems"]:
@@ -1280,7 +1285,7 @@ def _from_sidecar(
         builder._pos = builder._base = end
         builder._line = int(meta["lines"])
         torn = Torn(**meta["torn"]) if meta["torn"] else None
-        found = Entries.from_arrays(arrays) if "e_ids" in arrays else None
+        found = Entries.from_pieces(pieces) if "e_ids" in pieces else None
         if found is not None and (
             problem := found.problem({"step": rows["step"], **_count_cols(rows)}, deep=False)
         ):
