@@ -1180,7 +1180,12 @@ def _built(
 _SIDECAR_ARRAYS = {"rows": _ROW_DTYPE, "runner": _RUNNER_DTYPE, "members": MEMBER_DTYPE, **_ENTRY_DTYPES}
 # The checks a sidecar's load applied. 2: the step order (TraceBuilder._check_order). A
 # sidecar made before it may hold a repeated step or one after the footer: never trusted.
-_SIDECAR_CHECKS = 2
+SIDECAR_CHECKS = 2
+
+
+def row_arrays(rows: bytes | bytearray, runner: bytes | bytearray) -> dict[str, np.ndarray]:
+    """The sidecar's `rows` and `runner` arrays from packed step and runner rows."""
+    return {"rows": np.frombuffer(rows, _ROW_DTYPE), "runner": np.frombuffer(runner, _RUNNER_DTYPE)}
 
 
 def _save_sidecar(
@@ -1199,7 +1204,7 @@ def _save_sidecar(
         # part of what the sidecar means.
         "strict": builder.strict,
         "header": builder.header,
-        "checks": _SIDECAR_CHECKS,
+        "checks": SIDECAR_CHECKS,
         "footer": builder.footer,
         "footer_line": builder.footer_line,
         "gaps": builder.gaps,
@@ -1209,10 +1214,7 @@ def _save_sidecar(
         "parsed_end": builder._pos,
         "lines": builder._line,
     }
-    arrays = {
-        "rows": np.frombuffer(builder._rows, _ROW_DTYPE),
-        "runner": np.frombuffer(builder._runner_rows, _RUNNER_DTYPE),
-    }
+    arrays = row_arrays(builder._rows, builder._runner_rows)
     if isinstance(builder.store, GzipMemberStore):
         arrays["members"] = builder.store.members
     if trace is not None and trace.entries is not None:
@@ -1249,8 +1251,8 @@ def _from_sidecar(
             return None, None
         if strict and not meta["strict"] and meta["problems"]:
             return None, None  # a lenient load's findings; a strict load must raise on them
-        if meta.get("checks") != _SIDECAR_CHECKS:
-            raise ValueError(f"it was made with checks {meta.get('checks')}, not {_SIDECAR_CHECKS}")
+        if meta.get("checks") != SIDECAR_CHECKS:
+            raise ValueError(f"it was made with checks {meta.get('checks')}, not {SIDECAR_CHECKS}")
         rows, runner = arrays["rows"], arrays["runner"]
         if len(rows) > 1 and not bool((rows["step"][1:] > rows["step"][:-1]).all()):
             raise ValueError("its step numbers do not increase")
@@ -1306,7 +1308,7 @@ def _from_sidecar(
     if want_entries and found is None and entries_of(trace) is not None:
         # A sidecar written by a load without them: rewritten with them, so the next
         # open maps them too.
-        keep = {k: v for k, v in meta.items() if k not in ("version", "arrays", "total", "data")}
+        keep = {k: v for k, v in meta.items() if k not in ("version", "arrays", "total", "data", "segment")}
         plain = {k: arrays[k] for k in ("rows", "runner", "members") if k in arrays}
         try:
             sidecar.write(path, keep, {**plain, **trace.entries.arrays()})  # type: ignore[union-attr]
