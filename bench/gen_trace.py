@@ -4,8 +4,10 @@
 The records are not written by this script: a small simulated scheduler stands
 in for vLLM's (same attribute names as `Scheduler`, `Request`,
 `SchedulerOutput` and `ModelRunnerOutput`) and is fed through
-`tracer.record.recorder.Recorder`'s own hooks and encoder, so the file is exactly
-what the recorder writes: header, step, runner and footer records.
+`tracer.record.recorder.Recorder`'s own hooks and encoder and its writer thread
+(tracer.record.writer.TraceWriter), so the file is exactly what the recorder writes:
+header, step, runner and footer records, and for a plain file its born index
+(`<trace>.ssidx`, tracer.record.born; `--no-index` leaves it out).
 
 The mix is what a busy server looks like: Poisson-ish arrivals with
 log-normal prompt and output lengths, chunked prefills under the token
@@ -20,7 +22,6 @@ vLLM-style request ids. Deterministic for a given --seed.
 from __future__ import annotations
 
 import argparse
-import gzip
 import math
 import random
 import sys
@@ -28,49 +29,41 @@ import time
 from collections import deque
 from pathlib import Path
 from types import SimpleNamespace
-from typing import IO, Any
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from tracer.record.born import born_index
 from tracer.record.recorder import RUNNER_NOTES_ATTR, Recorder, RunnerNote
-from tracer.record.writer import Encoder
+from tracer.record.writer import TraceWriter, open_sink
 from tracer.trace import schema
 
 BLOCK = 16
 
 
-class SyncWriter:
-    """The recorder's writer interface, writing on the caller's thread (no queue: nothing to drop)."""
+class GenWriter(TraceWriter):
+    """The recorder's own writer thread (and, for a plain file, its born index), fed faster
+    than a server would: nothing may be dropped, so the queue is unbounded and the generator
+    waits for the writer every `FLUSH_EVERY` items (`pace`)."""
 
-    def __init__(self, sink: IO[bytes]) -> None:
-        self.sink = sink
-        self.dropped = 0
-        self.errors = 0
-        self.failed: str | None = None
+    FLUSH_EVERY = 2048
+
+    def __init__(self, path: Path, *, index: bool, interval_s: float) -> None:
+        if path.exists():
+            path.unlink()
+        born = born_index(path, interval_s=interval_s) if index else None
+        super().__init__(open_sink(path), max_queue=1 << 62, index=born)
         self.t0: float | None = None
-        self._buf: list[bytes] = []
-        self._encode: Encoder | None = None
-
-    def bind(self, encode: Encoder) -> None:
-        self._encode = encode
+        self._since = 0
 
     def emit(self, item: Any) -> bool:
         if isinstance(item, dict) and item.get("kind") == schema.HEADER:
             self.t0 = item["t0"]
-        self._buf.append(self._encode(item).line)  # type: ignore[misc, union-attr]  # bound by the Recorder
-        if len(self._buf) >= 4096:
-            self.flush()
-        return True
-
-    def flush(self) -> None:
-        self.sink.write(b"".join(self._buf))
-        self._buf.clear()
-
-    def shutdown(self, timeout: float = 0.0, last: Any = None) -> None:
-        if last is not None:
-            self._buf.append(self._encode(last()).line)  # type: ignore[misc, union-attr]
-        self.flush()
-        self.sink.close()
+        self._since += 1
+        if self._since >= self.FLUSH_EVERY:
+            self.force_flush(timeout=600.0)
+            self._since = 0
+        return super().emit(item)
 
 
 class Req:
@@ -302,12 +295,7 @@ def engine_config(args: argparse.Namespace, draft_slots: int) -> dict[str, Any]:
 def generate(path: Path, args: argparse.Namespace) -> dict[str, Any]:
     """Write the trace; returns counts for the caller to print."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    # Closed by writer.shutdown(), through Recorder.close().
-    if path.suffix == ".gz":
-        sink: IO[bytes] = gzip.open(path, "wb", compresslevel=3)  # noqa: SIM115
-    else:
-        sink = open(path, "wb")  # noqa: SIM115
-    writer = SyncWriter(sink)
+    writer = GenWriter(path, index=not args.no_index, interval_s=args.index_interval)  # closed by rec.close()
     draft_slots = 0  # ngram on vLLM 0.32
     sim = SimScheduler(args, draft_slots)
     rec = Recorder(
@@ -340,7 +328,9 @@ def generate(path: Path, args: argparse.Namespace) -> dict[str, Any]:
         counts["resumed"] += len(out.scheduled_cached_reqs.resumed_req_ids)
         counts["new"] += len(out.scheduled_new_reqs)
         counts["scheduled"] += len(out.num_scheduled_tokens)
-    rec.close()
+    rec.close(timeout=600.0)
+    if writer.dropped or writer.failed:
+        raise SystemExit(f"the writer dropped {writer.dropped} records ({writer.failed})")
     counts["steps"] = args.steps
     counts["arrived"] = sim.n_arrived
     return counts
@@ -358,6 +348,12 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--arrival-rate", type=float, default=0.06, help="mean arrivals per step")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="20,000 steps")
+    ap.add_argument(
+        "--no-index",
+        action="store_true",
+        help="write no born index (<trace>.ssidx), as a recorder before it did: an older trace's first open",
+    )
+    ap.add_argument("--index-interval", type=float, default=10.0, help="seconds between born index segments")
     return ap
 
 

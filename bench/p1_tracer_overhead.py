@@ -254,16 +254,24 @@ def hook_times(rec: Any, loop: Loop, steps: int) -> dict[str, float]:
     for name in hooks:
         setattr(rec, name, timed(name, getattr(rec, name)))
     rec.writer._encode = timed("encode", rec.writer._encode)  # bench-only peek at the writer
+    index = getattr(rec.writer, "_index", None)  # the born index (tracer.record.born), fed per record
+    if index is not None:
+        index.add = timed("born", index.add)
     loop.run(steps)
     for name in hooks:
         delattr(rec, name)
+    if index is not None:
+        del index.add
     # add_request / an abort, on the running requests' objects; what they note is discarded.
     wrapped_add, wrapped_finish = timed("on_add", rec.on_add), timed("on_finish", rec.on_finish)
     for request in list(loop.sched.running):
         wrapped_add(request)
         wrapped_finish([request.request_id], "FINISHED_ABORTED")
     rec._inputs.clear()  # bench-only: the next step must not carry the fake inputs
-    return {name: statistics.median(v) / 1000 for name, v in times.items()}
+    out = {name: statistics.median(v) / 1000 for name, v in times.items()}
+    if "born" in times:  # per step, all its records (the step and its runner records) together
+        out["born"] = sum(times["born"]) / steps / 1000
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -303,7 +311,8 @@ def main(argv: list[str] | None = None) -> int:
             stock_us, traced_us = spread(res["us_stock"])[1], spread(res["us_traced"])[1]
             parts = res["parts"]
             engine_side = ("on_drafts", "on_add", "on_finish")
-            hooks = sum(v for k, v in parts.items() if k != "encode" and k not in engine_side)
+            writer_side = ("encode", "born")
+            hooks = sum(v for k, v in parts.items() if k not in writer_side and k not in engine_side)
             print(
                 f"  {n:5d} running: stock {stock_us:8.1f} us/step, traced {traced_us:8.1f} us/step\n"
                 f"        traced/stock {fmt_spread(res['ratio'])}\n"
@@ -311,24 +320,32 @@ def main(argv: list[str] | None = None) -> int:
                 f"        control A'/A {fmt_spread(res['control'])}\n"
                 f"        tracer hooks {hooks:.1f} us/step on the scheduler thread ("
                 + ", ".join(
-                    f"{k} {v:.1f}" for k, v in parts.items() if k != "encode" and k not in engine_side
+                    f"{k} {v:.1f}" for k, v in parts.items() if k not in writer_side and k not in engine_side
                 )
                 + f"); outside the timed calls: on_drafts {parts.get('on_drafts', 0.0):.1f} us/step, "
                 f"on_add {parts.get('on_add', 0.0):.2f} us/request, "
                 f"on_finish {parts.get('on_finish', 0.0):.2f} us/call; "
                 f"writer thread encodes a step in {parts.get('encode', 0.0):.1f} us "
-                f"({parts.get('encode', 0.0) / stock_us:.1%} of a stock step); "
+                f"({parts.get('encode', 0.0) / stock_us:.1%} of a stock step), and its born index "
+                f"takes {parts.get('born', 0.0):.1f} us of a step's records "
+                f"({parts.get('born', 0.0) / stock_us:.2%}); "
                 f"dropped {res['dropped']}, tracer errors {res['errors']}",
                 flush=True,
             )
             if res["ratio_before"] is not None:
                 pb = res["parts_before"]
-                hooks_before = sum(v for k, v in pb.items() if k != "encode" and k not in engine_side)
+                hooks_before = sum(v for k, v in pb.items() if k not in writer_side and k not in engine_side)
+                writer_before = pb.get("encode", 0.0) + pb.get("born", 0.0)
+                writer_after = parts.get("encode", 0.0) + parts.get("born", 0.0)
                 print(
                     f"        baseline {args.baseline}: traced/stock {fmt_spread(res['ratio_before'])}\n"
                     f"        today - baseline, % of a stock step: {fmt_spread(res['delta_pct'], '%', 2)}\n"
                     f"        hooks {hooks_before:.1f} us/step before, {hooks:.1f} after; writer encodes a "
-                    f"step in {pb.get('encode', 0.0):.1f} us before, {parts.get('encode', 0.0):.1f} after",
+                    f"step in {pb.get('encode', 0.0):.1f} us before, {parts.get('encode', 0.0):.1f} after; "
+                    f"writer thread per step (encode + born index): "
+                    f"{writer_before:.1f} us before, {writer_after:.1f} after, "
+                    f"{(writer_after - writer_before) / stock_us:+.2%} "
+                    "of a stock step",
                     flush=True,
                 )
     headline = next((r for r in results if r["n"] == 256), results[0])

@@ -114,8 +114,9 @@ def assert_same_pass(a: steppass.StepPass, b: steppass.StepPass) -> None:
     for name in timing.FEATURES:
         np.testing.assert_array_equal(a.features.columns[name], b.features.columns[name], err_msg=name)
     assert a.features.context_recorded == b.features.context_recorded
-    for name in ("seen", "first", "last", "tokens"):
+    for name in ("seen", "first", "last", "tokens", "arrived", "scheduled", "arrival"):
         np.testing.assert_array_equal(getattr(a.requests, name), getattr(b.requests, name), err_msg=name)
+    assert a.requests.ids == b.requests.ids
 
 
 def test_a_big_trace_keeps_its_pass_and_a_reopen_reads_it_back(

@@ -128,14 +128,17 @@ def test_what_a_big_live_trace_keeps_beside_it_reads_back_equal(
     run: str, request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """On these live traces (bench serve's clients, hang-ups, prefix hits, preemptions, async
-    scheduling): the vectorised latency equals the per-request loop, and the step pass, the
+    scheduling): the vectorised latency equals the per-request loop, the step pass and the
+    request index from entry columns equal the record-by-record reference, and the step pass, the
     request index and `diff` read back from the derived sidecars equal what was computed."""
     from tests.test_derived import assert_latency_equals_the_loop, assert_same_pass
+    from tests.test_entrypass import assert_equals_reference
     from tracer.analysis import requests, steppass
     from tracer.trace import sidecar
 
     trace, _ = request.getfixturevalue(run)
     assert_latency_equals_the_loop(trace)
+    assert_equals_reference(trace)  # the NumPy pass and index against the record-by-record ones
     monkeypatch.setattr(sidecar, "MIN_SOURCE_BYTES", 0)  # as a big trace: sidecars are kept
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     path = tmp_path / "live.jsonl"

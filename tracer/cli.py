@@ -37,10 +37,10 @@ def progress(done: int, total: int) -> None:
         print(f"\rloading {done / total:6.1%}", end="" if done < total else "\n", file=sys.stderr)
 
 
-def _load(args: argparse.Namespace) -> Trace:
+def _load(args: argparse.Namespace, *, entries: bool = False) -> Trace:
     from tracer.trace.reader import load
 
-    return load(args.trace, strict=not args.lenient, progress=progress)
+    return load(args.trace, strict=not args.lenient, progress=progress, entries=entries)
 
 
 def _sessions(args: argparse.Namespace) -> list[Session]:
@@ -174,7 +174,7 @@ def cmd_timing(args: argparse.Namespace) -> int:
 
     from tracer.render.timing_report import client_doc, timing_lines, timing_report
 
-    trace = _load(args)
+    trace = _load(args, entries=True)  # the step pass reads the entry columns
     doc = timing_report(trace)
     if args.client:
         from tracer.analysis.client import ClientMismatch
@@ -200,7 +200,9 @@ def cmd_diff(args: argparse.Namespace) -> int:
     from tracer.render.compare import diff_lines
 
     strict = not args.lenient
-    comparison = compare(Session.load(args.trace_a, strict=strict), Session.load(args.trace_b, strict=strict))
+    # The request index and the step pass read the entry columns: collected by the same parse.
+    a = Session.load(args.trace_a, strict=strict, entries=True)
+    comparison = compare(a, Session.load(args.trace_b, strict=strict, entries=True))
     for line in diff_lines(comparison, rows=args.rows):
         print(line)
     return 0

@@ -1,40 +1,28 @@
-"""Per-request events of a whole trace, in one pass that parses no step whole.
+"""Per-request events of a whole trace.
 
 `lifetimes` follows each request through every step it was
 scheduled in: 51 million request-steps in a 200,000-step trace at 256 running requests,
 too many to visit in Python. What a comparison needs is much less: when each request was
-admitted, preempted, resumed and finished (short lists, `n_new` … `n_finished` say which
-steps have any) and the step of its first sampled token (looked up in the `sampled` dict of
-the steps after its admission, by key, until found). `request_events` reads exactly
-those, from each record's bytes where the recorder's layout allows (see
-tracer.analysis.detail) and from the whole record where it does not, and keeps one small
-object per request (aggregates only: no per-step lists).
+admitted, preempted, resumed and finished and the step of its first sampled token.
+`request_events` computes exactly those with NumPy from the trace's entry columns
+(tracer.analysis.entrypass), and keeps one small object per request (aggregates only: no
+per-step lists); `reference` builds the same record by record.
 
 The index is cached per Trace object, so a comparison and a later search share it.
 """
 
 from __future__ import annotations
 
-import contextlib
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import orjson
 
-from tracer.analysis import detail
+from tracer.analysis import detail, entrypass
 from tracer.analysis.pertrace import PerTrace
-from tracer.trace import schema, sidecar
+from tracer.trace import sidecar
 from tracer.trace.reader import Trace
-
-# Where the bytes of one record's keys start (in the recorder's order) and the
-# value of one `sampled` entry.
-_NEW, _RESUMED, _RUNNING = detail.needle("new"), detail.needle("resumed"), detail.needle("running")
-_PREEMPTED, _UNSCHEDULED = detail.needle("preempted"), detail.needle("unscheduled")
-_SAMPLED = detail.needle("sampled") + b"{"
-_INT = re.compile(rb"-?[0-9]+(?=[,}])")
-_FEW = 8  # pending requests looked up by key; more: the step's sampled dict is parsed
 
 
 @dataclass(slots=True)
@@ -136,8 +124,7 @@ class _Builder:
     def __init__(self) -> None:
         self.events: dict[str, RequestEvents] = {}
         self.since: dict[str, int] = {}
-        # Admitted, no token sampled yet: id -> (its `sampled` key bytes, its events).
-        self.pending: dict[str, tuple[bytes, RequestEvents]] = {}
+        self.pending: dict[str, RequestEvents] = {}  # admitted, no token sampled yet
 
     def of(self, rid: str) -> RequestEvents:
         ev = self.events.get(rid)
@@ -152,7 +139,7 @@ class _Builder:
             ev.admitted = step
             self.since.setdefault(rid, step)
             if ev.prefill_done is None and isinstance(rid, str):
-                self.pending[rid] = (orjson.dumps(rid) + b":", ev)
+                self.pending[rid] = ev
 
     def resume(self, step: int, resumed: list[Any]) -> None:
         for entry in resumed:
@@ -170,7 +157,7 @@ class _Builder:
         if not isinstance(sampled, dict):
             return
         for rid in [rid for rid in self.pending if (sampled.get(rid) or 0) > 0]:
-            self.pending.pop(rid)[1].prefill_done = step
+            self.pending.pop(rid).prefill_done = step
 
     def record(self, step: int, rec: dict[str, Any]) -> None:
         """One step from its whole parsed record (the reference order of `lifetimes`)."""
@@ -180,122 +167,20 @@ class _Builder:
         self.end(step, rec.get("preempted") or [], rec.get("finished") or [])
 
 
-def _list(data: bytes | bytearray, a: int, b: int, n: int) -> list[Any] | None:
-    """The JSON list in data[a:b] if it has n entries, else None (the layout is not the recorder's)."""
-    try:
-        value = orjson.loads(data[a:b])
-    except orjson.JSONDecodeError:
-        return None
-    return value if type(value) is list and len(value) == n else None
-
-
-def _step_from_bytes(
-    b: _Builder, data: bytes | bytearray, s: int, e: int, step: int, counts: tuple[int, int, int, int]
-) -> bool:
-    """One step read from its record's bytes data[s:e]; False (nothing applied) when the
-    record is not laid out as the recorder writes it."""
-    n_new, n_res, n_pre, n_fin = counts
-    find = data.find
-    new = resumed = None
-    r = s
-    if n_new or n_res:
-        a = find(_NEW, s, e)
-        r = find(_RESUMED, a, e) if a >= 0 else -1
-        if r < 0:
-            return False
-        if n_new:
-            new = _list(data, a + len(_NEW), r, n_new)
-            if new is None:
-                return False
-        if n_res:
-            u = find(_RUNNING, r, e)
-            resumed = _list(data, r + len(_RESUMED), u, n_res) if u >= 0 else None
-            if resumed is None:
-                return False
-    ends = None
-    q = s
-    if n_pre or n_fin or b.pending:
-        p = find(_PREEMPTED, r, e)  # after the resumed list when it was found
-        q = find(_UNSCHEDULED, p, e) if p >= 0 else -1
-        if q < 0:
-            return False
-    if n_pre or n_fin:
-        try:
-            ends = orjson.loads(b"{" + data[p + 1 : q] + b"}")
-        except orjson.JSONDecodeError:
-            return False
-        pre, fin = ends.get("preempted"), ends.get("finished")
-        if type(pre) is not list or type(fin) is not list or len(pre) != n_pre or len(fin) != n_fin:
-            return False
-    if new is not None:
-        b.admit(step, new)
-    if resumed is not None:
-        b.resume(step, resumed)
-    if b.pending:
-        _sampled_from_bytes(b, data, q, e, step)
-    if ends is not None:
-        b.end(step, ends["preempted"], ends["finished"])
-    return True
-
-
-def _sampled_from_bytes(b: _Builder, data: bytes | bytearray, s: int, e: int, step: int) -> None:
-    """Pending requests' samples in the step's `sampled` dict, which follows byte s."""
-    p = data.find(_SAMPLED, s, e)
-    if p < 0:
-        return  # null, or not a dict: no sample known
-    start = p + len(_SAMPLED) - 1
-    # The dict holds string keys and integer values only, so `},"` ends it (a quote
-    # inside a string is escaped); without a key after it, it closes the record.
-    stop = data.find(b'},"', start, e)
-    stop = e - 1 if stop < 0 else stop + 1
-    if len(b.pending) > _FEW:
-        with contextlib.suppress(orjson.JSONDecodeError):  # not a dict after all: no sample known
-            b.sampled_dict(step, orjson.loads(data[start:stop]))
-        return
-    done = []
-    for rid, (key, ev) in b.pending.items():
-        at = data.find(key, start, stop)
-        while at >= 0 and data[at - 1] not in b"{,":  # the tail of another key
-            at = data.find(key, at + 1, stop)
-        if at < 0:
-            continue
-        m = _INT.match(data, at + len(key))
-        if m is None:  # not an integer: the parsed dict decides
-            b.sampled_dict(step, orjson.loads(data[start:stop]))
-            return
-        if int(m.group()) > 0:
-            done.append(rid)
-            ev.prefill_done = step
-    for rid in done:
-        del b.pending[rid]
-
-
-def _is_compact(trace: Trace) -> bool:
-    try:
-        return schema.parse_version(trace.header.get("schema")) >= (1, 2)
-    except ValueError:
-        return False
-
-
 def _build(trace: Trace) -> RequestIndex:
+    found = entrypass.computed(trace)
+    if found is None:
+        return reference(trace)
+    events = {row[0]: RequestEvents(*row) for row in found.events}
+    return RequestIndex(events, found.since)
+
+
+def reference(trace: Trace) -> RequestIndex:
+    """The index record by record (each step parsed whole): the reference `_build` is
+    compared with, and what a trace whose records do not fit entry columns gets."""
     b = _Builder()
-    col = trace.columns
-    steps = col["step"].tolist()
-    counts = list(
-        zip(*(col[c].tolist() for c in ("n_new", "n_resumed", "n_preempted", "n_finished")), strict=True)
-    )
-    # The byte path reads the 1.1 layout (a list per group, `sampled` keyed by id); format
-    # 1.2's arrays and aligned `sampled` are read from the parsed record, expanded.
-    compact_layout = _is_compact(trace)
-    for lo in range(0, len(steps), detail.BATCH):
-        hi = min(len(steps), lo + detail.BATCH)
-        pieces = [(line, 0, len(line)) for line in detail.raw_lines(trace, np.arange(lo, hi))]
-        for i, (data, s, e) in zip(range(lo, hi), pieces, strict=True):
-            c = counts[i]
-            if not (any(c) or b.pending):
-                continue
-            if compact_layout or not _step_from_bytes(b, data, s, e, steps[i], c):
-                b.record(steps[i], detail.with_defaults(orjson.loads(data[s:e])))
+    for _, rec in detail.records(trace, range(len(trace))):
+        b.record(rec["step"], rec)
     return RequestIndex(b.events, b.since)
 
 

@@ -129,8 +129,10 @@ class Session:
             self._done["analysis"] = report.analysis
 
     @classmethod
-    def load(cls, path: str | Path, *, strict: bool = True, progress: Progress | None = None) -> Session:
-        return cls(load(path, strict=strict, progress=progress))
+    def load(
+        cls, path: str | Path, *, strict: bool = True, progress: Progress | None = None, entries: bool = False
+    ) -> Session:
+        return cls(load(path, strict=strict, progress=progress, entries=entries))
 
     @classmethod
     def of(cls, source: Session | Trace) -> Session:

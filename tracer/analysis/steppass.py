@@ -1,12 +1,14 @@
-"""One pass over every step's full record, shared and kept: the step-time features
+"""One pass over every step's requests, shared and kept: the step-time features
 (tracer.analysis.timing.FeatureBuilder) and each request's token rows (LatencyTracker).
 
-It is the one analysis that must parse every record whole (0.3 ms a step at 256 running),
-and throughput, latency, the step-time fit and a replay's clock all need it. So it runs
-once per Trace object, and a big trace file (one that has a reader sidecar) keeps the
-result beside it, `<trace>.steppass.ssidx`, valid for exactly the file state the Trace
-was loaded from (the reader's fingerprint: size, mtime and hashes) and that many steps.
-Rows, not times, are kept: a retimed trace shares them.
+Throughput, latency, the step-time fit and a replay's clock all need it. It is computed
+with NumPy from the trace's entry columns (tracer.analysis.entrypass); record by record
+(`reference`, 0.3 ms a step at 256 running) only for a trace whose records do not fit
+them, and in the tests that compare the two. It runs once per Trace object, and a big
+trace file (one that has a reader sidecar) keeps the result beside it,
+`<trace>.steppass.ssidx`, valid for exactly the file state the Trace was loaded from (the
+reader's fingerprint: size, mtime and hashes) and that many steps. Rows, not times, are
+kept: a retimed trace shares them.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from tracer.analysis import timing
+from tracer.analysis import entrypass, timing
 from tracer.analysis.pertrace import PerTrace
 from tracer.analysis.throughput import LatencyTracker, RequestTimes
 from tracer.trace import sidecar
@@ -63,6 +65,14 @@ def share(trace: Trace, copy: Trace) -> None:
 
 
 def _run(trace: Trace) -> StepPass:
+    found = entrypass.computed(trace)
+    if found is None:
+        return reference(trace)
+    return StepPass(found.features, found.times)
+
+
+def reference(trace: Trace) -> StepPass:
+    """The pass record by record: the reference `_run` is compared with."""
     tracker = LatencyTracker()
     features = timing.step_features(timing.records_of(trace), len(trace), also=tracker.add)
     return StepPass(features, tracker.times())

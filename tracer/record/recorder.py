@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from tracer import __version__
+from tracer.record.born import born_index
 from tracer.record.engine_config import describe_scheduler, regime_of
 from tracer.record.writer import Record, Tap, TraceWriter, open_sink
 from tracer.trace import schema
@@ -303,7 +304,8 @@ class Recorder:
             if path.exists():
                 path.unlink()  # one run per file; `{pid}` in the path keeps engines apart
             sink = open_sink(path)
-        writer = TraceWriter(sink, max_queue=queue, taps=taps)  # the Recorder binds its encoder
+        # The Recorder binds its encoder; a plain file gets its born index.
+        writer = TraceWriter(sink, max_queue=queue, taps=taps, index=born_index(path))
         name = f"{type(sched).__module__}.{type(sched).__qualname__}"
         extra = dict(header) if header else None
         return cls(writer, describe_scheduler(sched), policy=policy, scheduler_cls=name, header_extra=extra)
@@ -525,11 +527,13 @@ class Recorder:
     def encode(self, item: StepSnapshot | RunnerPass | dict[str, Any]) -> Record:
         """The writer's encoder: the record an item stands for, built and encoded."""
         if type(item) is StepSnapshot:
-            return Record(schema.STEP, item.step, _dumps(self.build_step(item)))
+            record = self.build_step(item)
+            return Record(schema.STEP, item.step, _dumps(record), record)
         if type(item) is RunnerPass:
-            return Record(schema.RUNNER, item.step, _dumps(runner_record(item)))
+            record = runner_record(item)
+            return Record(schema.RUNNER, item.step, _dumps(record), record)
         if isinstance(item, dict):  # header, hooks and footer: built already
-            return Record(item["kind"], item.get("step"), _dumps(item))
+            return Record(item["kind"], item.get("step"), _dumps(item), item)
         raise TypeError(f"not a trace item: {type(item).__name__}")
 
     def build_step(self, snap: StepSnapshot) -> dict[str, Any]:

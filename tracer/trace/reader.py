@@ -47,6 +47,8 @@ import numpy as np
 import orjson
 
 from tracer.trace import codec, compact, schema, sidecar
+from tracer.trace.entries import SIDECAR_DTYPES as _ENTRY_DTYPES
+from tracer.trace.entries import Entries, EntryCollector
 from tracer.trace.errors import TraceError, TraceHeaderError, TraceOrderError, TraceVersionError
 from tracer.trace.store import (
     MEMBER_DTYPE,
@@ -146,6 +148,18 @@ _COLUMNS = itemgetter(*compact.COLUMNS)
 _TOKENS = itemgetter(1)
 _SPEC = itemgetter(2)
 _JUST_INT = frozenset({int})
+_ENTRY_KEYS = (
+    "step",
+    "inputs",
+    "new",
+    "resumed",
+    "running",
+    "sampled",
+    "waiting_demand",
+    "preempted",
+    "finished",
+    "context_tokens",
+)
 
 
 @dataclass
@@ -167,6 +181,9 @@ class Trace:
     # The file state (tracer.trace.sidecar.fingerprint) a whole big file was loaded from:
     # derived sidecars (tracer.analysis.steppass) are valid for exactly it. None otherwise.
     fingerprint: dict[str, Any] | None = None
+    # Per-request entry columns (tracer.trace.entries), when the load collected them or its
+    # sidecar holds them; None otherwise (`entries_of` collects them then).
+    entries: Entries | None = None
 
     @property
     def config(self) -> dict[str, Any]:
@@ -230,6 +247,7 @@ class Trace:
             runner={k: v[rows] for k, v in self.runner.items()},
             _spans=self._spans[rows],
             fingerprint=None,  # a part of the file's steps: nothing derived from the whole fits it
+            entries=None,
         )
 
     def _parse_step(self, i: int, raw: bytes) -> dict[str, Any]:
@@ -277,6 +295,91 @@ def _group_sums(group: Any) -> tuple[int, int, int]:
     if type(group) is not list or (group and set(map(type, map(_TOKENS, group))) != _JUST_INT):
         raise TypeError("not the recorder's entries")
     return len(group), sum(map(_TOKENS, group)), sum(map(_SPEC, group))
+
+
+def fast_step_row(r: dict[str, Any], start: int, end: int, last: int) -> bytes | None:
+    """The packed row of step record `r` (its line at bytes [start, end)) when it is shaped
+    as the recorder writes it and its step number exceeds `last`; None sends it down the
+    general path, which decides. The reader's fast path, and the born index's
+    (tracer.record.born) for the records the recorder hands its writer."""
+    try:
+        step, t, tg, ip, q, new, res, run, pre, fin, smp, nw, nr, su, kv = _STEP_KEYS(r)
+        tc, tu, tl = _TARGET_KEYS(tg)
+        ic, iu, ir, il = _INPUT_KEYS(ip)
+        qp, qr, qc = (0, 0, -1) if q is None else _QUERY_KEYS(q)
+        nt = rt = ut = spec = 0
+        ok = type(new) is list and type(res) is list and type(run) is list
+        if ok:  # 1.1 entries (or 1.2 with every group empty)
+            # Token counts must be ints, not bools (so each entry is a list of
+            # >= 2): the general path's check, in C.
+            if new:
+                ok = set(map(type, map(_TOKENS, new))) == _JUST_INT
+                nt, spec = sum(map(_TOKENS, new)), sum(map(_SPEC, new))
+            if res and ok:
+                ok = set(map(type, map(_TOKENS, res))) == _JUST_INT
+                rt, spec = sum(map(_TOKENS, res)), spec + sum(map(_SPEC, res))
+            if run and ok:
+                ok = set(map(type, map(_TOKENS, run))) == _JUST_INT
+                ut, spec = sum(map(_TOKENS, run)), spec + sum(map(_SPEC, run))
+            is_compact = type(smp) is list
+            n_new, n_res, n_run = len(new), len(res), len(run)
+        else:  # 1.2 parallel arrays: compact.columns' checks, in C
+            is_compact = ok = True
+            (n_new, nt, s1), (n_res, rt, s2), (n_run, ut, s3) = map(_group_sums, (new, res, run))
+            spec = s1 + s2 + s3
+        if is_compact and ok:
+            # sampled aligned with the scheduled requests; drafts refs in range.
+            n_all = n_new + n_res + n_run
+            ok = type(smp) is not list or len(smp) == n_all
+            for e in r.get("inputs") or ():
+                if type(e) is list and len(e) == 3 and e[0] == "d" and type(e[1]) is list:
+                    ok = ok and compact.refs_ok(e[1], n_all)
+        # The budget fields must be exactly ints. The other values are
+        # checked by pack() itself: "q" takes ints and bools (read as 1/0,
+        # as int() does on the general path) and refuses the rest, "d"
+        # takes numbers, so anything else goes down the general path.
+        if (
+            ok
+            and _why_problem(r) is None
+            and type(step) is int
+            and step > last
+            and type(tc) is int
+            and type(tu) is int
+            and type(tl) is int
+            and type(ic) is int
+            and type(iu) is int
+            and type(il) is int
+        ):
+            return _ROW.pack(
+                step, tc, tu, tl, ic, iu, ir, il, qp, qr, qc or -1,
+                n_new, n_res, n_run, len(pre), len(fin), nt, rt, ut, spec,
+                -1 if smp is None else sum(smp.values()) if type(smp) is dict else sum(smp),
+                nw, nr, _held(pre, new, res, run) if pre else 0, start, end,
+                t, su, kv,
+            )  # fmt: skip
+    except (KeyError, TypeError, IndexError, AttributeError, struct.error):
+        pass  # not the recorder's shape: the general path decides
+    return None
+
+
+def fast_runner_row(r: dict[str, Any]) -> bytes | None:
+    """The packed row of runner record `r` as the recorder writes it, else None (the general path)."""
+    try:
+        step, pass_, rows_, cap = _RUNNER_KEYS(r)
+        padded = r.get("padded")
+        if (
+            type(step) is int
+            and type(rows_) is int
+            and (cap is None or type(cap) is int)
+            and (padded is None or type(padded) is int)
+            and (pass_ == "target" or pass_ == "draft")
+        ):
+            return _RUNNER_ROW.pack(
+                step, pass_ != "target", rows_, -1 if cap is None else cap, -1 if padded is None else padded
+            )
+    except (KeyError, TypeError, struct.error):
+        pass
+    return None
 
 
 def _with_defaults(record: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
@@ -350,9 +453,13 @@ def _req_list(record: dict[str, Any], key: str, path: str, line: int) -> list[An
 class TraceBuilder:
     """Incremental parser: feed() bytes as they arrive, build() a Trace at any time."""
 
-    def __init__(self, path: str | Path, *, strict: bool = True, store: Store | None = None) -> None:
+    def __init__(
+        self, path: str | Path, *, strict: bool = True, store: Store | None = None, entries: bool = False
+    ) -> None:
         self.path = str(path)
         self.strict = strict
+        # Per-request entry columns, collected from the same parse (tracer.trace.entries).
+        self.entries: EntryCollector | None = EntryCollector() if entries else None
         # None: everything fed is kept, for step detail (streams, uploads). A store
         # (its bytes are a file's, fed from the file's start): only the unparsed tail.
         self.store = store
@@ -476,14 +583,13 @@ class TraceBuilder:
         one packed row; line numbers are counted (in C) only when a record needs one."""
         loads, decode_error = orjson.loads, orjson.JSONDecodeError
         rows, runner_rows = self._rows, self._runner_rows
-        pack, pack_runner = _ROW.pack, _RUNNER_ROW.pack
         data, base = self._buf, self._base
-        compact_refs_ok = compact.refs_ok
         counted, line_no = pos, self._line  # line_no: lines before byte `counted`
         have_header = self.header is not None
         # The fast path takes a step only when it keeps the order (_check_order): above
         # the last step, before any footer. Anything else goes to the general path.
         last, open_ = self._last_step(), self.footer is None
+        collect = self.entries.add if self.entries is not None else None
         for line in source:
             n = len(line)
             if n == 1:  # an empty line
@@ -498,86 +604,18 @@ class TraceBuilder:
                 kind = None
             fast = False
             if kind == "step" and have_header:
-                try:
-                    step, t, tg, ip, q, new, res, run, pre, fin, smp, nw, nr, su, kv = _STEP_KEYS(r)
-                    tc, tu, tl = _TARGET_KEYS(tg)
-                    ic, iu, ir, il = _INPUT_KEYS(ip)
-                    qp, qr, qc = (0, 0, -1) if q is None else _QUERY_KEYS(q)
-                    nt = rt = ut = spec = 0
-                    ok = type(new) is list and type(res) is list and type(run) is list
-                    if ok:  # 1.1 entries (or 1.2 with every group empty)
-                        # Token counts must be ints, not bools (so each entry is a list of
-                        # >= 2): the general path's check, in C.
-                        if new:
-                            ok = set(map(type, map(_TOKENS, new))) == _JUST_INT
-                            nt, spec = sum(map(_TOKENS, new)), sum(map(_SPEC, new))
-                        if res and ok:
-                            ok = set(map(type, map(_TOKENS, res))) == _JUST_INT
-                            rt, spec = sum(map(_TOKENS, res)), spec + sum(map(_SPEC, res))
-                        if run and ok:
-                            ok = set(map(type, map(_TOKENS, run))) == _JUST_INT
-                            ut, spec = sum(map(_TOKENS, run)), spec + sum(map(_SPEC, run))
-                        is_compact = type(smp) is list
-                        n_new, n_res, n_run = len(new), len(res), len(run)
-                    else:  # 1.2 parallel arrays: compact.columns' checks, in C
-                        is_compact = ok = True
-                        (n_new, nt, s1), (n_res, rt, s2), (n_run, ut, s3) = map(_group_sums, (new, res, run))
-                        spec = s1 + s2 + s3
-                    if is_compact and ok:
-                        # sampled aligned with the scheduled requests; drafts refs in range.
-                        n_all = n_new + n_res + n_run
-                        ok = type(smp) is not list or len(smp) == n_all
-                        for e in r.get("inputs") or ():
-                            if type(e) is list and len(e) == 3 and e[0] == "d" and type(e[1]) is list:
-                                ok = ok and compact_refs_ok(e[1], n_all)
-                    # The budget fields must be exactly ints. The other values are
-                    # checked by pack() itself: "q" takes ints and bools (read as 1/0,
-                    # as int() does on the general path) and refuses the rest, "d"
-                    # takes numbers, so anything else goes down the general path.
-                    if (
-                        ok
-                        and open_
-                        and _why_problem(r) is None
-                        and type(step) is int
-                        and step > last
-                        and type(tc) is int
-                        and type(tu) is int
-                        and type(tl) is int
-                        and type(ic) is int
-                        and type(iu) is int
-                        and type(il) is int
-                    ):
-                        rows += pack(
-                            step, tc, tu, tl, ic, iu, ir, il, qp, qr, qc or -1,
-                            n_new, n_res, n_run, len(pre), len(fin), nt, rt, ut, spec,
-                            -1 if smp is None else sum(smp.values()) if type(smp) is dict else sum(smp),
-                            nw, nr, _held(pre, new, res, run) if pre else 0, base + pos, base + pos + n - 1,
-                            t, su, kv,
-                        )  # fmt: skip
-                        last, fast = step, True
-                except (KeyError, TypeError, IndexError, AttributeError, struct.error):
-                    pass  # not the recorder's shape: the general path decides
+                if open_:
+                    row = fast_step_row(r, base + pos, base + pos + n - 1, last)
+                    if row is not None:
+                        rows += row
+                        last, fast = r["step"], True
+                        if collect is not None:
+                            collect(r)
             elif kind == "runner" and have_header:
-                try:
-                    step, pass_, rows_, cap = _RUNNER_KEYS(r)
-                    padded = r.get("padded")
-                    if (
-                        type(step) is int
-                        and type(rows_) is int
-                        and (cap is None or type(cap) is int)
-                        and (padded is None or type(padded) is int)
-                        and (pass_ == "target" or pass_ == "draft")
-                    ):
-                        runner_rows += pack_runner(
-                            step,
-                            pass_ != "target",
-                            rows_,
-                            -1 if cap is None else cap,
-                            -1 if padded is None else padded,
-                        )
-                        fast = True
-                except (KeyError, struct.error):
-                    pass
+                row = fast_runner_row(r)
+                if row is not None:
+                    runner_rows += row
+                    fast = True
             if not fast:
                 line_no += data.count(b"\n", counted, pos)
                 counted = pos
@@ -690,6 +728,8 @@ class TraceBuilder:
         for key in schema.STEP_REQUIRED:
             if key not in r:
                 raise TraceError(path, "missing", line=line, field=key)
+        # As written, for the entry columns: the fast path collects the same from the same keys.
+        as_written = {key: r.get(key) for key in _ENTRY_KEYS} if self.entries is not None else None
         try:
             compact.expand(r)  # a 1.2 step in the 1.1 layout: every check below applies to both
         except compact.CompactError as exc:
@@ -748,6 +788,8 @@ class TraceBuilder:
         except struct.error as exc:  # e.g. an integer beyond 64 bits
             raise ValueError(str(exc)) from None
         self._rows += packed
+        if as_written is not None:
+            self.entries.add(as_written)  # type: ignore[union-attr]
 
     def _add_runner(self, r: dict[str, Any], line: int) -> None:
         for key in schema.RUNNER_REQUIRED:
@@ -796,6 +838,10 @@ class TraceBuilder:
         spans = np.stack([table["_start"], table["_end"]], axis=1)
         del table
         runner = _join_runner(columns["step"], np.frombuffer(self._runner_rows, _RUNNER_DTYPE).copy())
+        entries = self.entries.build() if self.entries is not None else None
+        if entries is not None and (problem := entries.problem(columns)) is not None:
+            logger.warning("schedscope: %s: entry columns not kept (%s)", self.path, problem)
+            entries = None
         return Trace(
             path=self.path,
             header=self.header,
@@ -808,6 +854,7 @@ class TraceBuilder:
             hooks=list(self.hooks),
             store=self.store if self.store is not None else MemoryStore(self._buf, self.path),
             _spans=spans,
+            entries=entries,
         )
 
 
@@ -915,7 +962,7 @@ def _parse_plain(
 
 
 def _parse_gzip(
-    path: Path, fd: int, st: os.stat_result, strict: bool, progress: Progress | None
+    path: Path, fd: int, st: os.stat_result, strict: bool, progress: Progress | None, entries: bool = False
 ) -> tuple[TraceBuilder, Torn | None, str | None]:
     """Decompress member by member, noting where each is. One member (an old `.gz`):
     its bytes stay in memory, as they always did. Several (the recorder writes one
@@ -960,12 +1007,12 @@ def _parse_gzip(
             break
         if builder is None and fpos < size:  # a second member: index them, hold none
             store = GzipMemberStore(path, np.zeros(0, MEMBER_DTYPE), file_identity(st), fd=os.dup(fd))
-            builder = TraceBuilder(path, strict=strict, store=store)
+            builder = TraceBuilder(path, strict=strict, store=store, entries=entries)
             for at in range(0, len(first), _WINDOW):  # type: ignore[arg-type]
                 builder.feed(bytes(first[at : at + _WINDOW]))  # type: ignore[index]
             first = None
     if builder is None:
-        builder = TraceBuilder(path, strict=strict)
+        builder = TraceBuilder(path, strict=strict, entries=entries)
         builder._adopt(first)  # type: ignore[arg-type]
         builder._parse(progress)
     else:
@@ -974,16 +1021,23 @@ def _parse_gzip(
 
 
 def load(
-    path: str | Path, *, strict: bool = True, progress: Progress | None = None, sidecar: bool = True
+    path: str | Path,
+    *,
+    strict: bool = True,
+    progress: Progress | None = None,
+    sidecar: bool = True,
+    entries: bool = False,
 ) -> Trace:
     """Load a whole trace file. See the module docstring for the error contract.
 
     With `sidecar` (tracer.trace.sidecar), a big trace's columns are saved after the
-    first load and mapped back on the next, instead of parsing the file again."""
+    first load and mapped back on the next, instead of parsing the file again. With
+    `entries`, the per-request entry columns (Trace.entries) are collected by the same
+    parse, or mapped from a sidecar that holds them (one that does is mapped anyway)."""
     path = Path(path)
     try:
         with open(path, "rb", buffering=0) as f:
-            return _load_open(path, f, strict, progress, sidecar)
+            return _load_open(path, f, strict, progress, sidecar, entries)
     except FileNotFoundError:
         raise TraceError(path, "no such file") from None
     except IsADirectoryError:
@@ -992,20 +1046,22 @@ def load(
         raise TraceError(path, f"cannot read: {exc}") from None
 
 
-def _load_open(path: Path, f: IO[bytes], strict: bool, progress: Progress | None, use_sidecar: bool) -> Trace:
+def _load_open(
+    path: Path, f: IO[bytes], strict: bool, progress: Progress | None, use_sidecar: bool, entries: bool
+) -> Trace:
     fd = f.fileno()
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):  # a pipe: no offsets to read back, so into memory
         raw = f.read()
         data, note = codec.decode(path, raw)
-        builder = TraceBuilder(path, strict=strict)
+        builder = TraceBuilder(path, strict=strict, entries=entries)
         builder._adopt(data)
         builder._parse(progress)
         return _built(path, builder, builder.finish(), note, len(data), progress)
     kind = codec.kind_of(os.pread(fd, codec.HEAD, 0))
     if kind == "zstd":
         data, note = codec.decode(path, f.read())
-        builder = TraceBuilder(path, strict=strict)
+        builder = TraceBuilder(path, strict=strict, entries=entries)
         builder._adopt(data)
         builder._parse(progress)
         return _built(path, builder, builder.finish(), note, len(builder._buf), progress)
@@ -1013,23 +1069,56 @@ def _load_open(path: Path, f: IO[bytes], strict: bool, progress: Progress | None
     resumed = None
     if use_sidecar:
         fingerprint = sidecar.fingerprint(fd, st)
-        trace, resumed = _from_sidecar(path, fd, st, strict, kind, progress)
+        trace, resumed = _from_sidecar(path, fd, st, strict, kind, progress, entries)
         if trace is not None:
             trace.fingerprint = fingerprint
             return trace
     if kind == "gzip":
-        builder, torn, note = _parse_gzip(path, fd, st, strict, progress)
+        builder, torn, note = _parse_gzip(path, fd, st, strict, progress, entries)
     else:
         if resumed is None:  # the store keeps its own fd: the Trace reads this file even if it is replaced
             resumed = TraceBuilder(
-                path, strict=strict, store=FileStore(path, file_identity(st), fd=os.dup(fd))
+                path, strict=strict, store=FileStore(path, file_identity(st), fd=os.dup(fd)), entries=entries
             )
         builder, torn, note = _parse_plain(resumed, fd, st.st_size, progress)
     trace = _built(path, builder, torn, note, st.st_size, progress)
+    if entries and trace.entries is None:
+        entries_of(trace)  # a sidecar without them, for a file that grew since
     if use_sidecar and builder.store is not None:
-        _save_sidecar(path, builder, torn, fingerprint, kind)
+        _save_sidecar(path, builder, torn, fingerprint, kind, trace)
         trace.fingerprint = fingerprint
     return trace
+
+
+def entries_of(trace: Trace) -> Entries | None:
+    """The trace's per-request entry columns: those its load collected or mapped, else
+    collected now from its records (and kept with the Trace); None when a record does not
+    fit them (tracer.trace.entries)."""
+    if trace.entries is not None:
+        if (problem := trace.entries.problem(trace.columns)) is None:
+            return trace.entries
+        logger.warning("schedscope: %s: entry columns not used (%s); collected again", trace.path, problem)
+    collector = EntryCollector()
+    rows = range(len(trace))
+    batch: list[bytes] = []
+    for _, raw in trace.raw_many(rows):
+        batch.append(raw)
+        if len(batch) >= 2048:
+            for record in orjson.loads(b"[" + b",".join(batch) + b"]"):
+                collector.add(record)
+            batch.clear()
+    if batch:
+        for record in orjson.loads(b"[" + b",".join(batch) + b"]"):
+            collector.add(record)
+    found = collector.build()
+    if found is None:
+        logger.info("schedscope: %s: no entry columns (%s)", trace.path, collector.failed)
+        return None
+    if (problem := found.problem(trace.columns)) is not None:
+        logger.info("schedscope: %s: no entry columns (%s)", trace.path, problem)
+        return None
+    trace.entries = found
+    return found
 
 
 def reopen(path: str | Path, *, strict: bool = True) -> Trace | None:
@@ -1089,13 +1178,25 @@ def _built(
     return builder.build(torn)
 
 
-_SIDECAR_ARRAYS = {"rows": _ROW_DTYPE, "runner": _RUNNER_DTYPE, "members": MEMBER_DTYPE}
+_SIDECAR_ARRAYS = {"rows": _ROW_DTYPE, "runner": _RUNNER_DTYPE, "members": MEMBER_DTYPE, **_ENTRY_DTYPES}
 # The checks a sidecar's load applied. 2: the step order (TraceBuilder._check_order). A
 # sidecar made before it may hold a repeated step or one after the footer: never trusted.
-_SIDECAR_CHECKS = 2
+SIDECAR_CHECKS = 2
 
 
-def _save_sidecar(path: Path, builder: TraceBuilder, torn: Torn | None, fingerprint: dict, kind: str) -> None:
+def row_arrays(rows: bytes | bytearray, runner: bytes | bytearray) -> dict[str, np.ndarray]:
+    """The sidecar's `rows` and `runner` arrays from packed step and runner rows."""
+    return {"rows": np.frombuffer(rows, _ROW_DTYPE), "runner": np.frombuffer(runner, _RUNNER_DTYPE)}
+
+
+def _save_sidecar(
+    path: Path,
+    builder: TraceBuilder,
+    torn: Torn | None,
+    fingerprint: dict,
+    kind: str,
+    trace: Trace | None = None,
+) -> None:
     """Save what this load computed; a sidecar that cannot be written is only logged."""
     meta = {
         "source": fingerprint,
@@ -1104,7 +1205,7 @@ def _save_sidecar(path: Path, builder: TraceBuilder, torn: Torn | None, fingerpr
         # part of what the sidecar means.
         "strict": builder.strict,
         "header": builder.header,
-        "checks": _SIDECAR_CHECKS,
+        "checks": SIDECAR_CHECKS,
         "footer": builder.footer,
         "footer_line": builder.footer_line,
         "gaps": builder.gaps,
@@ -1114,12 +1215,11 @@ def _save_sidecar(path: Path, builder: TraceBuilder, torn: Torn | None, fingerpr
         "parsed_end": builder._pos,
         "lines": builder._line,
     }
-    arrays = {
-        "rows": np.frombuffer(builder._rows, _ROW_DTYPE),
-        "runner": np.frombuffer(builder._runner_rows, _RUNNER_DTYPE),
-    }
+    arrays = row_arrays(builder._rows, builder._runner_rows)
     if isinstance(builder.store, GzipMemberStore):
         arrays["members"] = builder.store.members
+    if trace is not None and trace.entries is not None:
+        arrays.update(trace.entries.arrays())
     try:
         sidecar.write(path, meta, arrays)
     except (TypeError, ValueError, orjson.JSONEncodeError) as exc:  # a record JSON cannot hold again
@@ -1127,22 +1227,33 @@ def _save_sidecar(path: Path, builder: TraceBuilder, torn: Torn | None, fingerpr
 
 
 def _from_sidecar(
-    path: Path, fd: int, st: os.stat_result, strict: bool, kind: str, progress: Progress | None
+    path: Path,
+    fd: int,
+    st: os.stat_result,
+    strict: bool,
+    kind: str,
+    progress: Progress | None,
+    want_entries: bool = False,
 ) -> tuple[Trace | None, TraceBuilder | None]:
     """(the Trace, None) from a sidecar that matches the file; (None, a builder holding
     everything up to where the sidecar stopped) for a plain file that grew since; or
     (None, None): parse from the start."""
-    found = sidecar.read(path, fd, st, _SIDECAR_ARRAYS)
+    found = sidecar.read(path, fd, st, _SIDECAR_ARRAYS, pieces=True)
     if found is None:
         return None, None
-    meta, arrays, status = found
+    meta, pieces, status = found
     try:
+        # A born index comes in segments (tracer.record.born): the step and runner rows are
+        # joined here, the entry columns on first use.
+        arrays = {
+            name: np.concatenate(pieces[name]) for name in ("rows", "runner", "members") if name in pieces
+        }
         if meta["store"] != kind or (status == "grown" and kind != "plain"):
             return None, None
         if strict and not meta["strict"] and meta["problems"]:
             return None, None  # a lenient load's findings; a strict load must raise on them
-        if meta.get("checks") != _SIDECAR_CHECKS:
-            raise ValueError(f"it was made with checks {meta.get('checks')}, not {_SIDECAR_CHECKS}")
+        if meta.get("checks") != SIDECAR_CHECKS:
+            raise ValueError(f"it was made with checks {meta.get('checks')}, not {SIDECAR_CHECKS}")
         rows, runner = arrays["rows"], arrays["runner"]
         if len(rows) > 1 and not bool((rows["step"][1:] > rows["step"][:-1]).all()):
             raise ValueError("its step numbers do not increase")
@@ -1177,11 +1288,35 @@ def _from_sidecar(
         builder._pos = builder._base = end
         builder._line = int(meta["lines"])
         torn = Torn(**meta["torn"]) if meta["torn"] else None
+        found = Entries.from_pieces(pieces) if "e_ids" in pieces else None
+        if found is not None and (
+            problem := found.problem({"step": rows["step"], **_count_cols(rows)}, deep=False)
+        ):
+            logger.info("schedscope: %s: the sidecar's entry columns are not used (%s)", path, problem)
+            found = None
     except (KeyError, TypeError, ValueError) as exc:
         logger.debug("schedscope: sidecar for %s not used (%s)", path, exc)
         return None, None
     if status == "grown":
+        if want_entries and found is not None:
+            builder.entries = EntryCollector()
+            builder.entries.extend(found)
         return None, builder
     if progress is not None:
         progress(st.st_size, st.st_size)
-    return builder.build(torn), None
+    trace = builder.build(torn)
+    trace.entries = found
+    if want_entries and found is None and entries_of(trace) is not None:
+        # A sidecar written by a load without them: rewritten with them, so the next
+        # open maps them too.
+        keep = {k: v for k, v in meta.items() if k not in ("version", "arrays", "total", "data", "segment")}
+        plain = {k: arrays[k] for k in ("rows", "runner", "members") if k in arrays}
+        try:
+            sidecar.write(path, keep, {**plain, **trace.entries.arrays()})  # type: ignore[union-attr]
+        except (TypeError, ValueError, orjson.JSONEncodeError) as exc:
+            logger.debug("schedscope: no sidecar for %s (%s)", path, exc)
+    return trace, None
+
+
+def _count_cols(rows: np.ndarray) -> dict[str, np.ndarray]:
+    return {name: rows[name] for name in ("n_new", "n_resumed", "n_running", "n_preempted", "n_finished")}

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import mmap
 import os
 import struct
 from pathlib import Path
@@ -91,16 +92,16 @@ def _matches(fp: dict[str, Any], fd: int, st: os.stat_result) -> str | None:
     return "grown"
 
 
-def write(source: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray], name: str = "") -> Path | None:
-    """Write the sidecar next to `source`, else in the cache directory; None if neither
-    could be written (never raises for that)."""
+def _pack(meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> tuple[bytes, list[np.ndarray], int]:
+    """One container: its head (magic, length, padded meta), its arrays (each to be padded to
+    _ALIGN) and its total length."""
     layout: dict[str, Any] = {}
     offset = 0
     blobs = []
     for key, array in arrays.items():
         array = np.ascontiguousarray(array)
         layout[key] = {"dtype": str(array.dtype.descr), "count": len(array), "offset": offset}
-        blobs.append((offset, array))
+        blobs.append(array)
         offset += -(-array.nbytes // _ALIGN) * _ALIGN
     body = {**meta, "version": VERSION, "arrays": layout}
     # The data offset depends on the meta's length and the meta holds the total length:
@@ -109,17 +110,27 @@ def write(source: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray], nam
     head = -(-(len(MAGIC) + _LEN.size + len(raw) + 32) // _ALIGN) * _ALIGN
     meta_bytes = orjson.dumps({**body, "total": head + offset, "data": head})
     meta_bytes += b" " * (head - len(MAGIC) - _LEN.size - len(meta_bytes))
+    return MAGIC + _LEN.pack(len(meta_bytes)) + meta_bytes, blobs, head + offset
+
+
+def _write_container(f: Any, head: bytes, blobs: list[np.ndarray]) -> None:
+    f.write(head)
+    for array in blobs:
+        f.write(array.tobytes())
+        f.write(b"\0" * (-array.nbytes % _ALIGN))
+
+
+def write(source: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray], name: str = "") -> Path | None:
+    """Write the sidecar next to `source`, else in the cache directory; None if neither
+    could be written (never raises for that)."""
+    head, blobs, _ = _pack(meta, arrays)
     for target in locations(source, name):
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
             tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
             try:
                 with open(tmp, "wb") as f:
-                    f.write(MAGIC + _LEN.pack(len(meta_bytes)) + meta_bytes)
-                    for at, array in blobs:
-                        f.seek(head + at)
-                        f.write(array.tobytes())
-                    f.truncate(head + offset)
+                    _write_container(f, head, blobs)
                 os.replace(tmp, target)
             finally:
                 if tmp.exists():
@@ -131,41 +142,111 @@ def write(source: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray], nam
     return None
 
 
+def append_segment(target: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> int:
+    """Append one segment (a container whose meta has `segment`) to the sidecar `target`, as
+    the born index does while a trace is recorded; its length. Raises OSError. A reader uses
+    every whole segment in order and the meta of the last (`read(..., pieces=True)`); a
+    segment cut short (a kill, a full disk) ends the sidecar there."""
+    head, blobs, total = _pack(meta, arrays)
+    with open(target, "ab") as f:
+        if f.tell() % _ALIGN:
+            raise OSError(f"{target} does not end on a segment boundary")
+        _write_container(f, head, blobs)
+    return total
+
+
 def read(
-    source: Path, fd: int, st: os.stat_result, dtypes: dict[str, np.dtype]
-) -> tuple[dict[str, Any], dict[str, np.ndarray], str] | None:
+    source: Path, fd: int, st: os.stat_result, dtypes: dict[str, np.dtype], *, pieces: bool = False
+) -> tuple[dict[str, Any], dict[str, Any], str] | None:
     """(meta, arrays, 'same' or 'grown') from the first sidecar for `source` that is whole
-    and describes it (the file open on `fd`, as `st` saw it), else None."""
+    and describes it (the file open on `fd`, as `st` saw it), else None. With `pieces`, a
+    segmented sidecar's arrays come as a list of one array per segment (the meta is the
+    last whole segment's); without, only a sidecar of one container is read."""
     for where in locations(source):
         try:
-            found = _read_one(where, dtypes)
+            segments = _read_segments(where, dtypes) if pieces else [_read_one(where, dtypes)]
         except FileNotFoundError:
             continue
         except (OSError, ValueError, KeyError, TypeError, struct.error) as exc:
             logger.debug("schedscope: sidecar %s not used (%s)", where, exc)
             continue
-        if found is None:
-            continue
-        meta, arrays = found
+        meta = segments[-1][0]
         status = _matches(meta.get("source"), fd, st)
         if status is None:
             logger.debug("schedscope: sidecar %s is for another version of %s", where, source)
             continue
-        return meta, arrays, status
+        if not pieces:
+            return meta, segments[0][1], status
+        names = set(segments[0][1]).intersection(*(set(a) for _, a in segments[1:]))
+        return meta, {name: [a[name] for _, a in segments] for name in names}, status
     return None
 
 
+def _map(where: Path) -> mmap.mmap:
+    # Mapped, not read: a load touches only the arrays it uses (the reader's rows, not the
+    # per-request entry columns a summary never needs). Sidecars are only ever replaced
+    # (written to a temporary name, then renamed) or appended to, never rewritten in
+    # place, so the mapping stays the file it was.
+    with open(where, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            raise ValueError("an empty file")
+        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+
+
 def _read_one(where: Path, dtypes: dict[str, np.dtype]) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    data = where.read_bytes()
-    if data[: len(MAGIC)] != MAGIC:
-        raise ValueError("not a schedscope sidecar (magic)")
-    (n,) = _LEN.unpack_from(data, len(MAGIC))
-    meta = orjson.loads(data[len(MAGIC) + _LEN.size : len(MAGIC) + _LEN.size + n])
-    if not isinstance(meta, dict) or meta.get("version") != VERSION:
-        raise ValueError(f"version {meta.get('version') if isinstance(meta, dict) else '?'}, not {VERSION}")
+    data = _map(where)
+    meta, arrays = _container(data, 0, dtypes)
     if meta.get("total") != len(data):
         raise ValueError(f"{len(data)} bytes, its meta says {meta.get('total')} (torn?)")
-    start = int(meta["data"])
+    return meta, arrays
+
+
+def _read_segments(
+    where: Path, dtypes: dict[str, np.dtype]
+) -> list[tuple[dict[str, Any], dict[str, np.ndarray]]]:
+    """Every whole container of `where`, in order: one for a sidecar the reader wrote; one
+    per segment for a born index. A cut-short segment ends the list, with one warning."""
+    data = _map(where)
+    segments = [_container(data, 0, dtypes)]
+    at = segments[0][0]["total"]
+    if segments[0][0].get("segment") is None:
+        if at != len(data):
+            raise ValueError(f"{len(data)} bytes, its meta says {at} (torn?)")
+        return segments
+    while at < len(data):
+        try:
+            meta, arrays = _container(data, at, dtypes)
+            if meta.get("segment") != len(segments):
+                raise ValueError(f"segment {meta.get('segment')!r} where {len(segments)} was due")
+        except (ValueError, KeyError, TypeError, struct.error, orjson.JSONDecodeError) as exc:
+            logger.warning(
+                "schedscope: %s is cut short after segment %d (%s): the trace is read from there on",
+                where,
+                len(segments) - 1,
+                exc,
+            )
+            break
+        segments.append((meta, arrays))
+        at += meta["total"]
+    return segments
+
+
+def _container(
+    data: mmap.mmap, at: int, dtypes: dict[str, np.dtype]
+) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """The container starting at byte `at` of `data`; ValueError when it is not whole."""
+    if data[at : at + len(MAGIC)] != MAGIC:
+        raise ValueError("not a schedscope sidecar (magic)")
+    if at + len(MAGIC) + _LEN.size > len(data):
+        raise ValueError("cut short in its head")
+    (n,) = _LEN.unpack_from(data, at + len(MAGIC))
+    meta = orjson.loads(data[at + len(MAGIC) + _LEN.size : at + len(MAGIC) + _LEN.size + n])
+    if not isinstance(meta, dict) or meta.get("version") != VERSION:
+        raise ValueError(f"version {meta.get('version') if isinstance(meta, dict) else '?'}, not {VERSION}")
+    total = meta.get("total")
+    if type(total) is not int or total <= 0 or total % _ALIGN or at + total > len(data):
+        raise ValueError(f"{len(data) - at} bytes left, its meta says {total} (torn?)")
+    start = at + int(meta["data"])
     arrays = {}
     for name, dtype in dtypes.items():
         spec = meta["arrays"].get(name)
@@ -173,10 +254,10 @@ def _read_one(where: Path, dtypes: dict[str, np.dtype]) -> tuple[dict[str, Any],
             continue  # optional (the gzip member index): the caller checks what it needs
         if spec["dtype"] != str(dtype.descr):
             raise ValueError(f"array {name!r} is {spec['dtype']}, this reader expects {dtype.descr}")
-        at, count = start + int(spec["offset"]), int(spec["count"])
-        if count < 0 or at % _ALIGN or at + count * dtype.itemsize > len(data):
+        offset, count = start + int(spec["offset"]), int(spec["count"])
+        if count < 0 or offset % _ALIGN or offset + count * dtype.itemsize > at + total:
             raise ValueError(f"array {name!r} lies outside the file")
-        arrays[name] = np.frombuffer(data, dtype=dtype, count=count, offset=at)
+        arrays[name] = np.frombuffer(data, dtype=dtype, count=count, offset=offset)
     return meta, arrays
 
 

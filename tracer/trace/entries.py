@@ -1,0 +1,377 @@
+"""Per-request entry columns: every request a step names, as flat arrays.
+
+The step pass (tracer.analysis.steppass) and the request index (tracer.analysis.requests)
+need each step's requests: who was scheduled with how many tokens and drafts, what each
+sampled, who waited, was preempted or finished. Parsing every record again for that costs
+about 0.3 ms a step at 256 running; here the same facts are collected once, while the
+reader parses the trace (TraceBuilder with `entries=True`) or while the recorder writes it
+(tracer.record.born), into flat int32 arrays the analyses run NumPy over.
+
+Per step row (`steps`): how many entries of each kind it has, how its `sampled` was written
+(none, aligned with the scheduled order, or an `{id: n}` dict) and its `context_tokens`.
+Per entry, in the step's order: `sched` (the `new`, `resumed` then `running` requests: id
+code, tokens, drafts, the count it sampled as `Trace.step` reads it), `items` (a dict
+`sampled`'s own entries: id code, count), `wait` (`waiting_demand` ids), `pre`
+(`preempted`), `fin` (`finished`), `arr` and `arr_t` (the `["a", …]` inputs: id code and
+`arrival_time`, NaN where it is not a number). Ids are codes into `ids`, numbered in the order the
+collector met them.
+
+A record the columns cannot hold exactly (an id that is not a JSON scalar, a count that is
+not a 32-bit integer, a `sampled` of another type) stops the collection: the entries of
+that trace are then unavailable (`EntryCollector.failed` says why) and the analyses read
+the records instead.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterable
+from itertools import repeat
+from operator import itemgetter
+from typing import Any
+
+import numpy as np
+import orjson
+
+# steps: per step row; sched/items/wait/pre/fin: per entry.
+STEP_COLS = ("k_new", "k_res", "k_run", "k_items", "k_wait", "k_pre", "k_fin", "s_kind", "k_arr")
+SCHED_COLS = ("req", "tokens", "spec", "sampled")
+ITEM_COLS = ("req", "n")
+# How a step's `sampled` was written.
+S_NONE, S_ALIGNED, S_DICT = 0, 1, 2
+NO_CONTEXT = np.iinfo(np.int64).min  # a step without `context_tokens`
+
+_ID = itemgetter(0)
+_TOKENS = itemgetter(1)
+_SPEC = itemgetter(2)
+_GROUP = itemgetter("id", "tokens", "spec")
+
+
+class EntryCollector:
+    """Entry columns of steps added in order (`add`); `build()` hands them out as Entries."""
+
+    def __init__(self) -> None:
+        self.codes: dict[Any, int] = {}
+        self.ids: list[Any] = []
+        self.steps = {name: array("i") for name in STEP_COLS}
+        self.ctx = array("q")
+        self.sched = {name: array("i") for name in SCHED_COLS}
+        self.items = {name: array("i") for name in ITEM_COLS}
+        self.wait, self.pre, self.fin = array("i"), array("i"), array("i")
+        self.arr, self.arr_t = array("i"), array("d")
+        self.failed: str | None = None
+        self.count = 0  # steps added
+
+    def _code(self, ids: Iterable[Any]) -> list[int]:
+        ids = ids if type(ids) is list else list(ids)
+        got = list(map(self.codes.get, ids))
+        if None in got:  # ids not met before: numbered in the order met
+            codes, known = self.codes, self.ids
+            for j, rid in enumerate(ids):
+                if got[j] is None:
+                    c = codes.get(rid)
+                    if c is None:
+                        if rid is not None and type(rid) not in (str, int, float, bool):
+                            raise TypeError(f"request id {rid!r} is not a JSON scalar")
+                        c = codes[rid] = len(known)
+                        known.append(rid)
+                    got[j] = c
+        return got
+
+    def add(self, r: dict[str, Any]) -> None:
+        """One step record, in either layout (1.2 arrays or 1.1 entries), raw or expanded.
+        After a failure nothing more is collected."""
+        if self.failed is not None:
+            return
+        steps, sched = self.steps, self.sched
+        mark = {name: len(a) for name, a in (*steps.items(), *sched.items(), *self.items.items())}
+        marks = len(self.ctx), len(self.wait), len(self.pre), len(self.fin), len(self.arr), len(self.arr_t)
+        try:
+            ids: list[Any] = []
+            counts = []
+            for key in ("new", "resumed", "running"):
+                group = r.get(key) or ()
+                if type(group) is dict:
+                    gid, tokens, spec = _GROUP(group)
+                    sched["tokens"].extend(tokens)
+                    sched["spec"].extend(spec)
+                else:
+                    gid = list(map(_ID, group))
+                    sched["tokens"].extend(map(_TOKENS, group))
+                    try:
+                        sched["spec"].extend(map(_SPEC, group))
+                    except IndexError:  # 1.1 entries without drafts count none
+                        del sched["spec"][len(sched["tokens"]) - len(group) :]
+                        sched["spec"].extend([e[2] if len(e) > 2 else 0 for e in group])
+                ids += gid
+                counts.append(len(gid))
+            n = len(ids)
+            if len(sched["tokens"]) != mark["tokens"] + n or len(sched["spec"]) != mark["spec"] + n:
+                raise ValueError("groups of unequal lengths")
+            codes = self._code(ids)
+            sched["req"].extend(codes)
+            smp = r.get("sampled")
+            n_items = 0
+            if smp is None:
+                kind = S_NONE
+                sched["sampled"].extend(repeat(0, n))
+            elif type(smp) is list:
+                if len(smp) != n:
+                    raise ValueError(f"{len(smp)} sampled counts for {n} scheduled requests")
+                kind = S_ALIGNED
+                sched["sampled"].extend(smp)
+            elif type(smp) is dict:
+                kind = S_DICT
+                sched["sampled"].extend(map(smp.get, ids, repeat(0)))
+                self.items["req"].extend(self._code(smp))
+                self.items["n"].extend(smp.values())
+                n_items = len(smp)
+            else:
+                raise ValueError(f"sampled is {type(smp).__name__}")
+            wait = r.get("waiting_demand") or ()
+            self.wait.extend(self._code(map(_ID, wait)))
+            pre, fin = r.get("preempted") or (), r.get("finished") or ()
+            self.pre.extend(self._code(pre))
+            self.fin.extend(self._code(fin))
+            arrivals = [e for e in r.get("inputs") or () if e[0] == "a"]
+            self.arr.extend(self._code([e[1] for e in arrivals]))
+            self.arr_t.extend([_time(e[5]) for e in arrivals])
+            context = r.get("context_tokens")
+            self.ctx.append(NO_CONTEXT if context is None else int(context))
+            for name, value in zip(
+                STEP_COLS, (*counts, n_items, len(wait), len(pre), len(fin), kind, len(arrivals)), strict=True
+            ):
+                steps[name].append(value)
+        except (TypeError, ValueError, OverflowError, KeyError, IndexError, AttributeError) as exc:
+            self.failed = f"step {r.get('step')!r}: {type(exc).__name__}: {exc}"
+            for name, a in (*steps.items(), *sched.items(), *self.items.items()):
+                del a[mark[name] :]
+            kept = (self.ctx, self.wait, self.pre, self.fin, self.arr, self.arr_t)
+            for a, at in zip(kept, marks, strict=True):
+                del a[at:]
+            return
+        self.count += 1
+
+    def extend(self, entries: Entries) -> None:
+        """Continue after `entries` (a sidecar's, for a file that grew since)."""
+        assert self.count == 0 and not self.ids
+        self.ids = list(entries.ids)
+        self.codes = {rid: i for i, rid in enumerate(self.ids)}
+        for name in STEP_COLS:
+            self.steps[name].frombytes(np.ascontiguousarray(entries.steps[name], "<i4").tobytes())
+        self.ctx.frombytes(np.ascontiguousarray(entries.ctx, "<i8").tobytes())
+        for name in SCHED_COLS:
+            self.sched[name].frombytes(np.ascontiguousarray(entries.sched[name], "<i4").tobytes())
+        for name in ITEM_COLS:
+            self.items[name].frombytes(np.ascontiguousarray(entries.items[name], "<i4").tobytes())
+        for mine, theirs in (
+            (self.wait, entries.wait),
+            (self.pre, entries.pre),
+            (self.fin, entries.fin),
+            (self.arr, entries.arr),
+        ):
+            mine.frombytes(np.ascontiguousarray(theirs, "<i4").tobytes())
+        self.arr_t.frombytes(np.ascontiguousarray(entries.arr_t, "<f8").tobytes())
+        self.count = len(entries)
+
+    def build(self) -> Entries | None:
+        """The columns so far (copied), or None after a failure."""
+        if self.failed is not None:
+            return None
+
+        def a(values: array) -> np.ndarray:
+            return np.array(values, dtype={"i": np.int32, "d": np.float64}.get(values.typecode, np.int64))
+
+        return Entries(
+            ids=list(self.ids),
+            steps={name: a(v) for name, v in self.steps.items()},
+            ctx=a(self.ctx),
+            per_entry={
+                **{f"sched_{name}": a(v) for name, v in self.sched.items()},
+                **{f"items_{name}": a(v) for name, v in self.items.items()},
+                "wait": a(self.wait),
+                "pre": a(self.pre),
+                "fin": a(self.fin),
+                "arr": a(self.arr),
+                "arr_t": a(self.arr_t),
+            },
+        )
+
+
+class Entries:
+    """A trace's entry columns (see the module docstring). From a sidecar, each array may be
+    in pieces (one per segment of a born index, tracer.record.born), mapped from the file:
+    the per-entry arrays and the ids are joined on first use, so a load that never uses
+    them (a summary) never reads them."""
+
+    def __init__(
+        self,
+        ids: list[Any] | list[np.ndarray],
+        steps: dict[str, np.ndarray],
+        ctx: np.ndarray,
+        per_entry: dict[str, np.ndarray | list[np.ndarray]],
+    ) -> None:
+        self._ids: list[Any] | list[np.ndarray] = ids
+        self._ids_joined = not ids or not isinstance(ids[0], np.ndarray)
+        self.steps = steps
+        self.ctx = ctx
+        self._per_entry = per_entry  # "sched_req", …, "items_n", "wait", "pre", "fin"
+        self.checked = False  # the request codes were found inside the id table
+
+    def __len__(self) -> int:
+        return len(self.ctx)
+
+    @property
+    def ids(self) -> list[Any]:
+        if not self._ids_joined:
+            joined: list[Any] = []
+            for piece in self._ids:
+                part = orjson.loads(piece.tobytes())  # type: ignore[union-attr]
+                if type(part) is not list:
+                    raise ValueError("the entry ids are not a JSON list")
+                joined += part
+            self._ids, self._ids_joined = joined, True
+        return self._ids  # type: ignore[return-value]
+
+    def column(self, name: str) -> np.ndarray:
+        value = self._per_entry[name]
+        if isinstance(value, list):
+            empty = np.zeros(0, SIDECAR_DTYPES[f"e_{name}"])
+            value = self._per_entry[name] = np.concatenate(value) if value else empty
+        return value
+
+    def _count(self, name: str) -> int:
+        value = self._per_entry[name]
+        return sum(map(len, value)) if isinstance(value, list) else len(value)
+
+    @property
+    def sched(self) -> dict[str, np.ndarray]:
+        return {name: self.column(f"sched_{name}") for name in SCHED_COLS}
+
+    @property
+    def items(self) -> dict[str, np.ndarray]:
+        return {name: self.column(f"items_{name}") for name in ITEM_COLS}
+
+    @property
+    def wait(self) -> np.ndarray:
+        return self.column("wait")
+
+    @property
+    def pre(self) -> np.ndarray:
+        return self.column("pre")
+
+    @property
+    def fin(self) -> np.ndarray:
+        return self.column("fin")
+
+    @property
+    def arr(self) -> np.ndarray:
+        return self.column("arr")
+
+    @property
+    def arr_t(self) -> np.ndarray:
+        return self.column("arr_t")
+
+    def problem(self, columns: dict[str, np.ndarray] | None = None, *, deep: bool = True) -> str | None:
+        """What makes these columns inconsistent (lengths, counts that differ from the
+        trace's own `columns`; with `deep`, ids that do not parse and codes outside the id
+        table: a pass over every entry), or None: checked before they are trusted."""
+        n = len(self.ctx)
+        if any(len(v) != n for v in self.steps.values()):
+            return "step arrays of unequal lengths"
+        k = self.steps
+        if any(int(v.min(initial=0)) < 0 for v in k.values()):
+            return "negative counts"
+        expect = {
+            "sched": int(k["k_new"].sum(dtype=np.int64) + k["k_res"].sum() + k["k_run"].sum()),
+            "items": int(k["k_items"].sum(dtype=np.int64)),
+            "wait": int(k["k_wait"].sum(dtype=np.int64)),
+            "pre": int(k["k_pre"].sum(dtype=np.int64)),
+            "fin": int(k["k_fin"].sum(dtype=np.int64)),
+            "arr": int(k["k_arr"].sum(dtype=np.int64)),
+        }
+        got = {
+            "sched": {self._count(f"sched_{name}") for name in SCHED_COLS},
+            "items": {self._count(f"items_{name}") for name in ITEM_COLS},
+            "wait": {self._count("wait")},
+            "pre": {self._count("pre")},
+            "fin": {self._count("fin")},
+            "arr": {self._count("arr"), self._count("arr_t")},
+        }
+        for name, count in expect.items():
+            if got[name] != {count}:
+                return f"{name}: {sorted(got[name])} entries, the step counts say {count}"
+        if columns is not None:
+            if len(columns["step"]) != n:
+                return f"{n} steps, the trace has {len(columns['step'])}"
+            for mine, theirs in (
+                ("k_new", "n_new"),
+                ("k_res", "n_resumed"),
+                ("k_run", "n_running"),
+                ("k_pre", "n_preempted"),
+                ("k_fin", "n_finished"),
+            ):
+                if not np.array_equal(k[mine], columns[theirs]):
+                    return f"{mine} differs from the trace's {theirs}"
+        if deep and not self.checked:
+            try:
+                n_ids = len(self.ids)
+            except (ValueError, orjson.JSONDecodeError) as exc:
+                return f"ids: {exc}"
+            for name in ("sched_req", "items_req", "wait", "pre", "fin", "arr"):
+                codes = self.column(name)
+                if len(codes) and (int(codes.min()) < 0 or int(codes.max()) >= n_ids):
+                    return "request codes outside the id table"
+            self.checked = True
+        return None
+
+    # -- kept in the reader's sidecar ---------------------------------------------------
+
+    def arrays(self, first_id: int = 0) -> dict[str, np.ndarray]:
+        """The sidecar's arrays; `first_id`: write only the ids from that code on (a born
+        index's segment holds the ids its steps met first)."""
+        out = {"e_ids": np.frombuffer(orjson.dumps(self.ids[first_id:]), dtype=np.uint8), "e_ctx": self.ctx}
+        out.update({f"e_s_{name}": v for name, v in self.steps.items()})
+        out.update({f"e_{name}": self.column(name) for name in PER_ENTRY})
+        return out
+
+    @classmethod
+    def from_pieces(cls, pieces: dict[str, list[np.ndarray]]) -> Entries | None:
+        """The columns `arrays()` wrote, one piece per sidecar segment; None if any is missing."""
+        try:
+            return cls(
+                ids=list(pieces["e_ids"]),
+                steps={name: _join(pieces[f"e_s_{name}"]) for name in STEP_COLS},
+                ctx=_join(pieces["e_ctx"]),
+                per_entry={name: list(pieces[f"e_{name}"]) for name in PER_ENTRY},
+            )
+        except KeyError:
+            return None
+
+
+def _join(pieces: list[np.ndarray]) -> np.ndarray:
+    return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+
+
+PER_ENTRY = (
+    *(f"sched_{n}" for n in SCHED_COLS),
+    *(f"items_{n}" for n in ITEM_COLS),
+    "wait",
+    "pre",
+    "fin",
+    "arr",
+    "arr_t",
+)
+I32, I64 = np.dtype("<i4"), np.dtype("<i8")
+SIDECAR_DTYPES: dict[str, np.dtype] = {
+    "e_ids": np.dtype("u1"),
+    "e_ctx": I64,
+    **{f"e_s_{name}": I32 for name in STEP_COLS},
+    **{f"e_{name}": I32 for name in PER_ENTRY if name != "arr_t"},
+    "e_arr_t": np.dtype("<f8"),
+}
+
+
+def _time(value: Any) -> float:
+    """An arrival time as recorded (a wall time; a step number offline), NaN if not a number."""
+    return float(value) if type(value) in (float, int) else float("nan")
