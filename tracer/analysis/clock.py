@@ -40,6 +40,9 @@ class StepClock:
     heldout_p90_pct: float | None = None
     heldout_total_pct: float | None = None  # signed error of the held-out steps' sum
     refused: str | None = None  # why no model, for "median"
+    # A fresh server's first forward pass (lazy initialisation) beyond its predicted time, when
+    # the recording began with the server and that step was a stall: a replay's first step too.
+    warmup_ms: float | None = None
 
     @property
     def sum_error_pct(self) -> float | None:
@@ -75,6 +78,9 @@ def clock_for(trace: Trace) -> StepClock:
         return StepClock(timing.TimingModel({"step": median}), "median", len(usable), refused=str(exc))
     y, pred = f.durations.ms, f.predicted
     measured, predicted = float(y[f.test].sum()), float(pred[f.test].sum())
+    warmup = None
+    if len(trace) and int(trace.columns["step"][0]) == 1 and 0 in f.stalls:
+        warmup = float(y[0] - pred[0])
     return StepClock(
         f.model,
         "fitted",
@@ -82,6 +88,7 @@ def clock_for(trace: Trace) -> StepClock:
         heldout_median_pct=float(np.median(f.heldout_ape)),
         heldout_p90_pct=float(np.percentile(f.heldout_ape, 90)),
         heldout_total_pct=100.0 * (predicted - measured) / measured,
+        warmup_ms=warmup,
     )
 
 

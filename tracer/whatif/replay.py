@@ -49,17 +49,23 @@ class ReplayTimer:
     when that step's output is applied, so under async scheduling the interval a step
     fills is the one tracer.analysis.timing pairs it with (duration_lag)."""
 
-    def __init__(self, model: TimingModel, start: float, query_rows_per_req: int = 0) -> None:
+    def __init__(
+        self, model: TimingModel, start: float, query_rows_per_req: int = 0, warmup_ms: float = 0.0
+    ) -> None:
         self.model = model
         self.now = start
         self.q = query_rows_per_req
         self.builder = FeatureBuilder()  # fed in step order: outputs are applied in order
+        self.warmup_s = warmup_ms / 1e3  # added once, to the first step that ran a forward pass
 
     def __call__(self) -> float:
         return self.now
 
     def advance(self, out: Any, sampled: dict[str, int]) -> None:
         self.now += self.model.predict(self.builder.add(_step_record(out, sampled, self.q))) / 1e3
+        if self.warmup_s and out.total_num_scheduled_tokens > 0:
+            self.now += self.warmup_s
+            self.warmup_s = 0.0
 
 
 def _step_record(out: Any, sampled: dict[str, int], q: int) -> dict[str, Any]:
@@ -417,7 +423,7 @@ def replay(
         if clock is not None:
             rec = getattr(sched, "_schedscope", None)
             start = workload.step_times[0] if workload.step_times else 0.0
-            timer = ReplayTimer(clock.model, start, int(getattr(rec, "q", 0) or 0))
+            timer = ReplayTimer(clock.model, start, int(getattr(rec, "q", 0) or 0), clock.warmup_ms or 0.0)
             sched._schedscope_clock = timer  # the tracing scheduler's `t` for each step
         arrive_at = workload.engine_clock if arrivals == "time" else None
         Replayer(sched, workload, num_drafts=k, is_async=is_async, timer=timer, arrive_at=arrive_at).run(
