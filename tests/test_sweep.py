@@ -220,3 +220,30 @@ def test_sweep_cli_table_json_and_plot(tmp_path: Path, capsys: Any) -> None:
     assert "ranked by output tok/s (higher is better)" in out
     assert "every step priced at the source's measured median step" in out
     assert "   1  separate B=8192" in out
+
+
+def test_a_setting_beyond_the_sources_steps_is_flagged() -> None:
+    """A replay whose steps go past what the clock was fitted on says so, and whether the clock
+    priced that feature at all: the DFlash sample's steps hold one request, the live trace's
+    up to 8, and its clock dropped the per-request term."""
+    from tracer.render.sweep_report import sweep_lines
+    from tracer.whatif.sweep import extrapolation
+
+    live, one = load(SAMPLES / "live_cpu_ngram.jsonl"), load(DFLASH)
+    clock = clock_for(live)
+    assert extrapolation(live, live, clock) == []
+    beyond = {b["feature"]: b for b in extrapolation(one, live, clock)}
+    assert beyond["requests"]["source_max"] == 1 and beyond["requests"]["replay_max"] == 8
+    assert beyond["requests"]["priced"] == ("requests" in clock.model.coef)
+    doc = {
+        "trace": "t", "objective": "drain", "error_pct": 1.0, "arrivals": "time", "clock_sentence": "c",
+        "results": [
+            {"rank": 1, "label": "stock seqs=16", "steps": 5, "target_tokens_per_step": 1.0, "tokens_withheld": 0,
+             "output_tok_s": 1.0, "ttft_p99_ms": 1.0, "drain_ms": 1.0, "within_error_of_best": False,
+             "ttft_from": "arrival", "beyond_source": list(beyond.values())},
+        ],
+    }  # fmt: skip
+    text = "\n".join(sweep_lines(doc))
+    assert (
+        "1.00 ms †" in text and "stock seqs=16: " in text and "requests up to 8 a step (the source: 1" in text
+    )

@@ -46,12 +46,24 @@ def sweep_lines(doc: dict[str, Any]) -> list[str]:
     ]
     for r in doc["results"]:
         mark = " ≈ best" if r["within_error_of_best"] and r["rank"] > 1 else ""
+        mark += " †" if r.get("beyond_source") else ""
         lines.append(
             f"{r['rank']:>4}  {r['label']:<34}{r['steps']:>7,}{r['target_tokens_per_step']:>10,.1f}"
             f"{r['tokens_withheld']:>9,}{_fmt(r['output_tok_s'], '{:,.0f}'):>11}"
             f"{_fmt(r['ttft_p99_ms'], '{:,.2f}'):>13}{r['drain_ms']:>11,.2f}  "
             f"{_fmt(r[key], '{:,.2f}')} {unit}{mark}"
         )
+    beyond = [r for r in doc["results"] if r.get("beyond_source")]
+    if beyond:
+        lines += ["", "extrapolates (the clock saw no steps like these; † in the table):"]
+        for r in beyond:
+            parts = [
+                f"{b['feature']} up to {b['replay_max']:,.0f} a step (the source: {b['source_max']:,.0f}"
+                + ("" if b["priced"] else "; unpriced, the clock dropped it")
+                + ")"
+                for b in r["beyond_source"]
+            ]
+            lines.append(f"           {r['label']}: {', '.join(parts)}")
     if doc["results"]:
         top = doc["results"][0]
         lines += ["", f"best       {top['label']}: {label} {_fmt(top[key], '{:,.2f}')} {unit} ({pm})"]

@@ -22,7 +22,9 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
+from tracer.analysis import timing
 from tracer.analysis.clock import StepClock, clock_for, performance
+from tracer.analysis.steppass import step_pass
 from tracer.trace.reader import Trace, load
 from tracer.whatif.clock import attach_frontend_delays, attach_idle_waits, clock_sentence
 
@@ -96,6 +98,7 @@ def run_setting(
     )
     trace = load(out)
     perf = performance(trace)
+    beyond = extrapolation(recorded, trace, clock)
     flags = detect(trace)
     target = int(trace.columns["target_used"].sum())
     out.unlink()
@@ -115,7 +118,36 @@ def run_setting(
         "tpot_p50_ms": None if perf.tpot_ms is None else perf.tpot_ms["p50"],
         "tpot_p99_ms": None if perf.tpot_ms is None else perf.tpot_ms["p99"],
         "drain_ms": perf.drain_s * 1e3,
+        "beyond_source": beyond,
     }
+
+
+# A replay's step beyond this multiple of the source's largest is outside what the clock saw.
+BEYOND = 1.5
+
+
+def extrapolation(source: Trace, replayed: Trace, clock: StepClock) -> list[dict[str, Any]]:
+    """The step features the replay takes beyond the source's range (its largest step times
+    BEYOND): the clock extrapolates there, and prices nothing for a feature it dropped (a
+    recording at max_num_seqs 4 runs 4 requests in almost every step, so it cannot price a
+    request, and a replay at 16 is priced as if a request cost nothing)."""
+    src = step_pass(source).features.columns
+    rep = step_pass(replayed).features.columns
+    out = []
+    for name in timing.FEATURES:
+        if name == "step" or not len(rep[name]):
+            continue
+        hi_src, hi_rep = float(src[name].max(initial=0)), float(rep[name].max())
+        if hi_rep > max(hi_src * BEYOND, hi_src + 1):
+            out.append(
+                {
+                    "feature": name,
+                    "replay_max": hi_rep,
+                    "source_max": hi_src,
+                    "priced": name in clock.model.coef,
+                }
+            )
+    return out
 
 
 # -- the sweep ---------------------------------------------------------------------------
