@@ -238,9 +238,9 @@ def test_a_setting_beyond_the_sources_steps_is_flagged() -> None:
     doc = {
         "trace": "t", "objective": "drain", "error_pct": 1.0, "arrivals": "time", "clock_sentence": "c",
         "results": [
-            {"rank": 1, "label": "stock seqs=16", "steps": 5, "target_tokens_per_step": 1.0, "tokens_withheld": 0,
-             "output_tok_s": 1.0, "ttft_p99_ms": 1.0, "drain_ms": 1.0, "within_error_of_best": False,
-             "ttft_from": "arrival", "beyond_source": list(beyond.values())},
+            {"rank": 1, "label": "stock seqs=16", "steps": 5, "target_tokens_per_step": 1.0,
+             "tokens_withheld": 0, "output_tok_s": 1.0, "ttft_p99_ms": 1.0, "drain_ms": 1.0,
+             "within_error_of_best": False, "ttft_from": "arrival", "beyond_source": list(beyond.values())},
         ],
     }  # fmt: skip
     text = "\n".join(sweep_lines(doc))
