@@ -75,13 +75,13 @@ def test_replay_by_arrival_time_keeps_each_requests_frontend_time(tmp_path: Path
     spent at least t[r-1] minus its arrival there. Kept, it makes the replay of the live trace by
     arrival time take every request in its recorded step, under the recorded policy."""
     pytest.importorskip("vllm")
+    import vllm
+
     from tracer.analysis.clock import clock_for
     from tracer.whatif.clock import attach_frontend_delays, attach_idle_waits
     from tracer.whatif.fidelity import compare_runs
     from tracer.whatif.replay import replay
     from tracer.whatif.workload import workload_from_trace
-
-    import vllm
 
     trace = load(LIVE)
     if trace.header["vllm_version"].split(".")[:2] != vllm.__version__.split(".")[:2]:
