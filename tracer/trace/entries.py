@@ -46,6 +46,18 @@ _SPEC = itemgetter(2)
 _GROUP = itemgetter("id", "tokens", "spec")
 
 
+def _put(column: array, values: Any) -> None:
+    """Append `values` (a list: in C, each checked to be a 32-bit integer)."""
+    if type(values) is list:
+        column.fromlist(values)
+    else:
+        column.extend(values)
+
+
+_TOKENS_AT = len(STEP_COLS) + 1 + SCHED_COLS.index("tokens")  # in EntryCollector._every
+_SPEC_AT = len(STEP_COLS) + 1 + SCHED_COLS.index("spec")
+
+
 class EntryCollector:
     """Entry columns of steps added in order (`add`); `build()` hands them out as Entries."""
 
@@ -59,6 +71,9 @@ class EntryCollector:
         self.wait, self.pre, self.fin = array("i"), array("i"), array("i")
         self.failed: str | None = None
         self.count = 0  # steps added
+        # Every array, for a failed step's rollback.
+        self._every = (*self.steps.values(), self.ctx, *self.sched.values(), *self.items.values())
+        self._every += (self.wait, self.pre, self.fin)
 
     def _code(self, ids: Iterable[Any]) -> list[int]:
         ids = ids if type(ids) is list else list(ids)
@@ -82,55 +97,58 @@ class EntryCollector:
         if self.failed is not None:
             return
         steps, sched = self.steps, self.sched
-        mark = {name: len(a) for name, a in (*steps.items(), *sched.items(), *self.items.items())}
-        marks = len(self.ctx), len(self.wait), len(self.pre), len(self.fin)
+        every = self._every
+        marks = [len(a) for a in every]
         try:
             ids: list[Any] = []
             counts = []
+            tokens_col, spec_col = sched["tokens"], sched["spec"]
             for key in ("new", "resumed", "running"):
                 group = r.get(key) or ()
                 if type(group) is dict:
                     gid, tokens, spec = _GROUP(group)
-                    sched["tokens"].extend(tokens)
-                    sched["spec"].extend(spec)
+                    _put(tokens_col, tokens)
+                    _put(spec_col, spec)
                 else:
                     gid = list(map(_ID, group))
-                    sched["tokens"].extend(map(_TOKENS, group))
+                    tokens_col.fromlist(list(map(_TOKENS, group)))
                     try:
-                        sched["spec"].extend(map(_SPEC, group))
+                        spec = list(map(_SPEC, group))
                     except IndexError:  # 1.1 entries without drafts count none
-                        del sched["spec"][len(sched["tokens"]) - len(group) :]
-                        sched["spec"].extend([e[2] if len(e) > 2 else 0 for e in group])
+                        spec = [e[2] if len(e) > 2 else 0 for e in group]
+                    spec_col.fromlist(spec)
                 ids += gid
                 counts.append(len(gid))
             n = len(ids)
-            if len(sched["tokens"]) != mark["tokens"] + n or len(sched["spec"]) != mark["spec"] + n:
+            if len(tokens_col) != marks[_TOKENS_AT] + n or len(spec_col) != marks[_SPEC_AT] + n:
                 raise ValueError("groups of unequal lengths")
-            codes = self._code(ids)
-            sched["req"].extend(codes)
+            sched["req"].fromlist(self._code(ids))
             smp = r.get("sampled")
             n_items = 0
             if smp is None:
                 kind = S_NONE
-                sched["sampled"].extend(repeat(0, n))
+                sched["sampled"].fromlist([0] * n)
             elif type(smp) is list:
                 if len(smp) != n:
                     raise ValueError(f"{len(smp)} sampled counts for {n} scheduled requests")
                 kind = S_ALIGNED
-                sched["sampled"].extend(smp)
+                sched["sampled"].fromlist(smp)
             elif type(smp) is dict:
                 kind = S_DICT
-                sched["sampled"].extend(map(smp.get, ids, repeat(0)))
-                self.items["req"].extend(self._code(smp))
-                self.items["n"].extend(smp.values())
+                sched["sampled"].fromlist(list(map(smp.get, ids, repeat(0))))
+                self.items["req"].fromlist(self._code(smp))
+                self.items["n"].fromlist(list(smp.values()))
                 n_items = len(smp)
             else:
                 raise ValueError(f"sampled is {type(smp).__name__}")
             wait = r.get("waiting_demand") or ()
-            self.wait.extend(self._code(map(_ID, wait)))
+            if wait:
+                self.wait.fromlist(self._code(map(_ID, wait)))
             pre, fin = r.get("preempted") or (), r.get("finished") or ()
-            self.pre.extend(self._code(pre))
-            self.fin.extend(self._code(fin))
+            if pre:
+                self.pre.fromlist(self._code(pre))
+            if fin:
+                self.fin.fromlist(self._code(fin))
             context = r.get("context_tokens")
             self.ctx.append(NO_CONTEXT if context is None else int(context))
             for name, value in zip(
@@ -139,9 +157,7 @@ class EntryCollector:
                 steps[name].append(value)
         except (TypeError, ValueError, OverflowError, KeyError, IndexError, AttributeError) as exc:
             self.failed = f"step {r.get('step')!r}: {type(exc).__name__}: {exc}"
-            for name, a in (*steps.items(), *sched.items(), *self.items.items()):
-                del a[mark[name] :]
-            for a, at in zip((self.ctx, self.wait, self.pre, self.fin), marks, strict=True):
+            for a, at in zip(every, marks, strict=True):
                 del a[at:]
             return
         self.count += 1
