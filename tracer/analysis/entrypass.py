@@ -260,8 +260,8 @@ def _chunk(
     r = rows.of[idx]
     admits = (idx - rows.first[r]) < rows.admitting[r]
     tok = e.sched["tokens"][idx]
-    spec = e.sched["spec"][idx]
-    value = e.sched["sampled"][idx]
+    spec = e.sched["spec"][idx].astype(np.int32)  # one byte each in the columns
+    value = e.sched["sampled"][idx].astype(np.int32)
     kind = None if rows.aligned else k["s_kind"][r]
     key = c * n + r  # increasing: by request, then row
     block = np.ones(m, bool)

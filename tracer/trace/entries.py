@@ -35,6 +35,7 @@ import orjson
 # steps: per step row; sched/items/wait/pre/fin: per entry.
 STEP_COLS = ("k_new", "k_res", "k_run", "k_items", "k_wait", "k_pre", "k_fin", "s_kind")
 SCHED_COLS = ("req", "tokens", "spec", "sampled")
+BYTE_COLS = ("spec", "sampled")
 ITEM_COLS = ("req", "n")
 # How a step's `sampled` was written.
 S_NONE, S_ALIGNED, S_DICT = 0, 1, 2
@@ -66,7 +67,9 @@ class EntryCollector:
         self.ids: list[Any] = []
         self.steps = {name: array("i") for name in STEP_COLS}
         self.ctx = array("q")
-        self.sched = {name: array("i") for name in SCHED_COLS}
+        # Drafts and sampled counts are small (at most K + 1): one byte each, converted in C
+        # by bytes() (a count above 255 stops the collection).
+        self.sched = {name: array("B" if name in BYTE_COLS else "i") for name in SCHED_COLS}
         self.items = {name: array("i") for name in ITEM_COLS}
         self.wait, self.pre, self.fin = array("i"), array("i"), array("i")
         self.failed: str | None = None
@@ -108,7 +111,6 @@ class EntryCollector:
                 if type(group) is dict:
                     gid, tokens, spec = _GROUP(group)
                     _put(tokens_col, tokens)
-                    _put(spec_col, spec)
                 else:
                     gid = list(map(_ID, group))
                     tokens_col.fromlist(list(map(_TOKENS, group)))
@@ -116,7 +118,7 @@ class EntryCollector:
                         spec = list(map(_SPEC, group))
                     except IndexError:  # 1.1 entries without drafts count none
                         spec = [e[2] if len(e) > 2 else 0 for e in group]
-                    spec_col.fromlist(spec)
+                spec_col.frombytes(bytes(spec))
                 ids += gid
                 counts.append(len(gid))
             n = len(ids)
@@ -127,15 +129,15 @@ class EntryCollector:
             n_items = 0
             if smp is None:
                 kind = S_NONE
-                sched["sampled"].fromlist([0] * n)
+                sched["sampled"].frombytes(bytes(n))
             elif type(smp) is list:
                 if len(smp) != n:
                     raise ValueError(f"{len(smp)} sampled counts for {n} scheduled requests")
                 kind = S_ALIGNED
-                sched["sampled"].fromlist(smp)
+                sched["sampled"].frombytes(bytes(smp))
             elif type(smp) is dict:
                 kind = S_DICT
-                sched["sampled"].fromlist(list(map(smp.get, ids, repeat(0))))
+                sched["sampled"].frombytes(bytes(list(map(smp.get, ids, repeat(0)))))
                 self.items["req"].fromlist(self._code(smp))
                 self.items["n"].fromlist(list(smp.values()))
                 n_items = len(smp)
@@ -171,7 +173,8 @@ class EntryCollector:
             self.steps[name].frombytes(np.ascontiguousarray(entries.steps[name], "<i4").tobytes())
         self.ctx.frombytes(np.ascontiguousarray(entries.ctx, "<i8").tobytes())
         for name in SCHED_COLS:
-            self.sched[name].frombytes(np.ascontiguousarray(entries.sched[name], "<i4").tobytes())
+            dtype = "u1" if name in BYTE_COLS else "<i4"
+            self.sched[name].frombytes(np.ascontiguousarray(entries.sched[name], dtype).tobytes())
         for name in ITEM_COLS:
             self.items[name].frombytes(np.ascontiguousarray(entries.items[name], "<i4").tobytes())
         for mine, theirs in ((self.wait, entries.wait), (self.pre, entries.pre), (self.fin, entries.fin)):
@@ -184,7 +187,8 @@ class EntryCollector:
             return None
 
         def a(values: array) -> np.ndarray:
-            return np.array(values, dtype=np.int32 if values.typecode == "i" else np.int64)
+            dtype = {"i": np.int32, "q": np.int64, "B": np.uint8}[values.typecode]
+            return np.frombuffer(values, dtype=dtype).copy()
 
         return Entries(
             ids=list(self.ids),
@@ -351,4 +355,5 @@ SIDECAR_DTYPES: dict[str, np.dtype] = {
     "e_ctx": I64,
     **{f"e_s_{name}": I32 for name in STEP_COLS},
     **{f"e_{name}": I32 for name in PER_ENTRY},
+    **{f"e_sched_{name}": np.dtype("u1") for name in BYTE_COLS},
 }
