@@ -63,6 +63,8 @@ def computed(trace: Trace) -> EntryPass | None:
             found = entry_pass(trace, e)
         except ValueError:  # a million requests in one step: the reference copes
             return None
+        finally:
+            e.release()  # the results are kept; the columns stay mapped
         _DONE.put(trace, found)
     return found
 
@@ -295,8 +297,9 @@ def _chunk(
     # FeatureBuilder's n: the count sampled, or 1 + drafts where the step's outcomes are unknown.
     n_used = value if kind is None else np.where(kind == S_NONE, spec + 1, value)
     delta = tok - np.maximum(0, np.where(n_used > 0, spec + 1 - n_used, 0))
-    computed = _exclusive_segmented_sum(delta.astype(np.int64), start)
-    sampled_before = _exclusive_segmented_sum((n_used > 0).astype(np.int32), start) > 0
+    first, seg = np.flatnonzero(start), np.cumsum(start) - 1
+    computed = _exclusive_segmented_sum(delta.astype(np.int64), first, seg)
+    sampled_before = _exclusive_segmented_sum((n_used > 0).astype(np.int32), first, seg) > 0
     if kind is not None:
         sampled_before = np.where(kind == S_NONE, tok <= 1 + spec, sampled_before)
     decode = ~admits & sampled_before
@@ -347,12 +350,12 @@ def _samples(
     np.minimum.at(acc.prefill_done, a_key[ok] // n, s_key[j][ok] % n)
 
 
-def _exclusive_segmented_sum(values: np.ndarray, start: np.ndarray) -> np.ndarray:
-    """For each element, the sum of `values` before it in its segment (`start` marks each
-    segment's first element)."""
-    cs = np.cumsum(values)
-    excl = cs - values
-    return excl - excl[np.flatnonzero(start)][np.cumsum(start) - 1]
+def _exclusive_segmented_sum(values: np.ndarray, first: np.ndarray, seg: np.ndarray) -> np.ndarray:
+    """For each element, the sum of `values` before it in its segment (`first`: each
+    segment's first element; `seg`: each element's segment)."""
+    excl = np.cumsum(values)
+    excl -= values
+    return excl - excl[first][seg]
 
 
 _NONE = np.iinfo(np.int64).min  # no such step

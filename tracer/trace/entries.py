@@ -222,6 +222,7 @@ class Entries:
         self.steps = steps
         self.ctx = ctx
         self._per_entry = per_entry  # "sched_req", …, "items_n", "wait", "pre", "fin"
+        self._pieces: dict[str, list[np.ndarray]] = {}  # of the columns joined so far
         self.checked = False  # the request codes were found inside the id table
 
     def __len__(self) -> int:
@@ -242,8 +243,15 @@ class Entries:
     def column(self, name: str) -> np.ndarray:
         value = self._per_entry[name]
         if isinstance(value, list):
+            self._pieces[name] = value
             value = self._per_entry[name] = np.concatenate(value) if value else np.zeros(0, np.int32)
         return value
+
+    def release(self) -> None:
+        """Drop the per-entry columns joined from a sidecar's pieces (hundreds of MB for a big
+        trace): back to the mapped pieces, joined again if asked for."""
+        self._per_entry.update(self._pieces)
+        self._pieces.clear()
 
     def _count(self, name: str) -> int:
         value = self._per_entry[name]
