@@ -102,7 +102,8 @@ def detect(
     for finder in finders:
         flags.extend(finder(trace, analysis))
     flags.extend(_limit_holds(trace, why.bindings(trace) if bindings is None else bindings))
-    flags.sort(key=lambda f: (f.step, KINDS.index(f.kind)))
+    rank = {kind: i for i, kind in enumerate(KINDS)}
+    flags.sort(key=lambda f: (f.step, rank[f.kind]))
     return FlagReport(flags, analysis)
 
 
