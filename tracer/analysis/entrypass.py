@@ -32,7 +32,7 @@ NEW, RESUMED, RUNNING = range(3)
 # waiting; or admitted/resumed, preempted, finished), then place in its list.
 _ROW_SHIFT, _RANK_SHIFT = 22, 20
 _POS_LIMIT = 1 << _RANK_SHIFT
-CHUNK = 1 << 22  # scheduled entries per chunk of the sorted stream: its arrays stay in cache
+CHUNK = 1 << 18  # scheduled entries per chunk of the sorted stream: its arrays stay in cache
 
 
 @dataclass
