@@ -27,7 +27,7 @@ import pytest
 from tests.conftest import ROOT
 from tests.test_entrypass import assert_equals_reference, assert_same_entries
 from tracer.record.born import born_index
-from tracer.trace import reader, sidecar
+from tracer.trace import compact, reader, sidecar
 from tracer.trace.errors import TraceOrderError
 from tracer.trace.reader import Trace, load
 
@@ -103,6 +103,21 @@ def test_a_recorded_trace_opens_from_its_born_index_equal_to_a_parse(
     assert born.fingerprint is not None
     assert_same_trace(parsed, born)
     assert_equals_reference(born)
+
+
+def test_the_writers_row_is_the_parsers(recorded: Path) -> None:
+    """The born index packs the recorder's steps without the parse's type checks: the same rows."""
+    last = -1
+    for line in recorded.read_bytes().splitlines():
+        rec = orjson.loads(line)
+        if rec["kind"] == "step":
+            row = reader.recorder_step_row(rec, 10, 20, last)
+            assert row is not None and row == reader.fast_step_row(rec, 10, 20, last)
+            assert reader.recorder_step_row(rec, 10, 20, rec["step"]) is None  # not after itself
+            last, step = rec["step"], rec
+    # Another layout (1.1 entries): the parser's own fast path packs it.
+    old = compact.expand(step)
+    assert reader.recorder_step_row(old, 10, 20, -1) == reader.fast_step_row(old, 10, 20, -1) is not None
 
 
 def test_a_killed_server_opens_from_the_whole_segments_and_parses_the_rest(

@@ -74,6 +74,12 @@ def test_a_generated_256_running_trace(busy: Path) -> None:
     assert_equals_reference(trace)
 
 
+def test_chunks_of_a_few_requests(busy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sorted stream in chunks of a few requests each: every boundary case of a chunk."""
+    monkeypatch.setattr(entrypass, "CHUNK", 97)
+    assert_equals_reference(load(busy, entries=True))
+
+
 def _rewrite(src: Path, out: Path, change: Any) -> Path:
     lines = []
     for line in src.read_bytes().splitlines():

@@ -24,81 +24,27 @@ import numpy as np
 from tracer.analysis import timing
 from tracer.analysis.pertrace import PerTrace
 from tracer.analysis.throughput import RequestTimes
-from tracer.trace.entries import NO_CONTEXT, S_ALIGNED, S_DICT, S_NONE, Entries
+from tracer.trace.entries import NO_CONTEXT, S_ALIGNED, S_NONE, Entries
 from tracer.trace.reader import Trace, entries_of
 
-# Entry kinds, in the order a step's record lists them.
-SCHED, ITEM, WAIT, PRE, FIN = range(5)
 NEW, RESUMED, RUNNING = range(3)
-
-
-@dataclass
-class _Stream:
-    """Every entry of the trace, sorted by request code, then by place in the trace."""
-
-    code: np.ndarray  # request code
-    kind: np.ndarray  # SCHED … FIN
-    src: np.ndarray  # index into its kind's entry array
-    row: np.ndarray  # step row
-    at: np.ndarray  # place in the step-by-step layout (orders entries across kinds)
-    block: np.ndarray  # index of the first entry of the same request
-
-
-def _stream(e: Entries, n: int) -> _Stream:
-    k = e.steps
-    counts = np.stack(
-        [
-            k["k_new"].astype(np.int64) + k["k_res"] + k["k_run"],
-            k["k_items"].astype(np.int64),
-            k["k_wait"].astype(np.int64),
-            k["k_pre"].astype(np.int64),
-            k["k_fin"].astype(np.int64),
-        ]
-    )
-    per_row = counts.sum(axis=0)
-    row_start = np.cumsum(per_row) - per_row
-    kind_start = row_start + (np.cumsum(counts, axis=0) - counts)  # where each kind begins in a row
-    total = int(per_row.sum())
-    code = np.empty(total, np.int32)
-    kind = np.empty(total, np.int8)
-    src = np.empty(total, np.int32)
-    rows = np.arange(n, dtype=np.int32)
-    for t, arr in enumerate((e.sched["req"], e.items["req"], e.wait, e.pre, e.fin)):
-        cnt = counts[t]
-        first = np.cumsum(cnt) - cnt  # each row's first index in this kind's array
-        idx = np.arange(len(arr), dtype=np.int64)
-        at = np.repeat(kind_start[t] - first, cnt) + idx
-        code[at] = arr
-        kind[at] = t
-        src[at] = idx
-    row_of = np.repeat(rows, per_row)
-    order = np.argsort(code, kind="stable")  # nearly sorted runs: cheap
-    code = code[order]
-    new_block = np.ones(total, bool)
-    new_block[1:] = code[1:] != code[:-1]
-    starts = np.flatnonzero(new_block)
-    block = np.repeat(starts, np.diff(np.append(starts, total)))
-    return _Stream(code, kind[order], src[order], row_of[order], order, block)
-
-
-def _exclusive_segmented_sum(values: np.ndarray, start: np.ndarray) -> np.ndarray:
-    """For each element, the sum of `values` before it in its segment (`start` marks each
-    segment's first element)."""
-    cs = np.cumsum(values, dtype=np.int64)
-    excl = cs - values
-    first = np.flatnonzero(start)
-    seg = np.cumsum(start) - 1
-    return excl - excl[first][seg]
+# Keys that order a step's entries as its record lists them: row, then kind (scheduled,
+# waiting; or admitted/resumed, preempted, finished), then place in its list.
+_ROW_SHIFT, _RANK_SHIFT = 22, 20
+_POS_LIMIT = 1 << _RANK_SHIFT
+CHUNK = 1 << 18  # scheduled entries per chunk of the sorted stream: its arrays stay in cache
 
 
 @dataclass
 class EntryPass:
     features: timing.StepFeatures
     times: RequestTimes
-    # The request index: (id, admitted, prefill_done, finished, preempted, resumed) per
-    # request in the order the reference creates them (requests.RequestEvents' fields), and
-    # the step of each request's first admission.
-    events: list[tuple[Any, int | None, int | None, int | None, list[int], list[int]]]
+    # The request index: requests.RequestEvents' fields (id, admitted, prefill_done,
+    # finished, preempted, resumed) as columns, one entry per request in the order the
+    # reference creates them, and the step of each request's first admission.
+    events: tuple[
+        list[Any], list[int | None], list[int | None], list[int | None], list[list[int]], list[list[int]]
+    ]
     since: dict[Any, int]
 
 
@@ -113,107 +59,74 @@ def computed(trace: Trace) -> EntryPass | None:
         e = entries_of(trace)
         if e is None:
             return None
-        found = entry_pass(trace, e)
+        try:
+            found = entry_pass(trace, e)
+        except ValueError:  # a million requests in one step: the reference copes
+            return None
+        finally:
+            e.release()  # the results are kept; the columns stay mapped
         _DONE.put(trace, found)
     return found
 
 
 def entry_pass(trace: Trace, e: Entries) -> EntryPass:
-    """The step features, request times and request index of `trace` from its entries `e`."""
-    n = len(trace)
-    s = _stream(e, n)
-    m = len(s.code)
-    k = e.steps
-    is_sched = s.kind == SCHED
-    tokens = _gather(e.sched["tokens"], is_sched, s.src)
-    spec = _gather(e.sched["spec"], is_sched, s.src)
-    value = _gather(e.sched["sampled"], is_sched, s.src)
-    row = s.row
-    row_kind = k["s_kind"][row]
-    # Group of a scheduled entry: its place in the step's scheduled order.
-    sched_first = np.cumsum(k["k_new"].astype(np.int64) + k["k_res"] + k["k_run"])
-    sched_first -= k["k_new"].astype(np.int64) + k["k_res"] + k["k_run"]
-    pos = s.src.astype(np.int64) - sched_first[row]
-    group = np.where(
-        pos < k["k_new"][row], NEW, np.where(pos < k["k_new"][row] + k["k_res"][row], RESUMED, RUNNING)
-    )
-    group = np.where(is_sched, group, -1)
+    """The step features, request times and request index of `trace` from its entries `e`.
 
-    # A request named twice in one step's scheduled groups: a dict keeps one count per id
-    # (the last, as `compact.expand` builds it) and the step's resets come before all of them.
-    same = np.zeros(m, bool)
-    same[1:] = is_sched[1:] & is_sched[:-1] & (s.code[1:] == s.code[:-1]) & (row[1:] == row[:-1])
-    g_first = is_sched & ~same
-    g_last = is_sched.copy()
-    g_last[:-1] &= ~same[1:]
-    if same.any():
-        gid = np.cumsum(g_first) - 1
-        last_of = np.flatnonzero(g_last)
-        value = np.where(is_sched & (row_kind == S_ALIGNED), value[last_of][np.maximum(gid, 0)], value)
-        admitted_or_resumed = np.maximum.reduceat(
-            (group == NEW) | (group == RESUMED), np.flatnonzero(g_first)
-        )
-        reset_before = np.zeros(m, bool)
-        reset_before[g_first] = admitted_or_resumed.astype(bool)
-    else:
-        reset_before = is_sched & ((group == NEW) | (group == RESUMED))
-    n_used = np.where(row_kind == S_NONE, spec + 1, value)  # FeatureBuilder's n
-    rejected = np.where(n_used > 0, spec + 1 - n_used, 0)
-    delta = np.where(is_sched, tokens - np.maximum(0, rejected), 0)
-    sampled_now = is_sched & (n_used > 0)
+    The scheduled entries (most of them: 51 million in a 200k-step trace at 256 running)
+    are sorted by request code (a stable sort: each request's entries stay in step order)
+    and processed in chunks of whole requests; the few others (admissions, preemptions,
+    finishes, waiting ids, a dict `sampled`'s entries) are joined by key."""
+    n = len(trace)
+    k = {name: v.astype(np.int64) for name, v in e.steps.items()}
+    ks = k["k_new"] + k["k_res"] + k["k_run"]
+    longest = max(int(k[name].max(initial=0)) for name in ("k_wait", "k_pre", "k_fin"))
+    if max(int(ks.max(initial=0)), longest) >= _POS_LIMIT:
+        raise ValueError("a step names more requests than the pass's keys hold")
+    sched_end = np.cumsum(ks)
+    sched_first = sched_end - ks
+    n_codes = len(e.ids)
+    ev = _events(e, k, sched_first, n, n_codes)
+    req = e.sched["req"]
+    order = np.argsort(req, kind="stable")  # runs of increasing codes (admission order): cheap
+    codes = req[order]
+    big = np.iinfo(np.int64).max
+    acc = _Accumulators(n, n_codes)
+    rows = _Rows(
+        of=np.repeat(np.arange(n, dtype=np.int32), ks),
+        first=sched_first,
+        admitting=k["k_new"] + k["k_res"],
+        aligned=bool((k["s_kind"] == S_ALIGNED).all()),
+    )
+    lo, code_lo = 0, 0
+    while lo < len(order):
+        hi = min(len(order), lo + CHUNK)
+        if hi < len(order):  # end on a request boundary
+            hi = int(np.searchsorted(codes, codes[hi - 1], side="right"))
+        code_hi = int(codes[hi - 1]) + 1 if hi < len(order) else n_codes
+        _chunk(e, k, rows, order[lo:hi], codes[lo:hi], (code_lo, code_hi), ev, acc)
+        lo, code_lo = hi, code_hi
+    if code_lo < n_codes:  # requests never scheduled: a dict `sampled`'s entries only
+        lo_key, hi_key = code_lo * n, n_codes * n
+        items = slice(np.searchsorted(ev.item_keys, lo_key), np.searchsorted(ev.item_keys, hi_key))
+        _samples(ev.item_keys[items], ev.item_n[items], n, lo_key, hi_key, ev, acc)
 
     # -- timing.FeatureBuilder ---------------------------------------------------------
-    seg_start = np.ones(m, bool)
-    if m:
-        ended = (s.kind == PRE) | (s.kind == FIN)
-        seg_start[1:] = (s.code[1:] != s.code[:-1]) | ended[:-1]
-        seg_start |= reset_before
-    computed_before = _exclusive_segmented_sum(delta, seg_start)
-    sampled_before = _exclusive_segmented_sum(sampled_now.astype(np.int64), seg_start) > 0
-    running = group == RUNNING
-    decode = running & np.where(row_kind == S_NONE, tokens <= 1 + spec, sampled_before)
-    srow = row[is_sched]
-    stok = tokens[is_sched].astype(np.float64)
-    sdec = decode[is_sched]
-    prefill = np.bincount(srow, weights=np.where(sdec, 0.0, stok), minlength=n)
-    decoded = np.bincount(srow, weights=np.where(sdec, stok, 0.0), minlength=n)
-    context = np.bincount(srow, weights=computed_before[is_sched].astype(np.float64), minlength=n)
     recorded = e.ctx != NO_CONTEXT
-    context = np.where(recorded, e.ctx.astype(np.float64), context)
-    n_sched = (k["k_new"].astype(np.int64) + k["k_res"] + k["k_run"]).astype(np.float64)
     columns = {
         "step": np.ones(n),
-        "prefill_tokens": prefill,
-        "decode_tokens": decoded,
-        "requests": n_sched,
+        "prefill_tokens": _scheduled_tokens(trace) - acc.decode,
+        "decode_tokens": acc.decode,
+        "requests": ks.astype(np.float64),
         "finished_requests": k["k_fin"].astype(np.float64),
-        "context_tokens": context,
+        "context_tokens": np.where(recorded, e.ctx.astype(np.float64), acc.context),
         "query_rows": trace.columns["query_rows"].astype(np.float64),
     }
     features = timing.StepFeatures(
         {name: columns[name] for name in timing.FEATURES}, context_recorded=bool(n and recorded.all())
     )
 
-    # -- the samples a dict `sampled` holds: one per id and step ----------------------
-    is_item = s.kind == ITEM
-    item_n = _gather(e.items["n"], is_item, s.src)
-    sample_n = np.where(is_item, item_n, np.where(g_last & (row_kind == S_ALIGNED), value, 0))
-    if (row_kind == S_DICT).any():  # a dict step's scheduled entries are not its samples
-        sample_n = np.where(is_sched & (row_kind == S_DICT), 0, sample_n)
-    sample = sample_n > 0
-
-    # -- throughput.LatencyTracker -----------------------------------------------------
-    n_codes = len(e.ids)
-    big = np.iinfo(np.int64).max
-    seen_at = np.full(n_codes, big, np.int64)
-    named = is_sched | (s.kind == WAIT)
-    first_named = named & _first_in_block(named, s.block)
-    seen_at[s.code[first_named]] = s.at[first_named]
-    seen_row = np.full(n_codes, -1, np.int64)
-    seen_row[s.code[first_named]] = row[first_named]
-    first_sched = is_sched & _first_in_block(is_sched, s.block)
-    sched_row = np.full(n_codes, -1, np.int64)
-    sched_row[s.code[first_sched]] = row[first_sched]
+    # -- throughput.LatencyTracker: first seen scheduled or waiting, first scheduled -----
+    np.minimum.at(acc.seen, ev.wait_code, ev.wait_key)
     # The `a` inputs (one per request): a step's arrivals come before what it lists.
     arr_codes = e.arr.astype(np.int64)
     arr_rows = np.repeat(np.arange(n, dtype=np.int64), e.steps["k_arr"].astype(np.int64))
@@ -223,147 +136,306 @@ def entry_pass(trace: Trace, e: Entries) -> EntryPass:
     got, first_arr = np.unique(arr_codes, return_index=True)  # each request's first `a`
     arrived[got], arrival[got], arr_at[got] = arr_rows[first_arr], e.arr_t[first_arr], first_arr
     # Requests in the order they first appear: (row, arrival before listing, place).
-    codes = np.flatnonzero((seen_at != big) | (arrived >= 0))
+    listed = acc.seen != big
+    codes = np.flatnonzero(listed | (arrived >= 0))
     by_arrival = arrived[codes] >= 0
+    seen_row = np.where(listed, acc.seen >> _ROW_SHIFT, -1)
     order = np.lexsort(
         (
-            np.where(by_arrival, arr_at[codes], seen_at[codes]),
+            np.where(by_arrival, arr_at[codes], acc.seen[codes]),
             np.where(by_arrival, 0, 1),
             np.where(by_arrival, arrived[codes], seen_row[codes]),
         )
     )
     codes = codes[order]
-    first_tok, last_tok, tok_sum = _sample_rows(s, sample, sample_n, n_codes)
     ids = e.ids
     times = RequestTimes(
         seen=seen_row[codes],
-        first=first_tok[codes],
-        last=last_tok[codes],
-        tokens=tok_sum[codes],
+        first=acc.first[codes],
+        last=acc.last[codes],
+        tokens=acc.tokens[codes],
         arrived=arrived[codes],
-        scheduled=sched_row[codes],
+        scheduled=acc.scheduled[codes],
         arrival=arrival[codes],
         ids=[ids[c] for c in codes.tolist()],
     )
-
-    # -- the request index (requests._Builder) -----------------------------------------
     steps = trace.columns["step"].astype(np.int64)
-    events, since = _request_index(e, s, group, sample, steps, n_codes)
+    events, since = _request_index(e, ev, acc, steps, n_codes)
     return EntryPass(features, times, events, since)
 
 
-def _gather(values: np.ndarray, mask: np.ndarray, src: np.ndarray) -> np.ndarray:
-    """values[src] where `mask`, 0 elsewhere, as int64."""
-    out = np.zeros(len(mask), np.int64)
-    out[mask] = values[src[mask]]
-    return out
+@dataclass
+class _Events:
+    """The entries other than the scheduled ones, and the scheduled ones that admit or
+    resume, each with its request code, row and ordering key."""
+
+    new_code: np.ndarray
+    new_row: np.ndarray
+    new_key: np.ndarray
+    res_code: np.ndarray
+    res_row: np.ndarray
+    res_key: np.ndarray
+    pre_code: np.ndarray
+    pre_row: np.ndarray
+    pre_key: np.ndarray
+    fin_code: np.ndarray
+    fin_row: np.ndarray
+    fin_key: np.ndarray
+    wait_code: np.ndarray
+    wait_key: np.ndarray
+    reset: np.ndarray  # code * n + row of each preemption and finish, sorted (resets after the step)
+    fin_sorted: np.ndarray  # code * n + row of each finish, sorted
+    item_keys: np.ndarray  # code * n + row of each dict-`sampled` entry with a count > 0, sorted
+    item_n: np.ndarray
+    admit_keys: np.ndarray  # code * n + row of each admission of an id that is a string, sorted
+    n: int
 
 
-def _first_in_block(mask: np.ndarray, block: np.ndarray) -> np.ndarray:
-    """Elements of `mask` that are the first masked element of their request's block."""
-    idx = np.flatnonzero(mask)
-    out = np.zeros(len(mask), bool)
-    if len(idx):
-        b = block[idx]
-        keep = np.ones(len(idx), bool)
-        keep[1:] = b[1:] != b[:-1]
-        out[idx[keep]] = True
-    return out
+def _rows_pos(counts: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """For entries laid out row by row, `counts[row]` per row: each one's row and place in its row."""
+    rows = np.repeat(np.arange(n, dtype=np.int64), counts)
+    pos = np.arange(len(rows), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+    return rows, pos
 
 
-def _sample_rows(
-    s: _Stream, sample: np.ndarray, n: np.ndarray, n_codes: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per request code: the rows of its first and last sample (-1: none) and its tokens."""
-    first = np.full(n_codes, -1, np.int64)
-    last = np.full(n_codes, -1, np.int64)
-    tokens = np.zeros(n_codes, np.int64)
-    idx = np.flatnonzero(sample)
-    if len(idx):
-        codes = s.code[idx]
-        head = np.ones(len(idx), bool)
-        head[1:] = codes[1:] != codes[:-1]
-        starts = np.flatnonzero(head)
-        ends = np.append(starts[1:], len(idx)) - 1
-        first[codes[starts]] = s.row[idx[starts]]
-        last[codes[starts]] = s.row[idx[ends]]
-        tokens[codes[starts]] = np.add.reduceat(n[idx], starts)
-    return first, last, tokens
+def _key(rows: np.ndarray, rank: int, pos: np.ndarray) -> np.ndarray:
+    return (rows << _ROW_SHIFT) | (rank << _RANK_SHIFT) | pos
 
 
-def _request_index(
-    e: Entries, s: _Stream, group: np.ndarray, sample: np.ndarray, steps: np.ndarray, n_codes: int
-) -> tuple[list[tuple[Any, int | None, int | None, int | None, list[int], list[int]]], dict[Any, int]]:
-    m = len(s.code)
-    admit = group == NEW
-    resume = group == RESUMED
-    pre, fin = s.kind == PRE, s.kind == FIN
-    step = steps[s.row]
-    # Pending: admitted (ids that are strings), no sample yet, not finished since.
+def _events(e: Entries, k: dict[str, np.ndarray], sched_first: np.ndarray, n: int, n_codes: int) -> _Events:
+    req = e.sched["req"]
+    new_row, new_pos = _rows_pos(k["k_new"], n)
+    res_row, res_pos = _rows_pos(k["k_res"], n)
+    res_pos = res_pos + k["k_new"][res_row]  # its place in the scheduled order
+    pre_row, pre_pos = _rows_pos(k["k_pre"], n)
+    fin_row, fin_pos = _rows_pos(k["k_fin"], n)
+    wait_row, wait_pos = _rows_pos(k["k_wait"], n)
+    item_row, _ = _rows_pos(k["k_items"], n)
+    new_code = req[sched_first[new_row] + new_pos].astype(np.int64)
+    res_code = req[sched_first[res_row] + res_pos].astype(np.int64)
+    pre_code, fin_code = e.pre.astype(np.int64), e.fin.astype(np.int64)
+    positive = e.items["n"] > 0
+    item_keys = e.items["req"][positive].astype(np.int64) * n + item_row[positive]
+    item_order = np.argsort(item_keys, kind="stable")
+    # requests._Builder keeps only ids that are strings pending a first token.
     is_str = np.fromiter((type(rid) is str for rid in e.ids), bool, n_codes)
-    pend = admit & is_str[s.code]
-    idx = np.arange(m, dtype=np.int64)
-    last_admit = np.maximum.accumulate(np.where(pend, idx, -1)) if m else idx
-    last_fin = np.maximum.accumulate(np.where(fin, idx, -1)) if m else idx
-    done = sample & (last_admit >= s.block) & (last_fin < last_admit)
-    prefill_done = _per_code(_first_in_block(done, s.block), s, step, n_codes)
+    pending = is_str[new_code]
+    return _Events(
+        new_code=new_code,
+        new_row=new_row,
+        new_key=_key(new_row, 0, new_pos),
+        res_code=res_code,
+        res_row=res_row,
+        res_key=_key(res_row, 0, res_pos),
+        pre_code=pre_code,
+        pre_row=pre_row,
+        pre_key=_key(pre_row, 2, pre_pos),
+        fin_code=fin_code,
+        fin_row=fin_row,
+        fin_key=_key(fin_row, 3, fin_pos),
+        wait_code=e.wait.astype(np.int64),
+        wait_key=_key(wait_row, 1, wait_pos),
+        reset=np.sort(np.concatenate([pre_code * n + pre_row, fin_code * n + fin_row])),
+        fin_sorted=np.sort(fin_code * n + fin_row),
+        item_keys=item_keys[item_order],
+        item_n=e.items["n"][positive].astype(np.int64)[item_order],
+        admit_keys=np.sort(new_code[pending] * n + new_row[pending]),
+        n=n,
+    )
 
-    # Created in the order the reference first names them: admitted, resumed, preempted, finished.
-    creates = admit | resume | pre | fin
-    first_create = _first_in_block(creates, s.block)
-    created = s.code[first_create]
-    created = created[np.argsort(s.at[first_create], kind="stable")]
-    admitted = _per_code(_last_in_block(admit, s.block), s, step, n_codes)
-    finished = _per_code(_last_in_block(fin, s.block), s, step, n_codes)
-    first_admit = _first_in_block(admit, s.block)
-    since_codes = s.code[first_admit]
-    order = np.argsort(s.at[first_admit], kind="stable")
-    since_codes, since_steps = since_codes[order], step[first_admit][order]
 
-    def lists(mask: np.ndarray) -> dict[int, list[int]]:
-        codes, values = s.code[mask].tolist(), step[mask].tolist()
-        out: dict[int, list[int]] = {}
-        for c, v in zip(codes, values, strict=True):
-            out.setdefault(c, []).append(v)
-        return out
+@dataclass
+class _Rows:
+    of: np.ndarray  # each scheduled entry's row
+    first: np.ndarray  # each row's first scheduled entry
+    admitting: np.ndarray  # each row's admitted and resumed entries (they come first)
+    aligned: bool  # every step's `sampled` is aligned with its scheduled order
 
-    preempted, resumed = lists(pre), lists(resume)
-    ids = e.ids
-    admitted_l, prefill_l, finished_l = admitted.tolist(), prefill_done.tolist(), finished.tolist()
-    events = []
-    for c in created.tolist():
-        a, p, f = admitted_l[c], prefill_l[c], finished_l[c]
-        events.append(
-            (
-                ids[c],
-                None if a == _NONE else a,
-                None if p == _NONE else p,
-                None if f == _NONE else f,
-                preempted.get(c, []),
-                resumed.get(c, []),
-            )
-        )
-    since = dict(zip((ids[c] for c in since_codes.tolist()), since_steps.tolist(), strict=True))
-    return events, since
+
+def _scheduled_tokens(trace: Trace) -> np.ndarray:
+    col = trace.columns
+    return (col["new_tokens"] + col["resumed_tokens"] + col["running_tokens"]).astype(np.float64)
+
+
+class _Accumulators:
+    def __init__(self, n: int, n_codes: int) -> None:
+        big = np.iinfo(np.int64).max
+        self.decode = np.zeros(n)
+        self.context = np.zeros(n)
+        self.seen = np.full(n_codes, big, np.int64)  # ordering key of the first time named
+        self.scheduled = np.full(n_codes, -1, np.int64)  # row of the first time scheduled
+        self.first = np.full(n_codes, -1, np.int64)  # rows of the first and last sample
+        self.last = np.full(n_codes, -1, np.int64)
+        self.tokens = np.zeros(n_codes, np.int64)
+        self.prefill_done = np.full(n_codes, big, np.int64)  # row of the first token after admission
+
+
+def _chunk(
+    e: Entries,
+    k: dict[str, np.ndarray],
+    rows: _Rows,
+    idx: np.ndarray,
+    c32: np.ndarray,
+    code_range: tuple[int, int],
+    ev: _Events,
+    acc: _Accumulators,
+) -> None:
+    """The scheduled entries `idx` (sorted by request, whole requests), codes `c32`; the
+    chunk answers for the requests of `code_range` [lo, hi)."""
+    n, m = ev.n, len(idx)
+    c = c32.astype(np.int64)
+    r = rows.of[idx]
+    admits = (idx - rows.first[r]) < rows.admitting[r]
+    tok = e.sched["tokens"][idx]
+    spec = e.sched["spec"][idx].astype(np.int32)  # one byte each in the columns
+    value = e.sched["sampled"][idx].astype(np.int32)
+    kind = None if rows.aligned else k["s_kind"][r]
+    key = c * n + r  # increasing: by request, then row
+    block = np.ones(m, bool)
+    block[1:] = c[1:] != c[:-1]
+    # A request named twice in one step's scheduled groups: a dict keeps one count per id
+    # (the last, as `compact.expand` builds it) and the step's resets come before all of them.
+    same = np.zeros(m, bool)
+    same[1:] = key[1:] == key[:-1]
+    g_last = np.ones(m, bool)
+    g_last[:-1] = ~same[1:]
+    if same.any():
+        g_first = ~same
+        gid = np.cumsum(g_first) - 1
+        last_of = np.flatnonzero(g_last)
+        last_value = value[last_of][gid]
+        value = last_value if kind is None else np.where(kind == S_ALIGNED, last_value, value)
+        reset_before = np.zeros(m, bool)
+        reset_before[g_first] = np.maximum.reduceat(admits, np.flatnonzero(g_first))
+    else:
+        reset_before = admits
+    # Preempted or finished in an earlier step: the next entry starts afresh.
+    lo_key, hi_key = code_range[0] * n, code_range[1] * n
+    resets = ev.reset[np.searchsorted(ev.reset, lo_key) : np.searchsorted(ev.reset, hi_key)]
+    after = np.searchsorted(key, resets, side="right")  # the request's next entry, if any
+    inside = after < m
+    after, resets = after[inside], resets[inside]
+    after = after[c[after] == resets // n]
+    start = block | reset_before
+    start[after] = True
+
+    # FeatureBuilder's n: the count sampled, or 1 + drafts where the step's outcomes are unknown.
+    n_used = value if kind is None else np.where(kind == S_NONE, spec + 1, value)
+    delta = tok - np.maximum(0, np.where(n_used > 0, spec + 1 - n_used, 0))
+    first, seg = np.flatnonzero(start), np.cumsum(start) - 1
+    computed = _exclusive_segmented_sum(delta.astype(np.int64), first, seg)
+    sampled_before = _exclusive_segmented_sum((n_used > 0).astype(np.int32), first, seg) > 0
+    if kind is not None:
+        sampled_before = np.where(kind == S_NONE, tok <= 1 + spec, sampled_before)
+    decode = ~admits & sampled_before
+    acc.decode += np.bincount(r, weights=np.where(decode, tok, 0), minlength=n)
+    acc.context += np.bincount(r, weights=computed, minlength=n)
+    at = idx[block]
+    acc.seen[c[block]] = _key(r[block].astype(np.int64), 0, at - rows.first[r[block]])
+    acc.scheduled[c[block]] = r[block]
+
+    # Samples: an aligned step's scheduled entries (one per request and step), a dict
+    # step's own entries.
+    sample = g_last & (value > 0)
+    if kind is not None:
+        sample &= kind == S_ALIGNED
+    s_key, s_n = key[sample], value[sample].astype(np.int64)
+    items = slice(np.searchsorted(ev.item_keys, lo_key), np.searchsorted(ev.item_keys, hi_key))
+    if items.stop > items.start:
+        s_key = np.concatenate([s_key, ev.item_keys[items]])
+        s_n = np.concatenate([s_n, ev.item_n[items]])
+        o = np.argsort(s_key, kind="stable")
+        s_key, s_n = s_key[o], s_n[o]
+    _samples(s_key, s_n, n, lo_key, hi_key, ev, acc)
+
+
+def _samples(
+    s_key: np.ndarray, s_n: np.ndarray, n: int, lo_key: int, hi_key: int, ev: _Events, acc: _Accumulators
+) -> None:
+    """Per request, from its samples (keys code * n + row, sorted): first and last rows, tokens,
+    and the first after an admission with no finish in between."""
+    if len(s_key):
+        code = s_key // n
+        head = np.ones(len(s_key), bool)
+        head[1:] = code[1:] != code[:-1]
+        starts = np.flatnonzero(head)
+        ends = np.append(starts[1:], len(s_key)) - 1
+        acc.first[code[starts]] = s_key[starts] - code[starts] * n
+        acc.last[code[starts]] = s_key[ends] - code[ends] * n
+        acc.tokens[code[starts]] = np.add.reduceat(s_n, starts)
+    a_key = ev.admit_keys[np.searchsorted(ev.admit_keys, lo_key) : np.searchsorted(ev.admit_keys, hi_key)]
+    if not len(a_key) or not len(s_key):
+        return
+    j = np.searchsorted(s_key, a_key)
+    ok = j < len(s_key)
+    j = np.minimum(j, len(s_key) - 1)
+    ok &= s_key[j] // n == a_key // n
+    # No finish at or after the admission's step and before the sample's.
+    fins = np.searchsorted(ev.fin_sorted, s_key[j]) - np.searchsorted(ev.fin_sorted, a_key)
+    ok &= fins == 0
+    np.minimum.at(acc.prefill_done, a_key[ok] // n, s_key[j][ok] % n)
+
+
+def _exclusive_segmented_sum(values: np.ndarray, first: np.ndarray, seg: np.ndarray) -> np.ndarray:
+    """For each element, the sum of `values` before it in its segment (`first`: each
+    segment's first element; `seg`: each element's segment)."""
+    excl = np.cumsum(values)
+    excl -= values
+    return excl - excl[first][seg]
 
 
 _NONE = np.iinfo(np.int64).min  # no such step
 
 
-def _per_code(mask: np.ndarray, s: _Stream, values: np.ndarray, n_codes: int) -> np.ndarray:
-    """values[masked element] by request code (at most one masked element per code), _NONE elsewhere."""
-    out = np.full(n_codes, _NONE, np.int64)
-    out[s.code[mask]] = values[mask]
-    return out
+def _request_index(
+    e: Entries, ev: _Events, acc: _Accumulators, steps: np.ndarray, n_codes: int
+) -> tuple[Any, dict[Any, int]]:
+    """requests._Builder's index: each request with its events, in the order the reference
+    first names them (admitted, resumed, preempted, finished), and each first admission."""
+    big = np.iinfo(np.int64).max
+    first = np.full(n_codes, big, np.int64)
+    for codes, keys in ((ev.new_code, ev.new_key), (ev.res_code, ev.res_key)):
+        np.minimum.at(first, codes, keys)
+    for codes, keys in ((ev.pre_code, ev.pre_key), (ev.fin_code, ev.fin_key)):
+        np.minimum.at(first, codes, keys)
+    created = np.flatnonzero(first != big)
+    created = created[np.argsort(first[created], kind="stable")]
 
+    def last_step(codes: np.ndarray, rows: np.ndarray) -> list[int]:
+        row = np.full(n_codes, -1, np.int64)
+        np.maximum.at(row, codes, rows)
+        return np.where(row >= 0, steps[np.maximum(row, 0)], _NONE).tolist()
 
-def _last_in_block(mask: np.ndarray, block: np.ndarray) -> np.ndarray:
-    """Elements of `mask` that are the last masked element of their request's block."""
-    idx = np.flatnonzero(mask)
-    out = np.zeros(len(mask), bool)
-    if len(idx):
-        b = block[idx]
-        keep = np.ones(len(idx), bool)
-        keep[:-1] = b[1:] != b[:-1]
-        out[idx[keep]] = True
-    return out
+    admitted, finished = last_step(ev.new_code, ev.new_row), last_step(ev.fin_code, ev.fin_row)
+    done = acc.prefill_done
+    prefill = np.where(done != big, steps[np.where(done != big, done, 0)], _NONE).tolist()
+    since_key = np.full(n_codes, big, np.int64)
+    np.minimum.at(since_key, ev.new_code, ev.new_key)
+    since_codes = np.flatnonzero(since_key != big)
+    since_codes = since_codes[np.argsort(since_key[since_codes], kind="stable")]
+    since_steps = steps[since_key[since_codes] >> _ROW_SHIFT]
+
+    def lists(codes: np.ndarray, keys: np.ndarray) -> dict[int, list[int]]:
+        o = np.lexsort((keys, codes))
+        out: dict[int, list[int]] = {}
+        for c, step in zip(codes[o].tolist(), steps[keys[o] >> _ROW_SHIFT].tolist(), strict=True):
+            out.setdefault(c, []).append(step)
+        return out
+
+    preempted, resumed = lists(ev.pre_code, ev.pre_key), lists(ev.res_code, ev.res_key)
+    ids = e.ids
+    order = created.tolist()
+
+    def steps_of(values: list[int]) -> list[int | None]:
+        return [None if v == _NONE else v for v in map(values.__getitem__, order)]
+
+    events = (
+        [ids[c] for c in order],
+        steps_of(admitted),
+        steps_of(prefill),
+        steps_of(finished),
+        [preempted.get(c, []) for c in order],
+        [resumed.get(c, []) for c in order],
+    )
+    since = dict(zip((ids[c] for c in since_codes.tolist()), since_steps.tolist(), strict=True))
+    return events, since

@@ -102,7 +102,8 @@ def detect(
     for finder in finders:
         flags.extend(finder(trace, analysis))
     flags.extend(_limit_holds(trace, why.bindings(trace) if bindings is None else bindings))
-    flags.sort(key=lambda f: (f.step, KINDS.index(f.kind)))
+    rank = {kind: i for i, kind in enumerate(KINDS)}
+    flags.sort(key=lambda f: (f.step, rank[f.kind]))
     return FlagReport(flags, analysis)
 
 
@@ -295,31 +296,34 @@ def _limit_holds(trace: Trace, bindings: np.ndarray) -> list[Flag]:
     cap = col["target_cap"][rows]
     idle = (col["target_left"][rows] >= IDLE_BUDGET_SHARE * cap) & (col["kv_usage"][rows] <= BUSY_KV_SHARE)
     cfg = trace.config
-    weights = why.waiting_weights(trace)  # once: a whole-trace array, not one per flag
+    held = rows[idle]
+    # Plain lists, read once: a busy server can flag most of its steps (200k here, per-row
+    # NumPy scalar reads were most of `summary`'s time).
+    codes = bindings[held].tolist()
+    steps = col["step"][held].tolist()
+    waiting = why.waiting_weights(trace)[held].tolist()
+    lefts, caps, kvs = (col[name][held].tolist() for name in ("target_left", "target_cap", "kv_usage"))
+    names: dict[int, tuple[str, str, str]] = {}
     out = []
-    for row in rows[idle].tolist():
-        code = CODES[int(bindings[row])]
+    for step, c, w, left, target_cap, kv in zip(steps, codes, waiting, lefts, caps, kvs, strict=True):
+        if c not in names:
+            code = CODES[c]
+            setting = REASONS[code]
+            value = cfg.get(code)
+            names[c] = (code, f"{code}={value}" if value is not None else setting.label, setting.knob)
+        code, name, knob = names[c]
         if code == "max_num_active_seqs":
             continue
-        setting = REASONS[code]
-        value = cfg.get(code)
-        name = f"{code}={value}" if value is not None else setting.label
-        waiting = int(weights[row])
-        left, target_cap, kv = (
-            int(col["target_left"][row]),
-            int(col["target_cap"][row]),
-            float(col["kv_usage"][row]),
-        )
         out.append(
             Flag(
-                int(col["step"][row]),
+                step,
                 LIMIT_HOLDS,
                 SEVERITY[LIMIT_HOLDS],
-                f"{name} kept {waiting} request{'s' if waiting != 1 else ''} waiting while {left} of "
-                f"{target_cap} budget tokens and {1 - kv:.0%} of KV were free: raise {setting.knob}.",
+                f"{name} kept {w} request{'s' if w != 1 else ''} waiting while {left} of "
+                f"{target_cap} budget tokens and {1 - kv:.0%} of KV were free: raise {knob}.",
                 {
                     "reason": code,
-                    "waiting": waiting,
+                    "waiting": w,
                     "target_left": left,
                     "target_cap": target_cap,
                     "kv_usage": kv,

@@ -171,7 +171,7 @@ def _build(trace: Trace) -> RequestIndex:
     found = entrypass.computed(trace)
     if found is None:
         return reference(trace)
-    events = {row[0]: RequestEvents(*row) for row in found.events}
+    events = dict(zip(found.events[0], map(RequestEvents, *found.events), strict=True))
     return RequestIndex(events, found.since)
 
 

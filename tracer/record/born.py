@@ -2,9 +2,9 @@
 
 A first open of a trace then maps its columns instead of parsing it (tracer.trace.reader's
 sidecar, docs/trace-format.md). The writer thread hands each record it has written here,
-with the Python values it was built from: the step rows are packed by the reader's own
-fast path (`reader.fast_step_row`) and the per-request entry columns collected by the
-reader's own collector (tracer.trace.entries), from the record's compact arrays, so no
+with the Python values it was built from: the step rows are packed as the reader's fast
+path packs them (`reader.recorder_step_row`) and the per-request entry columns collected by
+the reader's own collector (tracer.trace.entries), from the record's compact arrays, so no
 JSON is parsed again and the index holds exactly what a parse of the file would.
 
 The index goes to `<trace>.ssidx` in segments (`sidecar.append_segment`): every
@@ -37,7 +37,7 @@ from tracer.trace.reader import (
     SIDECAR_CHECKS,
     TraceBuilder,
     fast_runner_row,
-    fast_step_row,
+    recorder_step_row,
     row_arrays,
 )
 
@@ -105,7 +105,7 @@ class BornIndex:
             return
         end = offset + len(line)
         if kind == schema.STEP:
-            row = fast_step_row(value, offset, end - 1, self._last) if self._footer is None else None
+            row = recorder_step_row(value, offset, end - 1, self._last) if self._footer is None else None
             if row is None:
                 self.stop(f"step {value.get('step')!r} is not what the reader's fast path takes")
                 return

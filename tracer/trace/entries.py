@@ -36,6 +36,7 @@ import orjson
 # steps: per step row; sched/items/wait/pre/fin: per entry.
 STEP_COLS = ("k_new", "k_res", "k_run", "k_items", "k_wait", "k_pre", "k_fin", "s_kind", "k_arr")
 SCHED_COLS = ("req", "tokens", "spec", "sampled")
+BYTE_COLS = ("spec", "sampled")
 ITEM_COLS = ("req", "n")
 # How a step's `sampled` was written.
 S_NONE, S_ALIGNED, S_DICT = 0, 1, 2
@@ -47,6 +48,18 @@ _SPEC = itemgetter(2)
 _GROUP = itemgetter("id", "tokens", "spec")
 
 
+def _put(column: array, values: Any) -> None:
+    """Append `values` (a list: in C, each checked to be a 32-bit integer)."""
+    if type(values) is list:
+        column.fromlist(values)
+    else:
+        column.extend(values)
+
+
+_TOKENS_AT = len(STEP_COLS) + 1 + SCHED_COLS.index("tokens")  # in EntryCollector._every
+_SPEC_AT = len(STEP_COLS) + 1 + SCHED_COLS.index("spec")
+
+
 class EntryCollector:
     """Entry columns of steps added in order (`add`); `build()` hands them out as Entries."""
 
@@ -55,12 +68,17 @@ class EntryCollector:
         self.ids: list[Any] = []
         self.steps = {name: array("i") for name in STEP_COLS}
         self.ctx = array("q")
-        self.sched = {name: array("i") for name in SCHED_COLS}
+        # Drafts and sampled counts are small (at most K + 1): one byte each, converted in C
+        # by bytes() (a count above 255 stops the collection).
+        self.sched = {name: array("B" if name in BYTE_COLS else "i") for name in SCHED_COLS}
         self.items = {name: array("i") for name in ITEM_COLS}
         self.wait, self.pre, self.fin = array("i"), array("i"), array("i")
         self.arr, self.arr_t = array("i"), array("d")
         self.failed: str | None = None
         self.count = 0  # steps added
+        # Every array, for a failed step's rollback.
+        self._every = (*self.steps.values(), self.ctx, *self.sched.values(), *self.items.values())
+        self._every += (self.wait, self.pre, self.fin, self.arr, self.arr_t)
 
     def _code(self, ids: Iterable[Any]) -> list[int]:
         ids = ids if type(ids) is list else list(ids)
@@ -84,58 +102,61 @@ class EntryCollector:
         if self.failed is not None:
             return
         steps, sched = self.steps, self.sched
-        mark = {name: len(a) for name, a in (*steps.items(), *sched.items(), *self.items.items())}
-        marks = len(self.ctx), len(self.wait), len(self.pre), len(self.fin), len(self.arr), len(self.arr_t)
+        every = self._every
+        marks = [len(a) for a in every]
         try:
             ids: list[Any] = []
             counts = []
+            tokens_col, spec_col = sched["tokens"], sched["spec"]
             for key in ("new", "resumed", "running"):
                 group = r.get(key) or ()
                 if type(group) is dict:
                     gid, tokens, spec = _GROUP(group)
-                    sched["tokens"].extend(tokens)
-                    sched["spec"].extend(spec)
+                    _put(tokens_col, tokens)
                 else:
                     gid = list(map(_ID, group))
-                    sched["tokens"].extend(map(_TOKENS, group))
+                    tokens_col.fromlist(list(map(_TOKENS, group)))
                     try:
-                        sched["spec"].extend(map(_SPEC, group))
+                        spec = list(map(_SPEC, group))
                     except IndexError:  # 1.1 entries without drafts count none
-                        del sched["spec"][len(sched["tokens"]) - len(group) :]
-                        sched["spec"].extend([e[2] if len(e) > 2 else 0 for e in group])
+                        spec = [e[2] if len(e) > 2 else 0 for e in group]
+                spec_col.frombytes(bytes(spec))
                 ids += gid
                 counts.append(len(gid))
             n = len(ids)
-            if len(sched["tokens"]) != mark["tokens"] + n or len(sched["spec"]) != mark["spec"] + n:
+            if len(tokens_col) != marks[_TOKENS_AT] + n or len(spec_col) != marks[_SPEC_AT] + n:
                 raise ValueError("groups of unequal lengths")
-            codes = self._code(ids)
-            sched["req"].extend(codes)
+            sched["req"].fromlist(self._code(ids))
             smp = r.get("sampled")
             n_items = 0
             if smp is None:
                 kind = S_NONE
-                sched["sampled"].extend(repeat(0, n))
+                sched["sampled"].frombytes(bytes(n))
             elif type(smp) is list:
                 if len(smp) != n:
                     raise ValueError(f"{len(smp)} sampled counts for {n} scheduled requests")
                 kind = S_ALIGNED
-                sched["sampled"].extend(smp)
+                sched["sampled"].frombytes(bytes(smp))
             elif type(smp) is dict:
                 kind = S_DICT
-                sched["sampled"].extend(map(smp.get, ids, repeat(0)))
-                self.items["req"].extend(self._code(smp))
-                self.items["n"].extend(smp.values())
+                sched["sampled"].frombytes(bytes(list(map(smp.get, ids, repeat(0)))))
+                self.items["req"].fromlist(self._code(smp))
+                self.items["n"].fromlist(list(smp.values()))
                 n_items = len(smp)
             else:
                 raise ValueError(f"sampled is {type(smp).__name__}")
             wait = r.get("waiting_demand") or ()
-            self.wait.extend(self._code(map(_ID, wait)))
+            if wait:
+                self.wait.fromlist(self._code(map(_ID, wait)))
             pre, fin = r.get("preempted") or (), r.get("finished") or ()
-            self.pre.extend(self._code(pre))
-            self.fin.extend(self._code(fin))
+            if pre:
+                self.pre.fromlist(self._code(pre))
+            if fin:
+                self.fin.fromlist(self._code(fin))
             arrivals = [e for e in r.get("inputs") or () if e[0] == "a"]
-            self.arr.extend(self._code([e[1] for e in arrivals]))
-            self.arr_t.extend([_time(e[5]) for e in arrivals])
+            if arrivals:
+                self.arr.fromlist(self._code([e[1] for e in arrivals]))
+                self.arr_t.fromlist([_time(e[5]) for e in arrivals])
             context = r.get("context_tokens")
             self.ctx.append(NO_CONTEXT if context is None else int(context))
             for name, value in zip(
@@ -144,10 +165,7 @@ class EntryCollector:
                 steps[name].append(value)
         except (TypeError, ValueError, OverflowError, KeyError, IndexError, AttributeError) as exc:
             self.failed = f"step {r.get('step')!r}: {type(exc).__name__}: {exc}"
-            for name, a in (*steps.items(), *sched.items(), *self.items.items()):
-                del a[mark[name] :]
-            kept = (self.ctx, self.wait, self.pre, self.fin, self.arr, self.arr_t)
-            for a, at in zip(kept, marks, strict=True):
+            for a, at in zip(every, marks, strict=True):
                 del a[at:]
             return
         self.count += 1
@@ -161,7 +179,8 @@ class EntryCollector:
             self.steps[name].frombytes(np.ascontiguousarray(entries.steps[name], "<i4").tobytes())
         self.ctx.frombytes(np.ascontiguousarray(entries.ctx, "<i8").tobytes())
         for name in SCHED_COLS:
-            self.sched[name].frombytes(np.ascontiguousarray(entries.sched[name], "<i4").tobytes())
+            dtype = "u1" if name in BYTE_COLS else "<i4"
+            self.sched[name].frombytes(np.ascontiguousarray(entries.sched[name], dtype).tobytes())
         for name in ITEM_COLS:
             self.items[name].frombytes(np.ascontiguousarray(entries.items[name], "<i4").tobytes())
         for mine, theirs in (
@@ -180,7 +199,8 @@ class EntryCollector:
             return None
 
         def a(values: array) -> np.ndarray:
-            return np.array(values, dtype={"i": np.int32, "d": np.float64}.get(values.typecode, np.int64))
+            dtype = {"i": np.int32, "q": np.int64, "B": np.uint8, "d": np.float64}[values.typecode]
+            return np.frombuffer(values, dtype=dtype).copy()
 
         return Entries(
             ids=list(self.ids),
@@ -216,6 +236,7 @@ class Entries:
         self.steps = steps
         self.ctx = ctx
         self._per_entry = per_entry  # "sched_req", …, "items_n", "wait", "pre", "fin"
+        self._pieces: dict[str, list[np.ndarray]] = {}  # of the columns joined so far
         self.checked = False  # the request codes were found inside the id table
 
     def __len__(self) -> int:
@@ -236,9 +257,16 @@ class Entries:
     def column(self, name: str) -> np.ndarray:
         value = self._per_entry[name]
         if isinstance(value, list):
+            self._pieces[name] = value
             empty = np.zeros(0, SIDECAR_DTYPES[f"e_{name}"])
             value = self._per_entry[name] = np.concatenate(value) if value else empty
         return value
+
+    def release(self) -> None:
+        """Drop the per-entry columns joined from a sidecar's pieces (hundreds of MB for a big
+        trace): back to the mapped pieces, joined again if asked for."""
+        self._per_entry.update(self._pieces)
+        self._pieces.clear()
 
     def _count(self, name: str) -> int:
         value = self._per_entry[name]
@@ -367,7 +395,8 @@ SIDECAR_DTYPES: dict[str, np.dtype] = {
     "e_ids": np.dtype("u1"),
     "e_ctx": I64,
     **{f"e_s_{name}": I32 for name in STEP_COLS},
-    **{f"e_{name}": I32 for name in PER_ENTRY if name != "arr_t"},
+    **{f"e_{name}": I32 for name in PER_ENTRY},
+    **{f"e_sched_{name}": np.dtype("u1") for name in BYTE_COLS},
     "e_arr_t": np.dtype("<f8"),
 }
 

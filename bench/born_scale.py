@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""Issue 21's limits for born-indexed traces, at 200,000 steps and 256 running requests.
+
+The trace is bench/gen_trace.py's, written through the recorder's own writer thread, so it
+is born with its index (`<trace>.ssidx`, tracer.record.born); B is a copy of it (trace and
+index, mtimes kept) unless --b names another. Every figure is the command as a subprocess,
+from its start to its exit, peak RSS from the kernel (wait4):
+
+- just recorded: the derived sidecars (`.steppass.ssidx`, `.requests.ssidx`) removed first,
+  so `diff` computes the step pass and the request index from the born entry columns;
+  `summary`, `flags`, `diff A B`, and the TUI's first data frame (bench/tui_bench.py);
+- an older trace without an index: the same file with SCHEDSCOPE_SIDECAR=off (parsed, nothing
+  read or written), `summary` and `flags` by this tree and by --today (the tree before this
+  work, run alternately), and `diff` by this tree.
+
+    .venv/bin/python bench/gen_trace.py /work/big-born/t200k.jsonl --steps 200000 \\
+        --max-running 256 --arrival-rate 3 --kv-blocks 200000 --budget 8192
+    .venv/bin/python bench/born_scale.py --trace /work/big-born/t200k.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import ROOT, machine
+from scale import CLI, MB, PY, Table, baseline_tracer, env_for, run
+
+TODAY = "f5eaca6"  # the tree before born-indexed traces
+
+
+def derived(path: Path) -> list[Path]:
+    return [path.with_name(f"{path.name}.{name}.ssidx") for name in ("steppass", "requests")]
+
+
+def _ran(wall: float, rss: int) -> str:
+    return f"{wall:.2f} s (peak RSS {rss / MB:,.0f} MB)"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--trace", type=Path, default=Path("/work/big-born/t200k.jsonl"))
+    p.add_argument("--b", type=Path, help="the second trace of `diff` (default: a copy of --trace)")
+    p.add_argument("--today", default=TODAY, help="git revision of the tree to compare first opens with")
+    p.add_argument("--dir", type=Path, default=Path("/tmp/born-scale"))
+    p.add_argument("--rounds", type=int, default=2, help="alternated rounds of the older-trace first opens")
+    p.add_argument("--no-tui", action="store_true")
+    p.add_argument("--no-old", action="store_true", help="skip the older-trace figures")
+    args = p.parse_args()
+    a = args.trace
+    index = a.with_name(a.name + ".ssidx")
+    if not index.exists():
+        raise SystemExit(f"{a} has no born index ({index}): make it with bench/gen_trace.py")
+    b = args.b
+    if b is None:
+        b = a.with_name(a.stem + "_b.jsonl")
+        if not b.exists() or b.stat().st_size != a.stat().st_size:
+            shutil.copy2(a, b)
+            shutil.copy2(index, b.with_name(b.name + ".ssidx"))
+    size = a.stat().st_size
+    print(f"born-index bench: {machine()}")
+    print(f"  {a}: {size / MB:,.0f} MB, index {index.stat().st_size / MB:,.0f} MB")
+    table = Table()
+    on = env_for(ROOT, sidecar=True)
+
+    # -- just recorded ---------------------------------------------------------------------
+    for path in (a, b):
+        for where in derived(path):
+            where.unlink(missing_ok=True)
+    for cmd in ("summary", "flags"):
+        wall, rss, _ = run([PY, "-c", CLI, cmd, str(a)], env=on)
+        table.add(
+            f"`{cmd}`, just recorded", "<= 1 s", f"{wall:.2f} s (peak RSS {rss / MB:,.0f} MB)", wall <= 1
+        )
+        table.add(f"`{cmd}` peak RSS / file", "<= 0.25x", f"{rss / size:.3f}x", rss <= 0.25 * size)
+    wall, rss, first = run([PY, "-c", CLI, "diff", str(a), str(b)], env=on)
+    table.add(
+        "`diff A B`, just recorded", "<= 15 s", f"{wall:.1f} s (peak RSS {rss / MB:,.0f} MB)", wall <= 15
+    )
+    table.add("`diff` peak RSS / one file", "<= 0.25x", f"{rss / size:.3f}x", rss <= 0.25 * size)
+    wall, rss, again = run([PY, "-c", CLI, "diff", str(a), str(b)], env=on)
+    table.add(
+        "`diff A B`, re-open (derived sidecars kept)",
+        "report",
+        f"{wall:.1f} s (peak RSS {rss / MB:,.0f} MB)",
+        None,
+    )
+    if again != first:
+        print("the re-open printed another comparison")
+        return 1
+    if not args.no_tui:
+        _, rss, out = run([PY, str(ROOT / "bench" / "scale.py"), "--child", "tui", str(a), "1"], env=on)
+        tui = json.loads(out.strip().splitlines()[-1])
+        table.add(
+            "`schedscope tui` first data frame",
+            "<= 1 s",
+            f"{tui['first_data_frame']:.2f} s (every step at {tui['loaded']:.1f} s; peak RSS {rss / MB:,.0f} MB)",  # noqa: E501
+            tui["first_data_frame"] <= 1.0,
+        )
+
+    # -- an older trace: no index, parsed -----------------------------------------------------
+    if not args.no_old:
+        off_now = env_for(ROOT)
+        off_today = env_for(baseline_tracer(args.dir, args.today))
+        for cmd in ("summary", "flags"):
+            now, then = [], []
+            for _ in range(args.rounds):
+                now.append(run([PY, "-c", CLI, cmd, str(a)], env=off_now)[0])
+                then.append(run([PY, "-c", CLI, cmd, str(a)], env=off_today)[0])
+            ratio = sorted(x / y for x, y in zip(now, then, strict=True))[len(now) // 2]
+            table.add(
+                f"`{cmd}`, first open without an index, against {args.today}",
+                "<= 1.0x today",
+                f"{ratio:.3f}x ({min(now):.1f} s against {min(then):.1f} s, {args.rounds} alternated rounds)",
+                ratio <= 1.02,  # within the rounds' noise
+            )
+        wall, rss, old = run([PY, "-c", CLI, "diff", str(a), str(b)], env=off_now)
+        table.add(
+            "`diff A B` without an index",
+            "<= 60 s",
+            f"{wall:.1f} s (peak RSS {rss / MB:,.0f} MB)",
+            wall <= 60,
+        )
+        if old != first:
+            print("the first open without an index printed another comparison")
+            return 1
+    table.print()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
