@@ -9,7 +9,8 @@ serve` runs: a burst (every request at once) and a steady rate. Checked:
 - each client request is found in the trace by its id, on one clock, and its TTFT splits into
   the time before vLLM stamped its arrival, the trace's TTFT and the way back, none negative
   (a misaligned clock or a wrong first-token step would make one so);
-- at a steady rate the client's TTFT is the trace's plus a few ms at the median.
+- at a steady rate the API server stamps each request as it comes: the client's time before
+  the stamp is a few ms at the median.
 
 The gap this allows, and why: the trace starts at vLLM's arrival stamp, and the client starts
 before it. Under a burst the API server accepts and parses the requests one after another
@@ -116,8 +117,11 @@ def test_client_ttft_splits_at_the_arrival_stamp(served: tuple[Trace, dict[str, 
     # The client's own percentiles are the ones vllm bench serve printed.
     assert np.percentile(found.client_ms, 50) == pytest.approx(result["median_ttft_ms"], rel=1e-6)
     if run == "steady":
-        # At a steady rate the API server stamps a request as it comes and streams the token
-        # back at once: the client's TTFT is the trace's plus a few ms at the median (tens on a
-        # loaded 2-core host; a broken split or clock would be off by the burst's hundreds).
-        extra = found.client_ms - found.parts_ms["trace"]
-        assert np.median(extra) <= 40.0, np.median(extra)
+        # Requests that come one at a time are stamped as they come: the time the trace cannot
+        # see before the stamp is a few ms (under a burst, the API server's queue: tens to
+        # hundreds). The way back is the API server's and the client's own time after the step
+        # (2-10 ms at the median on an idle 2-core host, 80 ms seen beside other busy work):
+        # only its sign is the trace's business, checked above.
+        assert np.median(found.parts_ms["before_arrival"]) <= 40.0, np.median(
+            found.parts_ms["before_arrival"]
+        )
