@@ -6,7 +6,7 @@
   named twice, shared-buffer slots) written to a real file in the recorder's layout and in
   another key order.
 - `requests.request_events` reads only a few keys of each record; its events must equal
-  those of `compare.lifetimes`, which parses every record, on the samples and on a busy
+  those of `requests.lifetimes`, which parses every record, on the samples and on a busy
   generated trace (and with the index built, `lookup.request_life` still equals it).
 """
 
