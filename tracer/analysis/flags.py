@@ -295,6 +295,7 @@ def _limit_holds(trace: Trace, bindings: np.ndarray) -> list[Flag]:
     cap = col["target_cap"][rows]
     idle = (col["target_left"][rows] >= IDLE_BUDGET_SHARE * cap) & (col["kv_usage"][rows] <= BUSY_KV_SHARE)
     cfg = trace.config
+    weights = why.waiting_weights(trace)  # once: a whole-trace array, not one per flagged step
     out = []
     for row in rows[idle].tolist():
         code = CODES[int(bindings[row])]
@@ -303,7 +304,7 @@ def _limit_holds(trace: Trace, bindings: np.ndarray) -> list[Flag]:
         setting = REASONS[code]
         value = cfg.get(code)
         name = f"{code}={value}" if value is not None else setting.label
-        waiting = int(why.waiting_weights(trace)[row])
+        waiting = int(weights[row])
         left, target_cap, kv = (
             int(col["target_left"][row]),
             int(col["target_cap"][row]),
