@@ -17,7 +17,7 @@ from dash.exceptions import PreventUpdate
 
 from tracer.trace.source import Phase
 from web import layout as ids
-from web.chart import build_figure, extend_patch, range_patch, range_update, selected_shape
+from web.chart import build_figure, extend_patch, figure_dict, range_patch, range_update, selected_shape
 from web.compare_view import compare_chart, headline, totals_children
 from web.decimate import MAX_POINTS, Range, parse_xrange
 from web.engines_view import engine_of_trace, engines_chart
@@ -125,9 +125,9 @@ class Handlers:
             held = self._figures.get(view.key)
             if held is None or held[0] is not view:
                 chart = timeline_chart(view)
-                fig = build_figure(chart, None, self.max_points, uirevision=view.key)
+                fig = figure_dict(chart, None, self.max_points, uirevision=view.key)
                 lines = sum(len(panel.lines) for panel in chart.panels)  # the first traces (web.chart)
-                sent = max((len(t.x) for t in fig.data[:lines]), default=0)
+                sent = max((len(t["x"]) for t in fig["data"][:lines]), default=0)
                 held = self._figures[view.key] = (view, fig, sent)
             return held[1], held[2]
 
@@ -352,6 +352,13 @@ class Handlers:
         return {"content": figure_html(fig), "filename": f"{name}.html", "type": "text/html"}
 
 
+def wire(value: Any) -> Any:
+    """A Patch as Dash sends it (its own to_plotly_json), so Dash's encoder writes the answer in
+    one orjson pass: handed the Patch object, it first walks every list of the answer in Python
+    (about 0.1 s for a zoom's 750 KB of arrays). Anything else is returned as it is."""
+    return value.to_plotly_json() if isinstance(value, Patch) else value
+
+
 def _run_of(view: TraceView) -> str:
     """Which run a view shows (header start_time and pid), without naming its file to the browser."""
     header = view.trace.header
@@ -411,7 +418,8 @@ def register(app: Dash, h: Handlers) -> None:
         State(ids.FOLLOW_TAIL, "value"),
     )
     def _timeline(key, relayout, selected, _tick, state, follow_tail):  # type: ignore[no-untyped-def]
-        return h.timeline(trig(), key, relayout, selected, state, follow_tail)
+        figure, *rest = h.timeline(trig(), key, relayout, selected, state, follow_tail)
+        return (wire(figure), *rest)
 
     @app.callback(
         Output(ids.SELECTED, "data"),

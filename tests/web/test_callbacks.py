@@ -51,7 +51,8 @@ def test_parse_xrange() -> None:
 
 def test_timeline_first_render_then_zoom_patches(h: Handlers) -> None:
     fig, state, version, _ = h.timeline(None, "a", None, None, None, None)
-    assert isinstance(fig, go.Figure) and state["key"] == "a" and version == "a:0"
+    assert isinstance(fig, dict) and state["key"] == "a" and version == "a:0"
+    assert go.Figure(fig).data[0].name == "target used"  # plain JSON types, valid for plotly
     patch, state2, *_ = h.timeline(
         ids.GRAPH, "a", {"xaxis.range[0]": 1.5, "xaxis.range[1]": 3.5}, None, state, None
     )
@@ -89,8 +90,8 @@ def test_a_page_that_ticks_before_its_first_figure_arrived_gets_the_same_figure(
     import web.callbacks
 
     built: list[str] = []
-    real = web.callbacks.build_figure
-    monkeypatch.setattr(web.callbacks, "build_figure", lambda *a, **k: built.append("x") or real(*a, **k))
+    real = web.callbacks.figure_dict
+    monkeypatch.setattr(web.callbacks, "figure_dict", lambda *a, **k: built.append("x") or real(*a, **k))
     first, state, *_ = h.timeline(None, "a", None, None, None, None)
     for _ in range(3):  # the browser never got `state`: each tick asks for the whole figure again
         again, again_state, *_ = h.timeline(ids.TICK, "a", None, None, None, None)
@@ -297,7 +298,7 @@ def test_follow_before_the_file_exists(tmp_path: Any) -> None:
         while store.get("live") is None and time.monotonic() < deadline:
             time.sleep(0.01)
         fig, state, version, status = h.timeline(ids.TICK, "live", None, None, None, ["on"])
-        assert isinstance(fig, go.Figure) and state["rows"] == 7 and version == "live:1"
+        assert isinstance(fig, dict) and fig["data"] and state["rows"] == 7 and version == "live:1"
         assert status == "following later.jsonl: 7 steps"
     finally:
         feed.stop()

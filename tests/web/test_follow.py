@@ -142,7 +142,6 @@ def test_attach_status_leads_the_live_status_and_a_new_run_redraws(tmp_path: Pat
     """make_app(stream source) over the real stream server: the stream's state is shown, and a
     restart's new run (saved to its own file) replaces the timeline with a new figure, not a patch."""
     import orjson
-    import plotly.graph_objects as go
 
     from tracer.live.stream import StreamHub, StreamServer
     from web import layout as ids
@@ -171,7 +170,7 @@ def test_attach_status_leads_the_live_status_and_a_new_run_redraws(tmp_path: Pat
     try:
         wait_for(lambda: shown("live: live.jsonl", 3))
         fig, state, _, status = h.timeline(None, LIVE, None, None, None, ["on"])
-        assert isinstance(fig, go.Figure) and state["rows"] == 3
+        assert isinstance(fig, dict) and fig["data"] and state["rows"] == 3
         assert status.startswith("idle since ") and status.endswith("(last step 3)")
         server_a.close()
         hub_b = StreamHub()
@@ -179,7 +178,7 @@ def test_attach_status_leads_the_live_status_and_a_new_run_redraws(tmp_path: Pat
         servers.append(StreamServer(hub_b, "127.0.0.1", port, heartbeat=0.1))
         wait_for(lambda: shown("live: live.1.jsonl", 5))
         fig, state2, _, status = h.timeline(ids.TICK, LIVE, None, None, state, ["on"])
-        assert isinstance(fig, go.Figure) and state2["rows"] == 5 and state2["run"] != state["run"]
+        assert isinstance(fig, dict) and fig["data"] and state2["rows"] == 5 and state2["run"] != state["run"]
         assert "new run 2 (the server restarted) → live.1.jsonl" in status
     finally:
         source.close()
