@@ -29,6 +29,8 @@ from web.store import TraceStore, UploadError
 from web.timeline import timeline_chart
 
 LIVE = "live"
+# The longest a page's first figure holds the sources' parsing (Handlers.page_opened).
+FIRST_FIGURE_HOLD = 3.0
 
 
 def _state(view: TraceView, sent: int) -> dict[str, Any]:
@@ -63,6 +65,16 @@ class Handlers:
         # builder at a time), every later request answers at once.
         self._figures: dict[str, tuple[TraceView, Any, int]] = {}
         self._figure_lock = threading.Lock()
+        self._first_shown = False  # a page has shown a figure (ticks_done)
+
+    def page_opened(self) -> None:
+        """The page was asked for. Until a page shows its first figure (ticks_done), a source
+        still reading a complete file is held (FIRST_FIGURE_HOLD at most): the page's files, its
+        layout and its figure are then served, and drawn, without the parse taking the GIL
+        (every socket write of the server's threads waits for it) and one of the cores."""
+        if not self._first_shown:
+            for feed in self.feeds:
+                feed.source.hold(FIRST_FIGURE_HOLD)
 
     def prepare(self, view: TraceView) -> None:
         """A source's new snapshot, on the source's thread: the first one's whole-run figure is
@@ -247,7 +259,12 @@ class Handlers:
         view state before the answer lands). They go off again (True) once every source is a
         complete file, read to its end, and the page shows the last snapshot: a tick's request
         would otherwise supersede a zoom's on the same figure, and Dash drops the zoom's
-        answer. A paused page is left paused."""
+        answer. A paused page is left paused. The first figure shown releases the sources'
+        hold (page_opened)."""
+        if shown and not self._first_shown:
+            self._first_shown = True
+            for feed in self.feeds:
+                feed.source.release()
         if not self.feeds or self.pause(pause_clicks)[0]:
             return no_update
         if any(f.source.live for f in self.feeds):
@@ -411,6 +428,12 @@ function(contents, filename, limit) {
 
 def register(app: Dash, h: Handlers) -> None:
     from dash import ctx
+    from flask import request
+
+    @app.server.before_request
+    def _page_opened() -> None:
+        if request.path == "/":
+            h.page_opened()
 
     def trig() -> Any:  # a component id, or a pattern-matching id (dict)
         return ctx.triggered_id

@@ -8,13 +8,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.stream_support import records, wait_for
 from tracer.trace.reader import load
-from tracer.trace.source import TraceSource
+from tracer.trace.source import Phase, TraceSource
 from web.app import make_app
 from web.callbacks import LIVE
 
-from .helpers import ADDITIVE, lines
+from .helpers import ADDITIVE, lines, tiled_lines
 
 
 def live_app(path: Path, **options: Any) -> Any:
@@ -202,3 +204,34 @@ def test_a_stream_with_a_wrong_token_shows_unauthorised() -> None:
     finally:
         source.close()
         server.close()
+
+
+def test_the_page_holds_a_loading_file_until_its_first_figure_is_shown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Asking for the page holds a source still reading a complete file (its parse would take
+    the GIL and a core from serving and drawing the first figure); the first figure shown
+    (ticks_done, as the page reports it) releases it, and later pages hold nothing."""
+    import tracer.trace.source
+
+    monkeypatch.setattr(tracer.trace.source, "CHUNK", 1 << 20)
+    monkeypatch.setenv("SCHEDSCOPE_SIDECAR", "off")
+    path = tmp_path / "big.jsonl"
+    path.write_bytes(b"".join(tiled_lines(12_000)))
+    source = TraceSource.file(path, interval=0.0)
+    source.hold(0.5)  # long enough for the page's request below to come while the file loads
+    app = make_app(source)
+    try:
+        assert app.server.test_client().get("/").status_code == 200
+        wait_for(lambda: app.store.get("a") is not None)  # type: ignore[attr-defined]
+        first = app.store.get("a")  # type: ignore[attr-defined]
+        time.sleep(1.0)  # past the 0.5 s: the page's own hold (FIRST_FIGURE_HOLD) keeps it
+        assert source.held
+        assert source.state.phase is Phase.LOADING and app.store.get("a") is first  # type: ignore[attr-defined]
+        app.handlers.ticks_done(f"a:{first.version}")  # type: ignore[attr-defined]
+        assert not source.held and source.join(30) and len(app.store.get("a")) == 12_000  # type: ignore[attr-defined]
+        app.server.test_client().get("/")
+        assert not source.held
+    finally:
+        for feed in app.feeds:  # type: ignore[attr-defined]
+            feed.stop()
