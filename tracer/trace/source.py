@@ -288,6 +288,7 @@ class TraceSource:
 
     @property
     def held(self) -> bool:
+        """Whether a hold is in force now."""
         return self._held_until > time.monotonic()
 
     def _wait_while_held(self) -> None:
