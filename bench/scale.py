@@ -336,6 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-tui", action="store_true")
     ap.add_argument("--no-web", action="store_true")
     ap.add_argument("--web-only", action="store_true", help="only the web figures (about a minute)")
+    ap.add_argument("--rounds", type=int, default=1, help="with --web-only: measure the web figures N times")
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -347,7 +348,9 @@ def main(argv: list[str] | None = None) -> int:
     big = args.trace
     if args.web_only:
         table = Table()
-        add_web_figures(table, big, args.zooms, big.name)
+        for r in range(args.rounds):  # a shared machine's noise: each round's figures, not a best
+            print(f"round {r + 1} of {args.rounds}: load average {os.getloadavg()[0]:.1f}", flush=True)
+            add_web_figures(table, big, args.zooms, big.name)
         table.print()
         return 0
     print(f"scale bench: {machine()}; load average {os.getloadavg()[0]:.1f}")

@@ -41,7 +41,7 @@ from dash._utils import to_json  # noqa: E402
 
 from tracer.trace.reader import load  # noqa: E402
 from web import layout as ids  # noqa: E402
-from web.callbacks import Handlers  # noqa: E402
+from web.callbacks import Handlers, wire  # noqa: E402
 from web.model import TraceView  # noqa: E402
 from web.store import TraceStore  # noqa: E402
 
@@ -145,7 +145,7 @@ def live(path: Path, steps: int, rounds: int, per_tick: int = 100) -> None:
                 snap.append(time.perf_counter() - t)
                 t = time.perf_counter()
                 patch, state, *_ = h.timeline(ids.TICK, "live", None, None, state, [])
-                payload = to_json(patch)
+                payload = to_json(wire(patch))
                 (first if k == 0 else later).append(time.perf_counter() - t)
                 if k == 0:
                     first_kib = max(first_kib, len(payload) / 1024)
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         store = TraceStore()
         store.put(TraceView.build("a", "A", trace))
         fig, state, *_ = Handlers(store).timeline(None, "a", None, None, None, None)
-        return fig.to_json(), state
+        return to_json(wire(fig)), state
 
     first_times, (fig_json, state) = timed(first, args.rounds)
     t = time.perf_counter()
@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     def page_load() -> str:  # `schedscope web` builds the view at start: a page load is this
         view.cache.clear()
         fig, *_ = h.timeline(None, "a", None, None, None, None)
-        return fig.to_json()
+        return to_json(wire(fig))
 
     times, _ = timed(page_load, args.rounds)
     print(f"first figure of a running app (page load: chart, figure, JSON): {spread(times)}")
@@ -230,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
 
         def zoom(relayout: dict[str, Any] = relayout) -> str:
             patch, *_ = h.timeline(ids.GRAPH, "a", relayout, None, state, None)
-            return to_json(patch)
+            return to_json(wire(patch))
 
         times, payload = timed(zoom, args.rounds)
         n = points(orjson.loads(payload))
@@ -240,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     def jump() -> str:
         zoomed = {**state, "range": [10.0, 2010.0]}
         patch, *_ = h.timeline(ids.SELECTED, "a", None, {"key": "a", "step": int(last * 0.9)}, zoomed, None)
-        return to_json(patch)
+        return to_json(wire(patch))
 
     times, payload = timed(jump, args.rounds)
     worst = max(worst, max(times))

@@ -96,6 +96,36 @@ def test_a_complete_file_loads_progressively_and_ends_equal_to_load(
     assert source.state.text() == "big.jsonl: 12000 steps"
 
 
+def test_a_held_file_reads_nothing_until_released_or_the_hold_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """hold() pauses a complete file's reading between chunks (the web app, while its page
+    loads and draws a first figure); release() resumes it at once, and a hold ends by itself."""
+    import tracer.trace.source
+
+    monkeypatch.setattr(tracer.trace.source, "CHUNK", 1 << 20)
+    monkeypatch.setenv("SCHEDSCOPE_SIDECAR", "off")
+    path = tmp_path / "big.jsonl"
+    path.write_bytes(tiled(12_000))
+    source = TraceSource.file(path, interval=0.0)
+    seen = Recorder(source)
+    source.hold(30)
+    assert source.held
+    source.start()
+    wait_for(lambda: seen.progress)
+    time.sleep(0.3)
+    assert seen.progress == [(1 << 20, path.stat().st_size)] and source.state.phase is Phase.LOADING
+    source.release()
+    assert source.join(30) and seen.steps == 12_000 and not source.held
+    again = TraceSource.file(path, interval=0.0)
+    again.hold(0.2)
+    started = time.monotonic()
+    assert again.start().join(30) and time.monotonic() - started >= 0.2  # ended by itself
+    follow = TraceSource.follow(path)
+    follow.hold(30)
+    assert not follow.held  # a followed file or a stream is never held
+
+
 def test_a_complete_file_leaves_a_sidecar_the_next_open_maps_instead_of_parsing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -99,3 +99,34 @@ def test_lanes_show_preemptions_and_clips() -> None:
     assert (first.state, first.code) == ("clipped", "input_budget")
     assert state_label("clipped", "input_budget") == "clipped: input budget after draft-slot reservations"
     assert state_label("scheduled", "none") == "scheduled in full"
+
+
+def test_a_session_keeps_recent_lane_windows_computed_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A zoom in and back out asks for the wider window again (the web app's Gantt, on every
+    zoom): it is kept, not recomputed at about 1.3 ms a step; two threads asking for one window
+    (a zoom's answer and a tick's) compute it once."""
+    import threading
+
+    import tracer.analysis.session as session_module
+
+    computed: list[tuple[int, int | None]] = []
+    real = rl.request_lanes
+
+    def counted(trace, start=0, end=None, **kw):  # type: ignore[no-untyped-def]
+        computed.append((start, end))
+        return real(trace, start, end, **kw)
+
+    monkeypatch.setattr(session_module.lanes_model, "request_lanes", counted)
+    s = Session.load(LIVE)
+    whole = s.request_lanes()
+    assert s.request_lanes(10, 20) is not whole and s.request_lanes() is whole  # back out: kept
+    for i in range(session_module.LANES_KEPT):
+        s.request_lanes(i, i + 5)
+    assert s.request_lanes() is not whole  # the oldest window went
+    computed.clear()
+    threads = [threading.Thread(target=s.request_lanes, args=(30, 40)) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert computed == [(30, 40)]

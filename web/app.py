@@ -92,6 +92,8 @@ def make_app(
         engines=None if run is None else (engines_figure(run, max_points), totals_children(run)),
     )
     handlers = Handlers(store, max_points=max_points, feeds=feeds, run=run)
+    for feed in feeds:
+        feed.on_view = handlers.prepare
     register(app, handlers)
     register_why(
         app, WhyHandlers(store, max_points=max_points), trace=ui.TRACE, version=ui.VERSION, graph=ui.GRAPH

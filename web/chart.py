@@ -17,6 +17,7 @@ Arrays reach the browser as JSON lists, not base64 typed arrays: Patch.extend
 from __future__ import annotations
 
 import html
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,8 +31,12 @@ from web.decimate import MAX_POINTS, row_range, select_rows, thin
 
 XRange = tuple[float, float] | None
 MARKERS_MODE_BELOW = 200  # draw point markers on lines when this few points are visible
-# Flag markers per kind: about one per pixel column; each carries a long hover text.
-MAX_MARKERS = 1000
+# Flag markers per kind in a range: one per about five pixel columns of the timeline, where the
+# 12-pixel markers still overlap into a solid band (zoom in to reach each flag). Each marker is an
+# SVG node that plotly restyles on every redraw, and a zoom redraws three times (the relayout,
+# dcc.Graph's figure sync, the answer): at 1,000 a kind, 198k flags of one kind took about a
+# fifth of the browser's time per zoom (docs/performance.md).
+MAX_MARKERS = 250
 
 
 @dataclass(frozen=True)
@@ -148,37 +153,55 @@ def selected_shape(step: int | None) -> list[dict[str, Any]]:
     ]
 
 
-def _line_trace(line: Line, data: dict[str, Any], legend: str) -> go.Scatter:
-    return go.Scatter(
-        x=data["x"],
-        y=data["y"],
-        name=line.name,
-        mode="markers" if line.markers_only else data["mode"],
-        line={"color": line.color, "dash": line.dash, "width": line.width, "shape": "hv"},
-        marker={
+def _axes(panel: int) -> dict[str, str]:
+    """The axes make_subplots gives row `panel` (0-based) of a one-column grid."""
+    n = str(panel + 1) if panel else ""
+    return {"xaxis": f"x{n}", "yaxis": f"y{n}"}
+
+
+def _legend(panel: int) -> str:
+    return "legend" if panel == 0 else f"legend{panel + 1}"
+
+
+def _line_trace(line: Line, data: dict[str, Any], panel: int) -> dict[str, Any]:
+    style = {"color": line.color, "width": line.width, "shape": "hv"}
+    if line.dash is not None:
+        style["dash"] = line.dash
+    trace = {
+        "type": "scatter",
+        "x": data["x"],
+        "y": data["y"],
+        "name": line.name,
+        "mode": "markers" if line.markers_only else data["mode"],
+        "line": style,
+        "marker": {
             "size": 8 if line.markers_only else 5,
             "color": line.color,
             "symbol": "x" if line.markers_only else "circle",
         },
-        fill="tozeroy" if line.fill else None,
-        fillcolor=_light(line.color) if line.fill else None,
-        legend=legend,
-        hovertemplate=f"{html.escape(line.name)}: %{{y}}<extra></extra>",
-    )
+        "legend": _legend(panel),
+        "hovertemplate": f"{html.escape(line.name)}: %{{y}}<extra></extra>",
+        **_axes(panel),
+    }
+    if line.fill:
+        trace.update(fill="tozeroy", fillcolor=_light(line.color))
+    return trace
 
 
-def _marker_trace(m: Markers, data: dict[str, Any], legend: str) -> go.Scatter:
+def _marker_trace(m: Markers, data: dict[str, Any], panel: int) -> dict[str, Any]:
     # Few points, each a DOM element that can be hovered and clicked.
-    return go.Scatter(
-        x=data["x"],
-        y=data["y"],
-        hovertext=data["hovertext"],
-        name=m.name,
-        mode="markers",
-        marker={"size": 12, "color": m.color, "symbol": m.symbol, "line": {"width": 1, "color": "#222"}},
-        legend=legend,
-        hovertemplate="%{hovertext}<extra></extra>",
-    )
+    return {
+        "type": "scatter",
+        "x": data["x"],
+        "y": data["y"],
+        "hovertext": data["hovertext"],
+        "name": m.name,
+        "mode": "markers",
+        "marker": {"size": 12, "color": m.color, "symbol": m.symbol, "line": {"width": 1, "color": "#222"}},
+        "legend": _legend(panel),
+        "hovertemplate": "%{hovertext}<extra></extra>",
+        **_axes(panel),
+    }
 
 
 def _light(color: str, amount: float = 0.55) -> str:
@@ -188,16 +211,23 @@ def _light(color: str, amount: float = 0.55) -> str:
     return f"rgb({r},{g},{b})"
 
 
-def build_figure(
-    chart: Chart,
-    x_range: XRange = None,
-    max_points: int = MAX_POINTS,
-    *,
-    selected: int | None = None,
-    title: str | None = None,
-    uirevision: str = "chart",
-) -> go.Figure:
-    """The whole figure for the visible range (first render, a new trace, a download)."""
+# The layout of each arrangement of panels, as plotly builds it. make_subplots and plotly's
+# validation of every property cost far more than a figure's data (about 0.5 s against 30 ms
+# for the 200k-step timeline), and a chart's arrangement is the same from one snapshot to the next.
+_FRAMES: dict[str, dict[str, Any]] = {}
+_FRAMES_KEPT = 16
+_frames_lock = threading.Lock()
+
+
+def _frame(chart: Chart) -> dict[str, Any]:
+    """The layout of `chart`'s panels (domains, titles, notes, legends, y axes), without data
+    and without anything a call sets (range, selection, title, uirevision). Shared: not to be mutated."""
+    panels = [(p.title, p.weight, p.note, p.yaxis, [line.name for line in p.lines]) for p in chart.panels]
+    key = repr((chart.height, panels, [(m.panel, m.name) for m in chart.markers]))
+    with _frames_lock:
+        layout = _FRAMES.get(key)
+    if layout is not None:
+        return layout
     n = len(chart.panels)
     weights = [p.weight for p in chart.panels]
     fig = make_subplots(
@@ -209,19 +239,13 @@ def build_figure(
         subplot_titles=[p.title for p in chart.panels],
     )
     fig.update_annotations(font_size=12)  # the subplot titles
-    data = trace_data(chart, x_range, max_points)
     legends: dict[str, Any] = {}
-    for (panel, item), d in zip(chart.traces(), data, strict=True):
-        legend = "legend" if panel == 0 else f"legend{panel + 1}"
-        trace = _line_trace(item, d, legend) if isinstance(item, Line) else _marker_trace(item, d, legend)
-        fig.add_trace(trace, row=panel + 1, col=1)
     for p, panel in enumerate(chart.panels):
         axis = fig.layout["yaxis" if p == 0 else f"yaxis{p + 1}"]
         axis.update(panel.yaxis)
-        top = axis.domain[1]
-        legends["legend" if p == 0 else f"legend{p + 1}"] = {
+        legends[_legend(p)] = {
             "x": 1.01,
-            "y": top,
+            "y": axis.domain[1],
             "yanchor": "top",
             "xanchor": "left",
             "font": {"size": 11},
@@ -241,18 +265,62 @@ def build_figure(
     fig.update_layout(
         legends,
         height=chart.height,
-        margin={"l": 70, "r": 230, "t": 60 if title else 30, "b": 40},
+        margin={"l": 70, "r": 230, "t": 30, "b": 40},
         hovermode="x",
-        uirevision=uirevision,
         template="plotly_white",
-        shapes=selected_shape(selected),
-        title={"text": title, "x": 0.01, "font": {"size": 14}} if title else None,
     )
-    bottom = f"xaxis{n if n > 1 else ''}"
-    fig.layout[bottom].title = "step"
+    fig.layout[f"xaxis{n if n > 1 else ''}"].title = "step"
+    layout = fig.to_dict()["layout"]  # a deep copy: plain dicts and lists
+    with _frames_lock:
+        if len(_FRAMES) >= _FRAMES_KEPT:
+            _FRAMES.pop(next(iter(_FRAMES)))
+        _FRAMES[key] = layout
+    return layout
+
+
+def figure_dict(
+    chart: Chart,
+    x_range: XRange = None,
+    max_points: int = MAX_POINTS,
+    *,
+    selected: int | None = None,
+    title: str | None = None,
+    uirevision: str = "chart",
+) -> dict[str, Any]:
+    """The whole figure for the visible range, as plotly.js takes it: plain dicts and lists (what
+    go.Figure(...).to_dict() gives, tests/web/test_figures.py), so Dash's encoder writes it in one
+    orjson pass; a plotly Figure object has it walk every list in Python first."""
+    layout = dict(_frame(chart))  # the frame's nested dicts are shared: replaced here, never changed
+    layout["uirevision"] = uirevision
+    if selected is not None:
+        layout["shapes"] = selected_shape(selected)
+    if title:
+        layout["title"] = {"text": title, "x": 0.01, "font": {"size": 14}}
+        layout["margin"] = {**layout["margin"], "t": 60}
     if x_range is not None:
-        fig.update_xaxes(range=list(x_range), autorange=False)
-    return fig
+        for name in [k for k in layout if k.startswith("xaxis")]:
+            layout[name] = {**layout[name], "range": list(x_range), "autorange": False}
+    data = [
+        _line_trace(item, d, panel) if isinstance(item, Line) else _marker_trace(item, d, panel)
+        for (panel, item), d in zip(chart.traces(), trace_data(chart, x_range, max_points), strict=True)
+    ]
+    return {"data": data, "layout": layout}
+
+
+def build_figure(
+    chart: Chart,
+    x_range: XRange = None,
+    max_points: int = MAX_POINTS,
+    *,
+    selected: int | None = None,
+    title: str | None = None,
+    uirevision: str = "chart",
+) -> go.Figure:
+    """figure_dict as a plotly Figure (validated), for what needs one: a download, the compare
+    and engines pages."""
+    return go.Figure(
+        figure_dict(chart, x_range, max_points, selected=selected, title=title, uirevision=uirevision)
+    )
 
 
 def range_patch(

@@ -10,10 +10,12 @@ steps as a Patch.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from tracer.trace.reader import Trace, TraceError
 from tracer.trace.source import Phase, SourceState, TraceSource
+from web.model import TraceView
 from web.store import TraceStore
 
 
@@ -25,6 +27,7 @@ class StoreFeed:
         self.prefix = prefix  # the label's, before the trace's file name
         self.state: SourceState = source.state
         self.error: TraceError | None = None
+        self.on_view: Callable[[TraceView], None] | None = None  # each new view, on the source's thread
         source.bind(on_update=self._update, on_state=self._state, on_error=self._error)
 
     @property
@@ -47,7 +50,9 @@ class StoreFeed:
         self.source.close()
 
     def _update(self, trace: Trace, version: int) -> None:
-        self.store.add(self.key, f"{self.prefix}{Path(trace.path).name}", trace, version=version)
+        view = self.store.add(self.key, f"{self.prefix}{Path(trace.path).name}", trace, version=version)
+        if self.on_view is not None:
+            self.on_view(view)
 
     def _state(self, state: SourceState) -> None:
         self.state = state

@@ -51,10 +51,12 @@ def test_parse_xrange() -> None:
 
 def test_timeline_first_render_then_zoom_patches(h: Handlers) -> None:
     fig, state, version, _ = h.timeline(None, "a", None, None, None, None)
-    assert isinstance(fig, go.Figure) and state["key"] == "a" and version == "a:0"
-    patch, state2, *_ = h.timeline(
+    assert isinstance(fig, dict) and state["key"] == "a" and version == "a:0"
+    assert go.Figure(fig).data[0].name == "target used"  # plain JSON types, valid for plotly
+    patch, state2, version2, _ = h.timeline(
         ids.GRAPH, "a", {"xaxis.range[0]": 1.5, "xaxis.range[1]": 3.5}, None, state, None
     )
+    assert version2 is no_update  # the same data: what follows the version (inspector, flags, ...) stays
     assert state2["sent"] == 4 and state2["rows"] == 7  # steps 1..4 (one step of margin each side)
     assert isinstance(patch, Patch) and state2["range"] == [1.5, 3.5]
     assert {op["location"][0] for op in _ops(patch)} == {"data"}
@@ -89,8 +91,8 @@ def test_a_page_that_ticks_before_its_first_figure_arrived_gets_the_same_figure(
     import web.callbacks
 
     built: list[str] = []
-    real = web.callbacks.build_figure
-    monkeypatch.setattr(web.callbacks, "build_figure", lambda *a, **k: built.append("x") or real(*a, **k))
+    real = web.callbacks.figure_dict
+    monkeypatch.setattr(web.callbacks, "figure_dict", lambda *a, **k: built.append("x") or real(*a, **k))
     first, state, *_ = h.timeline(None, "a", None, None, None, None)
     for _ in range(3):  # the browser never got `state`: each tick asks for the whole figure again
         again, again_state, *_ = h.timeline(ids.TICK, "a", None, None, None, None)
@@ -297,7 +299,37 @@ def test_follow_before_the_file_exists(tmp_path: Any) -> None:
         while store.get("live") is None and time.monotonic() < deadline:
             time.sleep(0.01)
         fig, state, version, status = h.timeline(ids.TICK, "live", None, None, None, ["on"])
-        assert isinstance(fig, go.Figure) and state["rows"] == 7 and version == "live:1"
+        assert isinstance(fig, dict) and fig["data"] and state["rows"] == 7 and version == "live:1"
         assert status == "following later.jsonl: 7 steps"
     finally:
         feed.stop()
+
+
+def test_a_zoom_that_brings_a_newer_snapshot_moves_the_version(h: Handlers) -> None:
+    _, state, *_ = h.timeline(None, "a", None, None, None, None)
+    h.store.add("a", "A: grown", tiled(20), version=1)
+    zoom = {"xaxis.range[0]": 1.5, "xaxis.range[1]": 9.5}
+    _, zoomed, version, _ = h.timeline(ids.GRAPH, "a", zoom, None, state, None)
+    assert version == "a:1" and zoomed["version"] == 1 and zoomed["rows"] == 20
+
+
+def test_a_source_s_first_snapshot_has_its_figure_built_on_the_source_thread(tmp_path: Any) -> None:
+    """make_app hands each feed's new view to Handlers.prepare: the first snapshot's figure is
+    built there (plotly's imports and the layout frame paid off the page's first request);
+    later snapshots are left to the page's requests."""
+    from tracer.trace.source import TraceSource
+    from web.app import make_app
+
+    path = tmp_path / "run.jsonl"
+    path.write_bytes(ADDITIVE.read_bytes())
+    app = make_app(TraceSource.file(path))
+    try:
+        feed = app.feeds[0]  # type: ignore[attr-defined]
+        assert feed.source.join(10)
+        held = app.handlers._figures["a"]  # type: ignore[attr-defined]
+        assert held[0].version == 1 and held[1]["data"]
+        fig, state, *_ = app.handlers.timeline(None, "a", None, None, None, None)  # type: ignore[attr-defined]
+        assert fig is held[1] and state["rows"] == 7
+    finally:
+        for feed in app.feeds:  # type: ignore[attr-defined]
+            feed.stop()

@@ -9,7 +9,7 @@ from tracer.analysis.compare import compare
 from tracer.analysis.flags import ADDITIVE, KINDS
 from tracer.render.compare import headline_sentences
 from tracer.render.text import compare_totals
-from web.chart import build_figure, extend_patch, range_patch, trace_data
+from web.chart import build_figure, extend_patch, figure_dict, range_patch, trace_data
 from web.compare_view import compare_chart, headline, totals_table
 from web.model import TraceView
 from web.timeline import timeline_chart
@@ -124,3 +124,41 @@ def test_a_new_flag_kind_draws_everywhere(monkeypatch: pytest.MonkeyPatch) -> No
     assert FAKE in shown and STRAY in shown
     inspected = str(inspector(v, int(v.steps[0])))
     assert FAKE in inspected and STRAY in inspected
+
+
+@pytest.mark.parametrize("name", ["dflash_k7_additive.jsonl", "live_cpu_ngram.jsonl"])
+@pytest.mark.parametrize("shown", [{}, {"x_range": (2.0, 5.0), "selected": 3, "title": "run A"}])
+def test_the_figure_dict_is_what_plotly_makes_of_it(name: str, shown: dict) -> None:
+    """The timeline's figure is built as plain dicts (web.chart.figure_dict) rather than plotly
+    objects; plotly's own validation must give back exactly that dict (no property it would drop,
+    rename or coerce)."""
+    import plotly.graph_objects as go
+
+    chart = timeline_chart(view(name))
+    fig = figure_dict(chart, shown.get("x_range"), selected=shown.get("selected"), title=shown.get("title"))
+    assert go.Figure(fig).to_dict() == fig
+    assert figure_dict(chart) == figure_dict(chart)  # the shared layout frame is never changed by a call
+
+
+def test_the_timeline_answers_go_through_dash_in_one_json_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dash encodes a callback's answer with plotly's to_json_plotly: one orjson pass when the
+    answer is plain JSON types, else a walk of every list in Python first (0.1-0.2 s for the
+    200k-step timeline's 750 KB). The whole figure and a zoom's patch must take the one pass."""
+    import plotly.io._json as plotly_json
+    from dash._utils import to_json
+
+    from web import layout as ids
+    from web.callbacks import Handlers, wire
+    from web.store import TraceStore
+
+    def walk(*_: object, **__: object) -> None:
+        raise AssertionError("the answer was walked in Python before encoding")
+
+    monkeypatch.setattr(plotly_json, "clean_to_json_compatible", walk)
+    store = TraceStore()
+    store.put(TraceView.build("a", "A", tiled(10_000)))
+    h = Handlers(store)
+    fig, state, *_ = h.timeline(None, "a", None, None, None, None)
+    patch, *_ = h.timeline(ids.GRAPH, "a", {"xaxis.range[0]": 10, "xaxis.range[1]": 900}, None, state, None)
+    for answer in (fig, patch):
+        assert to_json({"multi": True, "response": {ids.GRAPH: {"figure": wire(answer)}}})

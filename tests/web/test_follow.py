@@ -8,13 +8,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.stream_support import records, wait_for
 from tracer.trace.reader import load
-from tracer.trace.source import TraceSource
+from tracer.trace.source import Phase, TraceSource
 from web.app import make_app
 from web.callbacks import LIVE
 
-from .helpers import ADDITIVE, lines
+from .helpers import ADDITIVE, lines, tiled_lines
 
 
 def live_app(path: Path, **options: Any) -> Any:
@@ -142,7 +144,6 @@ def test_attach_status_leads_the_live_status_and_a_new_run_redraws(tmp_path: Pat
     """make_app(stream source) over the real stream server: the stream's state is shown, and a
     restart's new run (saved to its own file) replaces the timeline with a new figure, not a patch."""
     import orjson
-    import plotly.graph_objects as go
 
     from tracer.live.stream import StreamHub, StreamServer
     from web import layout as ids
@@ -171,7 +172,7 @@ def test_attach_status_leads_the_live_status_and_a_new_run_redraws(tmp_path: Pat
     try:
         wait_for(lambda: shown("live: live.jsonl", 3))
         fig, state, _, status = h.timeline(None, LIVE, None, None, None, ["on"])
-        assert isinstance(fig, go.Figure) and state["rows"] == 3
+        assert isinstance(fig, dict) and fig["data"] and state["rows"] == 3
         assert status.startswith("idle since ") and status.endswith("(last step 3)")
         server_a.close()
         hub_b = StreamHub()
@@ -179,7 +180,7 @@ def test_attach_status_leads_the_live_status_and_a_new_run_redraws(tmp_path: Pat
         servers.append(StreamServer(hub_b, "127.0.0.1", port, heartbeat=0.1))
         wait_for(lambda: shown("live: live.1.jsonl", 5))
         fig, state2, _, status = h.timeline(ids.TICK, LIVE, None, None, state, ["on"])
-        assert isinstance(fig, go.Figure) and state2["rows"] == 5 and state2["run"] != state["run"]
+        assert isinstance(fig, dict) and fig["data"] and state2["rows"] == 5 and state2["run"] != state["run"]
         assert "new run 2 (the server restarted) → live.1.jsonl" in status
     finally:
         source.close()
@@ -203,3 +204,34 @@ def test_a_stream_with_a_wrong_token_shows_unauthorised() -> None:
     finally:
         source.close()
         server.close()
+
+
+def test_the_page_holds_a_loading_file_until_its_first_figure_is_shown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Asking for the page holds a source still reading a complete file (its parse would take
+    the GIL and a core from serving and drawing the first figure); the first figure shown
+    (ticks_done, as the page reports it) releases it, and later pages hold nothing."""
+    import tracer.trace.source
+
+    monkeypatch.setattr(tracer.trace.source, "CHUNK", 1 << 20)
+    monkeypatch.setenv("SCHEDSCOPE_SIDECAR", "off")
+    path = tmp_path / "big.jsonl"
+    path.write_bytes(b"".join(tiled_lines(12_000)))
+    source = TraceSource.file(path, interval=0.0)
+    source.hold(0.5)  # long enough for the page's request below to come while the file loads
+    app = make_app(source)
+    try:
+        assert app.server.test_client().get("/").status_code == 200
+        wait_for(lambda: app.store.get("a") is not None)  # type: ignore[attr-defined]
+        first = app.store.get("a")  # type: ignore[attr-defined]
+        time.sleep(1.0)  # past the 0.5 s: the page's own hold (FIRST_FIGURE_HOLD) keeps it
+        assert source.held
+        assert source.state.phase is Phase.LOADING and app.store.get("a") is first  # type: ignore[attr-defined]
+        app.handlers.ticks_done(f"a:{first.version}")  # type: ignore[attr-defined]
+        assert not source.held and source.join(30) and len(app.store.get("a")) == 12_000  # type: ignore[attr-defined]
+        app.server.test_client().get("/")
+        assert not source.held
+    finally:
+        for feed in app.feeds:  # type: ignore[attr-defined]
+            feed.stop()

@@ -14,7 +14,8 @@ it, so snapshots are rate-limited: at most one per `interval`, and never more
 often than twice what the last one cost (its build plus `on_update`). A complete
 file is read progressively (the first snapshot after its first MiB, then each
 time the steps double), so a viewer shows a multi-GB trace within a second; the
-state turns `complete` just before its last snapshot.
+state turns `complete` just before its last snapshot. A viewer can `hold()` a complete
+file's reading for a moment (between chunks) and `release()` it.
 
 Bytes go through one `tracer.trace.reader.TraceBuilder`, which holds back an
 incomplete last line: a torn line at the end of a growing file is read once it
@@ -198,6 +199,8 @@ class TraceSource:
         self._gap_at: float | None = None  # when the last gap record came
         self._footer = False  # the current run wrote its footer
         self._stream_error: TraceError | None = None  # from the stream reader, reported by the publisher
+        self._held_until = 0.0  # a complete file's reading pauses until then (hold)
+        self._unheld = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"schedscope-source:{target}", daemon=True)
         self._reader: threading.Thread | None = None  # a stream's reading thread
 
@@ -270,10 +273,34 @@ class TraceSource:
         self._thread.start()
         return self
 
+    def hold(self, seconds: float) -> None:
+        """Pause reading a complete file for at most `seconds` from now (release() resumes it
+        sooner): for a viewer that needs the CPU and the GIL for a moment, as the web app does
+        while its page loads and draws a first figure. A followed file or a stream is not held:
+        its viewer wants the newest steps."""
+        if self.mode is Mode.FILE:
+            self._held_until = max(self._held_until, time.monotonic() + seconds)
+
+    def release(self) -> None:
+        """End a hold now."""
+        self._held_until = 0.0
+        self._unheld.set()
+
+    @property
+    def held(self) -> bool:
+        """Whether a hold is in force now."""
+        return self._held_until > time.monotonic()
+
+    def _wait_while_held(self) -> None:
+        while (left := self._held_until - time.monotonic()) > 0 and not self._stop.is_set():
+            self._unheld.wait(left)
+            self._unheld.clear()
+
     def stop(self, timeout: float = 5.0) -> None:
         """Stop reading; a stream's connection is ended at once, silent or not."""
         self._stop.set()
         self._wake.set()
+        self._unheld.set()
         if self.follower is not None:
             self.follower.interrupt()
         for thread in (self._thread, self._reader):
@@ -401,6 +428,7 @@ class TraceSource:
                     self.on_progress(read, total)
                 if builder.header is not None and read < total and self._due(builder.steps_parsed):
                     self._publish()
+                self._wait_while_held()
                 chunk = f.read(CHUNK)
         if self._stop.is_set():
             return
