@@ -226,7 +226,7 @@ def test_a_sidecar_made_before_the_rule_is_not_trusted(
     path.write_bytes(b"".join(lines))
     with monkeypatch.context() as old:  # the fast path sends the offending steps to the general one
         old.setattr(TraceBuilder, "_check_order", lambda self, step, line: None)
-        old.setattr(reader, "_SIDECAR_CHECKS", 1)
+        old.setattr(reader, "SIDECAR_CHECKS", 1)
         assert len(load(path)) == 13 and _checks(path) == 1  # as the old reader had it
     with pytest.raises(TraceOrderError) as err:
         load(path)
@@ -235,7 +235,7 @@ def test_a_sidecar_made_before_the_rule_is_not_trusted(
         return
     with monkeypatch.context() as unchecked:  # the checks marker right, the rows not
         unchecked.setattr(TraceBuilder, "_check_order", lambda self, step, line: None)
-        assert len(load(path)) == 13 and _checks(path) == reader._SIDECAR_CHECKS
+        assert len(load(path)) == 13 and _checks(path) == reader.SIDECAR_CHECKS
     assert reader.reopen(path) is None
     with pytest.raises(TraceOrderError):
         load(path)
