@@ -105,12 +105,16 @@ def main() -> int:
     # -- an older trace: no index, parsed -----------------------------------------------------
     if not args.no_old:
         off_now = env_for(ROOT)
-        off_today = env_for(baseline_tracer(args.dir, args.today))
-        for cmd in ("summary", "flags"):
+        today = baseline_tracer(args.dir, args.today)
+        off_today = env_for(today)
+        load = "import sys; from tracer.trace.reader import load; load(sys.argv[1])"
+        for cmd, argv in (("load()", [load]), ("summary", [CLI, "summary"]), ("flags", [CLI, "flags"])):
             now, then = [], []
             for _ in range(args.rounds):
-                now.append(run([PY, "-c", CLI, cmd, str(a)], env=off_now)[0])
-                then.append(run([PY, "-c", CLI, cmd, str(a)], env=off_today)[0])
+                # Each from its own tree's directory: `python -c` puts the working directory
+                # first on the path, so it must not be this tree's for the one before.
+                now.append(run([PY, "-c", *argv, str(a)], env=off_now)[0])
+                then.append(run([PY, "-c", *argv, str(a)], env=off_today, cwd=today)[0])
             ratio = sorted(x / y for x, y in zip(now, then, strict=True))[len(now) // 2]
             table.add(
                 f"`{cmd}`, first open without an index, against {args.today}",

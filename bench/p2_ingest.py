@@ -100,7 +100,9 @@ def ensure_trace(directory: Path, steps: int) -> Path:
     path = directory / f"gen_{steps}_{version}.jsonl"
     if not path.exists():
         tmp = path.with_suffix(".tmp.jsonl")
-        subprocess.run([PY, str(BENCH / "gen_trace.py"), str(tmp), "--steps", str(steps)], check=True)
+        # --no-index: P2 times the parse, so the trace is an older one's, without a born index.
+        gen = [PY, str(BENCH / "gen_trace.py"), str(tmp), "--steps", str(steps), "--no-index"]
+        subprocess.run(gen, check=True)
         tmp.rename(path)
     return path
 

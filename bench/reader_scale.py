@@ -137,7 +137,8 @@ def main() -> None:
         if src is None:
             src = scratch / f"gen_{args.steps}.jsonl"
             if not src.exists():
-                gen = [str(BENCH / "gen_trace.py"), str(src), "--steps", str(args.steps)]
+                # --no-index: the first load must parse (no born index beside the trace).
+                gen = [str(BENCH / "gen_trace.py"), str(src), "--steps", str(args.steps), "--no-index"]
                 gen += [
                     "--max-running",
                     "256",

@@ -144,14 +144,29 @@ def test_a_killed_server_opens_from_the_whole_segments_and_parses_the_rest(
     assert_equals_reference(got)
 
 
-def test_an_index_cut_inside_its_first_segment_is_not_used(copy: Path) -> None:
+def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_an_index_cut_inside_its_first_segment_is_not_used(
+    copy: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     index = copy.with_name(copy.name + ".ssidx")
     index.write_bytes(index.read_bytes()[: _segments(index)[1] - 64])
-    copy.write_bytes(copy.read_bytes())  # a new mtime: the file changed too
-    assert_same_trace(load(copy, sidecar=False, entries=True), load(copy, entries=True))
+    expect = load(copy, sidecar=False, entries=True)
+    with caplog.at_level(logging.WARNING):
+        got = load(copy, entries=True)
+    assert len(_warnings(caplog)) == 1 and "is cut short" in _warnings(caplog)[0], _warnings(caplog)
+    assert_same_trace(expect, got)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        load(copy, entries=True)  # rebuilt by that load: said once
+    assert not _warnings(caplog)
 
 
-def test_a_file_changed_since_is_parsed(copy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_file_changed_since_is_parsed(
+    copy: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     data = bytearray(copy.read_bytes())
     at = data.index(b'"kv_usage":', len(data) // 2) + len(b'"kv_usage":')
     data[at] = ord("1") if data[at] != ord("1") else ord("0")  # same size, another value
@@ -161,8 +176,10 @@ def test_a_file_changed_since_is_parsed(copy: Path, monkeypatch: pytest.MonkeyPa
     called = []
     real = reader._parse_plain
     monkeypatch.setattr(reader, "_parse_plain", lambda *a: called.append(1) or real(*a))
-    assert_same_trace(expect, load(copy, entries=True))
+    with caplog.at_level(logging.WARNING):
+        assert_same_trace(expect, load(copy, entries=True))
     assert called
+    assert len(_warnings(caplog)) == 1 and "no longer describes" in _warnings(caplog)[0], _warnings(caplog)
 
 
 def test_a_step_after_the_footer_is_refused_as_a_parse_refuses_it(copy: Path) -> None:

@@ -1,14 +1,15 @@
 """The step pass and the request index, computed with NumPy from a trace's entry columns
 (tracer.trace.entries) instead of record by record.
 
-Every entry of every step (scheduled requests, a dict `sampled`'s own entries, waiting ids,
-preempted, finished) goes into one stream, laid out step by step in the order a record
-lists them, then sorted by request (a stable sort: each request's entries stay in step
-order). Per-request state that the record-by-record code keeps in dicts
-(timing.FeatureBuilder's computed tokens and "sampled since admitted", LatencyTracker's
-first/last token, the request index's pending admissions) becomes segmented sums over
-that stream: a segment is a request's run between two resets (an admission or resumption
-before the step, a preemption or finish after it).
+The scheduled entries (most of them) are sorted by request (a stable sort: each request's
+entries stay in step order) and processed in cache-sized chunks of whole requests.
+Per-request state that the record-by-record code keeps in dicts (timing.FeatureBuilder's
+computed tokens and "sampled since admitted") becomes segmented sums over that order: a
+segment is a request's run between two resets (an admission or resumption before the
+step, a preemption or finish after it, joined in by key). The other entries (admissions,
+preemptions, finishes, waiting ids, a dict `sampled`'s own entries) are few, and are joined
+by (request, step) keys: LatencyTracker's first-seen step, first and last token, and the
+request index's events and first token after an admission with no finish in between.
 
 The record-by-record code stays as the reference (`steppass.reference`,
 `requests.reference`); tests compare the two exactly.

@@ -23,6 +23,7 @@ valid for the prefix they describe.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -51,6 +52,9 @@ def born_index(path: str | Path | None, *, interval_s: float = INTERVAL_S) -> Bo
     sidecar also needs the member index, which only a read makes) or SCHEDSCOPE_SIDECAR=off."""
     if path is None or Path(path).suffix in (".gz", ".zst") or not sidecar.locations(Path(path)):
         return None
+    for stale in sidecar.locations(Path(path)):  # an earlier run's, beside the trace the recorder replaces
+        with contextlib.suppress(OSError):
+            stale.unlink(missing_ok=True)
     return BornIndex(path, interval_s=interval_s)
 
 

@@ -42,6 +42,10 @@ _ALIGN = 64
 _HASHED = 64 << 10
 
 
+class Torn(ValueError):
+    """A sidecar (or its first segment) shorter than its own meta says: cut short."""
+
+
 def cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "schedscope"
@@ -167,13 +171,25 @@ def read(
             segments = _read_segments(where, dtypes) if pieces else [_read_one(where, dtypes)]
         except FileNotFoundError:
             continue
+        except Torn as exc:  # a kill or a full disk while it was written: said once, then rebuilt
+            logger.warning(
+                "schedscope: %s is cut short (%s): not used; the trace is read instead", where, exc
+            )
+            continue
         except (OSError, ValueError, KeyError, TypeError, struct.error) as exc:
             logger.debug("schedscope: sidecar %s not used (%s)", where, exc)
             continue
         meta = segments[-1][0]
         status = _matches(meta.get("source"), fd, st)
         if status is None:
-            logger.debug("schedscope: sidecar %s is for another version of %s", where, source)
+            # A born index (tracer.record.born) the trace no longer matches: the trace was
+            # changed after it was recorded. Said once: the load that follows rewrites it.
+            log = logger.warning if meta.get("born") else logger.debug
+            log(
+                "schedscope: %s no longer describes %s (changed since): not used; the trace is read instead",
+                where,
+                source,
+            )
             continue
         if not pieces:
             return meta, segments[0][1], status
@@ -197,7 +213,7 @@ def _read_one(where: Path, dtypes: dict[str, np.dtype]) -> tuple[dict[str, Any],
     data = _map(where)
     meta, arrays = _container(data, 0, dtypes)
     if meta.get("total") != len(data):
-        raise ValueError(f"{len(data)} bytes, its meta says {meta.get('total')} (torn?)")
+        raise Torn(f"{len(data)} bytes, its meta says {meta.get('total')}")
     return meta, arrays
 
 
@@ -211,7 +227,7 @@ def _read_segments(
     at = segments[0][0]["total"]
     if segments[0][0].get("segment") is None:
         if at != len(data):
-            raise ValueError(f"{len(data)} bytes, its meta says {at} (torn?)")
+            raise Torn(f"{len(data)} bytes, its meta says {at}")
         return segments
     while at < len(data):
         try:
@@ -238,14 +254,14 @@ def _container(
     if data[at : at + len(MAGIC)] != MAGIC:
         raise ValueError("not a schedscope sidecar (magic)")
     if at + len(MAGIC) + _LEN.size > len(data):
-        raise ValueError("cut short in its head")
+        raise Torn("cut short in its head")
     (n,) = _LEN.unpack_from(data, at + len(MAGIC))
     meta = orjson.loads(data[at + len(MAGIC) + _LEN.size : at + len(MAGIC) + _LEN.size + n])
     if not isinstance(meta, dict) or meta.get("version") != VERSION:
         raise ValueError(f"version {meta.get('version') if isinstance(meta, dict) else '?'}, not {VERSION}")
     total = meta.get("total")
     if type(total) is not int or total <= 0 or total % _ALIGN or at + total > len(data):
-        raise ValueError(f"{len(data) - at} bytes left, its meta says {total} (torn?)")
+        raise Torn(f"{len(data) - at} bytes left, its meta says {total}")
     start = at + int(meta["data"])
     arrays = {}
     for name, dtype in dtypes.items():
