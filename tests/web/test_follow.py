@@ -170,7 +170,9 @@ def test_attach_status_leads_the_live_status_and_a_new_run_redraws(tmp_path: Pat
         )
 
     try:
-        wait_for(lambda: shown("live: live.jsonl", 3))
+        # The page shows the feed's state, which the source hands over just after its own
+        # changes: wait for what the page would show, not only for the source.
+        wait_for(lambda: shown("live: live.jsonl", 3) and h.live_status().startswith("idle since "))
         fig, state, _, status = h.timeline(None, LIVE, None, None, None, ["on"])
         assert isinstance(fig, dict) and fig["data"] and state["rows"] == 3
         assert status.startswith("idle since ") and status.endswith("(last step 3)")
