@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.live_support import abandon_streams, bench_serve, build_tiny_llama, start_server
+from tests.live_support import abandon_streams, bench_serve, build_tiny_llama, renice_engine, start_server
 from tracer.cli import main
 from tracer.trace.reader import Trace, load
 from tracer.whatif.fidelity import check_fidelity, fidelity_lines
@@ -39,6 +39,10 @@ def _record(tmp: Path, scheduler: str, extra: list[str], bench: list[str]) -> tu
     ]  # fmt: skip
     env = {"SCHEDSCOPE_TRACE": str(trace_path)}
     with start_server(model, extra_args=args, env=env, log_path=tmp / "server.log") as server:
+        # The API server must keep up with its streams, or a client that hangs up after a few
+        # chunks reads them only once its request has finished, and no abort reaches the
+        # scheduler (seen once, async scheduling on an idle 2-core host).
+        renice_engine(server)
         hangups = threading.Thread(
             target=abandon_streams, args=(server, "Hello world, hello scheduler " * 3, [3, 5, 8, 13])
         )
