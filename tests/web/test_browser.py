@@ -165,7 +165,10 @@ def test_live_follow_adds_steps_with_patches(
         time.sleep(0.05)
     assert _graph(dash_duo)[0]["x"] == [1, 2, 3, 4, 5]
     print(f"live: appended steps shown after {seen_after:.2f} s")
-    assert seen_after < 1.5, seen_after  # ~0.1 s poll + 0.3 s tick
+    # ~0.1 s poll + 0.3 s tick: 0.6-0.8 s when run alone; inside the whole web suite on a 2-core
+    # host the browser has taken 1.7 s (idle) and 2.4 s (loaded). The bound catches a stalled
+    # follow or a full reload, not a slow tick.
+    assert seen_after < 3.0, seen_after
     # The timeline's updates (the why charts under it are small and bounded, and redrawn whole).
     figure_updates = [
         r for r in dash_duo.driver.execute_script("return window.__responses;") if '"timeline":{"figure"' in r
