@@ -173,6 +173,22 @@ class LatencyTracker:
         )
 
 
+def steps_clock(trace: Trace, arrival: np.ndarray) -> np.ndarray:
+    """Recorded arrival times (wall clock) on the steps' monotonic clock: `arrival_time -
+    start_time + t0`. NaN where there is none, or where it is not a wall time within an hour
+    of the run (an offline recording stores step numbers there)."""
+    h = trace.header
+    start, t0 = h.get("start_time"), h.get("t0")
+    t = trace.columns["t"]
+    arrival = np.asarray(arrival, dtype=np.float64)
+    if not isinstance(start, (int, float)) or not isinstance(t0, (int, float)) or not len(t):
+        return np.full(arrival.shape, np.nan)
+    at = arrival - float(start) + float(t0)
+    span = float(t[-1] - t[0])
+    inside = (at >= t[0] - 3600) & (at <= t[-1] + span + 3600)
+    return np.where(inside, at, np.nan)
+
+
 @dataclass
 class RequestTimes:
     """Per request, in the order first seen: the row of the step whose inputs added it, of
@@ -190,17 +206,8 @@ class RequestTimes:
     ids: list[str] = field(default_factory=list)  # each request's id, in the same order
 
     def arrival_clock(self, trace: Trace) -> np.ndarray:
-        """Each arrival on the steps' monotonic clock (NaN: none, or not a wall time within
-        the run: an offline recording stores step numbers there)."""
-        h = trace.header
-        start, t0 = h.get("start_time"), h.get("t0")
-        t = trace.columns["t"]
-        if not isinstance(start, (int, float)) or not isinstance(t0, (int, float)) or not len(t):
-            return np.full(len(self.arrival), np.nan)
-        at = self.arrival - float(start) + float(t0)
-        span = float(t[-1] - t[0])
-        inside = (at >= t[0] - 3600) & (at <= t[-1] + span + 3600)
-        return np.where(inside, at, np.nan)
+        """Each arrival on the steps' monotonic clock (steps_clock)."""
+        return steps_clock(trace, self.arrival)
 
     def basis(self, trace: Trace) -> str:
         """The best TTFT start this trace has for its requests (module docstring)."""

@@ -46,6 +46,7 @@ from tracer.analysis.reasons import (
     UNKNOWN,
 )
 from tracer.analysis.requests import request_index
+from tracer.analysis.throughput import steps_clock
 from tracer.trace import schema
 from tracer.trace.reader import Trace
 
@@ -740,14 +741,11 @@ def request_story(trace: Trace, request_id: str) -> RequestStory | None:
 
 
 def _frontend_seconds(trace: Trace, arrival: list[Any], added_t: float) -> float | None:
-    """From the request's arrival (wall clock, its `a` input) to the schedule() call it was
-    added before; None when the arrival is not a wall time within the run (offline traces)."""
-    h = trace.header
-    start, t0, at = h.get("start_time"), h.get("t0"), arrival[5] if len(arrival) > 5 else None
-    if not all(isinstance(x, (int, float)) for x in (start, t0, at)):
-        return None
-    seconds = added_t - (float(at) - float(start) + float(t0))
-    return seconds if -1.0 <= seconds <= 3600.0 else None
+    """From the request's arrival (its `a` input) to the schedule() call it was added before;
+    None where the arrival is not a wall time within the run (throughput.steps_clock)."""
+    at = arrival[5] if len(arrival) > 5 and isinstance(arrival[5], (int, float)) else np.nan
+    on_clock = float(steps_clock(trace, np.array([at]))[0])
+    return None if math.isnan(on_clock) else added_t - on_clock
 
 
 def _sampled(rec: dict[str, Any], rid: str) -> int:
