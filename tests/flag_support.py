@@ -26,7 +26,8 @@ def add_fake_kinds(monkeypatch: pytest.MonkeyPatch) -> None:
             flags.Flag(step, FAKE, "warning", "a made-up kind's sentence", {"tokens_withheld": 3}),
             flags.Flag(step, STRAY, "info", "a kind no registry knows"),
         ]
-        report.flags = sorted(report.flags + extra, key=lambda f: f.step)  # stable: by step only
+        # stable: by step only
+        report.flags = flags.FlagList.of(sorted([*report.flags, *extra], key=lambda f: f.step))
         return report
 
     monkeypatch.setattr(session, "detect", detect)

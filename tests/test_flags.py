@@ -4,6 +4,7 @@ faults a correct vLLM never produces."""
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -155,3 +156,28 @@ def test_admission_cap_binding(tmp_path: Path) -> None:
     flags = detect(make_trace(tmp_path, cfg, [binding, below_cap])).flags
     assert [(f.step, f.kind) for f in flags] == [(1, F.CAP_BINDING)]
     assert flags[0].numbers == {"cap": 2, "num_running": 2, "num_waiting": 3, "input_left": 62}
+
+
+@pytest.mark.parametrize("path", sorted(SAMPLES.glob("*.jsonl")), ids=lambda p: p.stem)
+def test_flag_list_columns_agree_with_its_flags(path: Path) -> None:
+    """The columns (steps, kinds, sentences, tokens withheld) say what the Flag objects say, in
+    the order views list them: by step, then by kind in the registry's order."""
+    report = F.detect(load(path))
+    listed = report.flags
+    made = list(listed)
+    assert len(made) == len(listed)
+    rank = {kind: i for i, kind in enumerate(F.KINDS)}
+    assert [(f.step, rank[f.kind]) for f in made] == sorted((f.step, rank[f.kind]) for f in made)
+    assert listed.steps.tolist() == [f.step for f in made]
+    assert listed.kinds.tolist() == [f.kind for f in made]
+    assert listed.messages() == [f.message for f in made]
+    assert listed.severities() == [f.severity for f in made]
+    withheld = [f.numbers.get("tokens_withheld", 0) for f in made]
+    assert listed.withheld().tolist() == withheld and report.tokens_withheld == sum(withheld)
+    assert report.counts() == dict(Counter(f.kind for f in made))
+    assert listed[1:3] == made[1:3] and listed[len(made) :] == [] and listed[-1:] == made[-1:]
+    for kind in set(listed.kinds.tolist()):
+        at = listed.positions([kind])
+        assert listed.take(at) == [f for f in made if f.kind == kind]
+    with pytest.raises(IndexError):
+        listed[len(made)]

@@ -97,8 +97,9 @@ def cmd_flags(args: argparse.Namespace) -> int:
     docs = []
     for engine in run.engines:
         trace, report = engine.trace, engine.session.report
-        flags = [f for f in report.flags if not args.kind or f.kind in args.kind]
+        wanted = report.flags.positions(args.kind or None)
         if args.json:
+            flags = report.flags.take(wanted)
             docs.append(
                 {
                     "trace": trace.path,
@@ -110,8 +111,14 @@ def cmd_flags(args: argparse.Namespace) -> int:
             )
             continue
         where = f"{engine.label}  " if several else ""
-        for f in flags:
-            print(f"{where}step {f.step:>6}  {f.severity:<7}  {f.kind}: {f.message}")
+        # Sentences in bulk, not Flag objects: a busy server's trace can flag every step.
+        listed = report.flags
+        messages, severities = listed.messages(), listed.severities()
+        steps, kinds = listed.steps.tolist(), listed.kinds
+        sys.stdout.writelines(
+            f"{where}step {steps[i]:>6}  {severities[i]:<7}  {kinds[i]}: {messages[i]}\n"
+            for i in wanted.tolist()
+        )
         print(f"{where}{RunLine.of(trace, report).text}")
     if args.json:
         doc = docs[0] if not several else {"engines": docs}

@@ -12,6 +12,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 from dash import ALL, Dash, Input, Output, Patch, State, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
@@ -219,16 +220,17 @@ class Handlers:
     ) -> tuple[Any, str, int]:
         """-> (table, "page i of n", page). Filters and a new trace go back to the first page."""
         view = self.store.get(key)
-        flags = filter_flags(view.report.flags, kinds, text) if view is not None else []
+        found = filter_flags(view.report.flags, kinds, text) if view is not None else np.zeros(0, np.int64)
         if trigger == ids.FLAG_NEXT:
             current = (current or 0) + 1
         elif trigger == ids.FLAG_PREV:
             current = (current or 0) - 1
         elif trigger != ids.VERSION:
             current = 0
-        rows, current, count = page(flags, current)
+        shown, current, count = page(found, current)
+        rows = view.report.flags.take(shown) if view is not None else []
         total = len(view.report.flags) if view is not None else 0
-        return table(rows, total), f"page {current + 1} of {count} ({len(flags)} flags)", current
+        return table(rows, total), f"page {current + 1} of {count} ({len(found)} flags)", current
 
     def summary(self, key: str | None) -> Any:
         view = self.store.get(key)

@@ -20,7 +20,7 @@ A_COLOR, B_COLOR, DELTA_COLOR, DARK = "#7f7f7f", "#1f77b4", "#2ca02c", "#444444"
 def _flag_markers(c: Comparison, side: Side, label: str, color: str, symbol: str) -> Markers:
     flags = side.flags.flags
     # Aligned by row: the i-th step of each trace sits at x = i + 1.
-    rows = np.searchsorted(side.trace.columns["step"], np.asarray([f.step for f in flags], dtype=np.int64))
+    rows = np.searchsorted(side.trace.columns["step"], flags.steps)
     return Markers(
         name=f"flags in {label} ({len(flags)})",
         panel=0,

@@ -8,33 +8,38 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 from dash import html
 
-from tracer.analysis.flags import Flag
+from tracer.analysis.flags import Flag, FlagList
 
 PAGE_SIZE = 12
 JUMP = "flag-jump"  # pattern-matching id type of the step buttons
 
 
-def filter_flags(flags: list[Flag], kinds: list[str] | None, text: str | None) -> list[Flag]:
-    """Flags of the chosen kinds (all if none chosen) whose message, kind or step contains `text`."""
-    wanted = set(kinds or ())
+def filter_flags(flags: FlagList, kinds: list[str] | None, text: str | None) -> np.ndarray:
+    """Positions in `flags` of those of the chosen kinds (all if none chosen) whose message,
+    kind or step contains `text`; no Flag object is made (a trace can flag every step)."""
+    positions = flags.positions(kinds or None)
     needle = (text or "").strip().lower()
-    out = []
-    for f in flags:
-        if wanted and f.kind not in wanted:
-            continue
-        if needle and needle not in f.message.lower() and needle not in f.kind and needle != str(f.step):
-            continue
-        out.append(f)
-    return out
+    if not needle or not len(positions):
+        return positions
+    messages, kinds_of, steps = flags.messages(), flags.kinds, flags.steps
+    keep = [
+        i
+        for i in positions.tolist()
+        if needle in messages[i].lower() or needle in kinds_of[i] or needle == str(steps[i])
+    ]
+    return np.asarray(keep, dtype=np.int64)
 
 
-def page(flags: list[Flag], current: int | None, page_size: int = PAGE_SIZE) -> tuple[list[Flag], int, int]:
-    """(flags of the page, the page clamped into range, page count)."""
-    count = max(1, -(-len(flags) // page_size))
+def page(
+    positions: np.ndarray, current: int | None, page_size: int = PAGE_SIZE
+) -> tuple[np.ndarray, int, int]:
+    """(positions of the page's flags, the page clamped into range, page count)."""
+    count = max(1, -(-len(positions) // page_size))
     current = min(max(0, current or 0), count - 1)
-    return flags[current * page_size : (current + 1) * page_size], current, count
+    return positions[current * page_size : (current + 1) * page_size], current, count
 
 
 def table(flags: list[Flag], total: int) -> Any:

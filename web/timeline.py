@@ -27,23 +27,24 @@ def flag_hover(flag: Flag) -> str:
 def flag_markers(view: TraceView, panel: int) -> tuple[Markers, ...]:
     """One marker trace per flag kind (always all kinds: trace indices stay fixed as a live trace grows)."""
     steps = view.steps
+    report = view.report.flags
     out = []
     for kind in flag_registry.KINDS:
-        flags = [f for f in view.report.flags if f.kind == kind]
-        rows = np.searchsorted(steps, np.asarray([f.step for f in flags], dtype=np.int64))
+        positions = report.positions([kind])
+        rows = np.searchsorted(steps, report.steps[positions])
         hover: dict[int, str] = {}  # built on first show, reused by every later zoom
 
-        def text(i: int, flags: list[Flag] = flags, hover: dict[int, str] = hover) -> str:
+        def text(i: int, positions: np.ndarray = positions, hover: dict[int, str] = hover) -> str:
             if i not in hover:
-                hover[i] = flag_hover(flags[i])
+                hover[i] = flag_hover(report[int(positions[i])])
             return hover[i]
 
         out.append(
             Markers(
-                name=f"{kind_info(kind).short} ({len(flags)})",
+                name=f"{kind_info(kind).short} ({len(positions)})",
                 panel=panel,
                 rows=rows,
-                y=[kind] * len(flags),
+                y=[kind] * len(positions),
                 color=kind_info(kind).color,
                 text=text,
             )

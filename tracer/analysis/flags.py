@@ -5,9 +5,9 @@ tracer.analysis.budget; this module only decides what is worth a flag.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, overload
 
 import numpy as np
 
@@ -78,18 +78,193 @@ class Flag:
         return asdict(self)
 
 
+class _Batch:
+    """One detector's flags of one kind as columns. The sentences are made when first read,
+    all at once (a busy server's trace can flag most of its steps); a Flag object only when
+    one is asked for."""
+
+    def __init__(
+        self,
+        kind: str,
+        steps: np.ndarray,
+        columns: tuple[np.ndarray | list[Any], ...],
+        message: Callable[..., str],
+        numbers: Callable[..., dict[str, Any]],
+    ) -> None:
+        self.kind = kind
+        self.steps = np.asarray(steps, dtype=np.int64)
+        self._columns = columns
+        self._message = message
+        self._numbers = numbers
+        self._values: list[tuple[Any, ...]] | None = None
+        self._messages: list[str] | None = None
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def kinds(self) -> np.ndarray:
+        return np.full(len(self), self.kind, dtype=object)
+
+    def ranks(self, rank: dict[str, int]) -> np.ndarray:
+        return np.full(len(self), rank.get(self.kind, len(rank)), dtype=np.int64)
+
+    def severities(self) -> list[str]:
+        return [SEVERITY[self.kind]] * len(self)
+
+    def values(self) -> list[tuple[Any, ...]]:
+        if self._values is None:
+            cols = [c.tolist() if isinstance(c, np.ndarray) else c for c in self._columns]
+            self._values = list(zip(*cols, strict=True)) if cols else [()] * len(self)
+        return self._values
+
+    def messages(self) -> list[str]:
+        if self._messages is None:
+            message = self._message
+            self._messages = [message(*v) for v in self.values()]
+        return self._messages
+
+    def flag(self, i: int) -> Flag:
+        v = self.values()[i]
+        return Flag(int(self.steps[i]), self.kind, SEVERITY[self.kind], self.messages()[i], self._numbers(*v))
+
+    def withheld(self) -> np.ndarray:
+        if self.kind != ADDITIVE:
+            return np.zeros(len(self), dtype=np.int64)
+        return np.asarray(self._columns[0], dtype=np.int64)
+
+
+class _Listed:
+    """Flags already made (a plugin's, a test's), in the order given."""
+
+    def __init__(self, flags: list[Flag]) -> None:
+        self._flags = flags
+        self.steps = np.fromiter((f.step for f in flags), np.int64, len(flags))
+
+    def __len__(self) -> int:
+        return len(self._flags)
+
+    def kinds(self) -> np.ndarray:
+        out = np.empty(len(self._flags), dtype=object)
+        out[:] = [f.kind for f in self._flags]
+        return out
+
+    def ranks(self, rank: dict[str, int]) -> np.ndarray:
+        return np.asarray([rank.get(f.kind, len(rank)) for f in self._flags], dtype=np.int64)
+
+    def severities(self) -> list[str]:
+        return [f.severity for f in self._flags]
+
+    def messages(self) -> list[str]:
+        return [f.message for f in self._flags]
+
+    def flag(self, i: int) -> Flag:
+        return self._flags[i]
+
+    def withheld(self) -> np.ndarray:
+        got = [f.numbers.get("tokens_withheld", 0) if f.kind == ADDITIVE else 0 for f in self._flags]
+        return np.asarray(got, dtype=np.int64)
+
+
+class FlagList(Sequence[Flag]):
+    """A trace's flags, by step (and by kind within a step), held as columns.
+
+    `steps` and `kinds` are arrays over all of them; a Flag object is made only when one is
+    read (an index, a slice, iteration), so a trace with a flag on each of 200,000 steps
+    costs its columns, not 200,000 objects, until a view shows them."""
+
+    def __init__(self, batches: list[_Batch | _Listed], *, ordered: bool = False) -> None:
+        self._batches = [b for b in batches if len(b)]
+        parts = self._batches
+        if parts:
+            steps = np.concatenate([b.steps for b in parts])
+            kinds = np.concatenate([b.kinds() for b in parts])
+            which = np.repeat(np.arange(len(parts), dtype=np.int32), [len(b) for b in parts])
+            pos = np.concatenate([np.arange(len(b), dtype=np.int64) for b in parts])
+        else:
+            steps, kinds = np.zeros(0, np.int64), np.zeros(0, dtype=object)
+            which, pos = np.zeros(0, np.int32), np.zeros(0, np.int64)
+        if not ordered:
+            rank = {kind: i for i, kind in enumerate(KINDS)}
+            ranks = np.concatenate([b.ranks(rank) for b in parts] or [np.zeros(0, np.int64)])
+            order = np.lexsort((ranks, steps))  # stable: a detector's own order within a (step, kind)
+            steps, kinds, which, pos = steps[order], kinds[order], which[order], pos[order]
+        self.steps: np.ndarray = steps
+        self.kinds: np.ndarray = kinds  # object array of kind names
+        self._which, self._pos = which, pos
+
+    @classmethod
+    def of(cls, flags: Iterable[Flag]) -> FlagList:
+        """Flags already made, kept in the order given."""
+        return cls([_Listed(list(flags))], ordered=True)
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    @overload
+    def __getitem__(self, i: int) -> Flag: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[Flag]: ...
+    def __getitem__(self, i: int | slice) -> Flag | list[Flag]:
+        if isinstance(i, slice):
+            return [self._flag(j) for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        return self._flag(i)
+
+    def _flag(self, i: int) -> Flag:
+        return self._batches[self._which[i]].flag(int(self._pos[i]))
+
+    def __iter__(self) -> Iterator[Flag]:
+        batches, pos = self._batches, self._pos.tolist()
+        for b, p in zip(self._which.tolist(), pos, strict=True):
+            yield batches[b].flag(p)
+
+    def take(self, positions: np.ndarray) -> list[Flag]:
+        return [self._flag(int(i)) for i in positions]
+
+    def positions(self, kinds: Iterable[str] | None = None) -> np.ndarray:
+        """Positions of the flags of `kinds` (all when None)."""
+        if kinds is None:
+            return np.arange(len(self))
+        return np.flatnonzero(np.isin(self.kinds, list(kinds)))
+
+    def messages(self) -> list[str]:
+        """Every flag's sentence, in order (made in bulk: no Flag objects)."""
+        per = [b.messages() for b in self._batches]
+        return [per[b][p] for b, p in zip(self._which.tolist(), self._pos.tolist(), strict=True)]
+
+    def severities(self) -> list[str]:
+        per = [b.severities() for b in self._batches]
+        return [per[b][p] for b, p in zip(self._which.tolist(), self._pos.tolist(), strict=True)]
+
+    def withheld(self) -> np.ndarray:
+        """Target tokens each flag says the additive reservation withheld (0 for other kinds)."""
+        if not self._batches:
+            return np.zeros(0, np.int64)
+        return np.concatenate([b.withheld() for b in self._batches])[self._order_index()]
+
+    def _order_index(self) -> np.ndarray:
+        starts = np.cumsum([0] + [len(b) for b in self._batches])[:-1]
+        return starts[self._which] + self._pos
+
+
 @dataclass
 class FlagReport:
-    flags: list[Flag]
+    flags: FlagList
     analysis: BudgetAnalysis
 
     @property
     def tokens_withheld(self) -> int:
         """Target tokens the additive reservation withheld, over all its flags."""
-        return sum(f.numbers.get("tokens_withheld", 0) for f in self.flags if f.kind == ADDITIVE)
+        return int(self.flags.withheld().sum())
 
     def counts(self) -> dict[str, int]:
-        return dict(Counter(f.kind for f in self.flags))
+        """Flags per kind, kinds in order of their first flag."""
+        kinds, first, n = np.unique(self.flags.kinds.astype(str), return_index=True, return_counts=True)
+        order = np.argsort(first, kind="stable")
+        return {str(kinds[i]): int(n[i]) for i in order.tolist()}
 
 
 def detect(
@@ -97,89 +272,81 @@ def detect(
 ) -> FlagReport:
     """Every flag of the trace; `bindings` (tracer.analysis.why.bindings) when already computed."""
     analysis = analysis or analyze(trace)
-    flags: list[Flag] = []
+    batches: list[_Batch | _Listed] = []
     finders = (_additive, _query_overflow, _shared_overflow, _negative, _preemption_leak, _cap_binding)
     for finder in finders:
-        flags.extend(finder(trace, analysis))
-    flags.extend(_limit_holds(trace, why.bindings(trace) if bindings is None else bindings))
-    rank = {kind: i for i, kind in enumerate(KINDS)}
-    flags.sort(key=lambda f: (f.step, rank[f.kind]))
-    return FlagReport(flags, analysis)
+        batches.extend(finder(trace, analysis))
+    batches.extend(_limit_holds(trace, why.bindings(trace) if bindings is None else bindings))
+    return FlagReport(FlagList(batches), analysis)
 
 
-def _steps(mask: np.ndarray) -> list[int]:
-    return [int(i) for i in np.flatnonzero(mask)]
-
-
-def _additive(trace: Trace, a: BudgetAnalysis) -> list[Flag]:
+def _additive(trace: Trace, a: BudgetAnalysis) -> list[_Batch]:
     m = a.model
     if not m.separate_pass:
         return []
     col = trace.columns
     rows = np.flatnonzero(a.withheld > 0)
-    # Plain ints, column by column: hundreds of thousands of flags in a big trace.
-    cells = zip(
-        *(
-            arr[rows].tolist()
-            for arr in (
-                col["step"], a.withheld, a.excess, col["target_used"], a.exact, a.reserved, a.needed,
-                col["target_cap"], col["input_used"], col["input_cap"],
-            )
-        ),
-        strict=True,
-    )  # fmt: skip
     head = f"{m.method} K={m.k} was charged "
     tail = (
         f" draft slots against the target input budget, but its {m.q} query rows per request run in a "
         "separate pass with their own buffer: this withheld "
     )
     advice = "Keep a separate query budget (policy 'separate') instead of the additive reservation."
-    out = []
-    for step, withheld, excess, used, exact, reserved, needed, target_cap, input_used, input_cap in cells:
+
+    def message(withheld: int, excess: int, used: int, exact: bool, *_: Any) -> str:
         bound = "" if exact else "at most "
-        out.append(
-            Flag(
-                step=step,
-                kind=ADDITIVE,
-                severity=SEVERITY[ADDITIVE],
-                message=(
-                    f"{head}{excess}{tail}{bound}{withheld} target tokens ({used} scheduled instead of "
-                    f"{used + withheld}). {advice}"
-                ),
-                numbers={
-                    "tokens_withheld": withheld,
-                    "exact": exact,
-                    "reserved": reserved,
-                    "needed": needed,
-                    "target_used": used,
-                    "target_cap": target_cap,
-                    "input_used": input_used,
-                    "input_cap": input_cap,
-                },
-            )
+        return (
+            f"{head}{excess}{tail}{bound}{withheld} target tokens ({used} scheduled instead of "
+            f"{used + withheld}). {advice}"
         )
-    return out
+
+    def numbers(
+        withheld: int, excess: int, used: int, exact: bool, reserved: int, needed: int, target_cap: int,
+        input_used: int, input_cap: int,
+    ) -> dict[str, Any]:  # fmt: skip
+        return {
+            "tokens_withheld": withheld,
+            "exact": exact,
+            "reserved": reserved,
+            "needed": needed,
+            "target_used": used,
+            "target_cap": target_cap,
+            "input_used": input_used,
+            "input_cap": input_cap,
+        }
+
+    columns = tuple(
+        arr[rows]
+        for arr in (
+            a.withheld, a.excess, col["target_used"], a.exact, a.reserved, a.needed, col["target_cap"],
+            col["input_used"], col["input_cap"],
+        )
+    )  # fmt: skip
+    return [_Batch(ADDITIVE, col["step"][rows], columns, message, numbers)]
 
 
-def _query_overflow(trace: Trace, a: BudgetAnalysis) -> list[Flag]:
+def _query_overflow(trace: Trace, a: BudgetAnalysis) -> list[_Batch]:
     if not a.model.separate_pass or not a.model.q:
         return []
     col = trace.columns
-    over = (a.query_cap > 0) & (a.query_rows > a.query_cap)
-    return [
-        Flag(
-            int(col["step"][i]),
-            QUERY_OVERFLOW,
-            SEVERITY[QUERY_OVERFLOW],
-            f"{int(a.query_rows[i])} query rows exceed the drafter buffer of {int(a.query_cap[i])}: bound "
-            f"admission so that requests × {a.model.q} ≤ {int(a.query_cap[i])}.",
-            {"query_rows": int(a.query_rows[i]), "query_cap": int(a.query_cap[i]), "per_req": a.model.q},
+    rows = np.flatnonzero((a.query_cap > 0) & (a.query_rows > a.query_cap))
+    q = a.model.q
+
+    def message(query_rows: int, query_cap: int) -> str:
+        return (
+            f"{query_rows} query rows exceed the drafter buffer of {query_cap}: bound "
+            f"admission so that requests × {q} ≤ {query_cap}."
         )
-        for i in _steps(over)
+
+    def numbers(query_rows: int, query_cap: int) -> dict[str, Any]:
+        return {"query_rows": query_rows, "query_cap": query_cap, "per_req": q}
+
+    return [
+        _Batch(QUERY_OVERFLOW, col["step"][rows], (a.query_rows[rows], a.query_cap[rows]), message, numbers)
     ]
 
 
-def _shared_overflow(trace: Trace, a: BudgetAnalysis) -> list[Flag]:
+def _shared_overflow(trace: Trace, a: BudgetAnalysis) -> list[_Batch]:
     m = a.model
     if m.separate_pass or not m.draft_slots or not m.buffer_capacity:
         return []
@@ -188,70 +355,75 @@ def _shared_overflow(trace: Trace, a: BudgetAnalysis) -> list[Flag]:
     over = rows > m.buffer_capacity
     drafted = trace.runner["draft_rows"] > trace.runner["draft_cap"]
     over |= drafted & (trace.runner["draft_cap"] >= 0)
-    return [
-        Flag(
-            int(col["step"][i]),
-            SHARED_OVERFLOW,
-            SEVERITY[SHARED_OVERFLOW],
-            f"target tokens plus {m.method} draft rows ({int(rows[i])}) exceed the shared input buffer of "
-            f"{m.buffer_capacity}: the reservation must stay additive for this method.",
-            {"rows": int(rows[i]), "buffer_capacity": m.buffer_capacity},
+    at = np.flatnonzero(over)
+    capacity = m.buffer_capacity
+
+    def message(n: int) -> str:
+        return (
+            f"target tokens plus {m.method} draft rows ({n}) exceed the shared input buffer of "
+            f"{capacity}: the reservation must stay additive for this method."
         )
-        for i in _steps(over)
-    ]
+
+    def numbers(n: int) -> dict[str, Any]:
+        return {"rows": n, "buffer_capacity": capacity}
+
+    return [_Batch(SHARED_OVERFLOW, col["step"][at], (rows[at],), message, numbers)]
 
 
-def _negative(trace: Trace, a: BudgetAnalysis) -> list[Flag]:
+def _negative(trace: Trace, a: BudgetAnalysis) -> list[_Batch]:
     col = trace.columns
     out = []
     for name in ("target", "input"):
-        for i in _steps(col[f"{name}_left"] < 0):
-            left, cap = int(col[f"{name}_left"][i]), int(col[f"{name}_cap"][i])
-            out.append(
-                Flag(
-                    int(col["step"][i]),
-                    NEGATIVE,
-                    SEVERITY[NEGATIVE],
-                    f"the {name} budget ended the step at {left}: the scheduler handed out more than "
-                    f"its {cap}; its final assert would fail.",
-                    {"budget": name, "left": left, "cap": cap},
-                )
+        rows = np.flatnonzero(col[f"{name}_left"] < 0)
+
+        def message(left: int, cap: int, name: str = name) -> str:
+            return (
+                f"the {name} budget ended the step at {left}: the scheduler handed out more than "
+                f"its {cap}; its final assert would fail."
             )
+
+        def numbers(left: int, cap: int, name: str = name) -> dict[str, Any]:
+            return {"budget": name, "left": left, "cap": cap}
+
+        cells = (col[f"{name}_left"][rows], col[f"{name}_cap"][rows])
+        out.append(_Batch(NEGATIVE, col["step"][rows], cells, message, numbers))
     return out
 
 
-def _preemption_leak(trace: Trace, a: BudgetAnalysis) -> list[Flag]:
+def _preemption_leak(trace: Trace, a: BudgetAnalysis) -> list[_Batch]:
     """A request preempted in a step must hold none of that step's budget."""
     col = trace.columns
-    out = []
     charged = col["new_tokens"] + col["resumed_tokens"] + col["running_tokens"]
     mismatch = (col["input_used"] != col["target_used"] + col["input_reserved"]) | (
         charged != col["target_used"]
     )
     # The reader counted preempted requests still holding tokens: only those steps are parsed.
     suspects = (col["n_preempted_held"] > 0) | mismatch
+    found: list[tuple[int, list[str], int]] = []  # (row, leaked ids, tokens they hold)
     # Only the request lists of those steps are read (new … finished, consecutive in a record).
     for i, rec in detail.region(trace, np.flatnonzero(suspects), "new", "unscheduled"):
         entries = (rec.get("new") or []) + (rec.get("resumed") or []) + (rec.get("running") or [])
         held = {e[0]: e[1] for e in entries}
         leaked = [rid for rid in rec.get("preempted") or () if rid in held]
-        if not leaked and not mismatch[i]:
-            continue
-        out.append(
-            Flag(
-                int(col["step"][i]),
-                PREEMPTION_LEAK,
-                SEVERITY[PREEMPTION_LEAK],
-                f"preempted request(s) {', '.join(leaked) or '?'} still hold this step's budget "
-                f"({sum(held.get(r, 0) for r in leaked)} tokens): restore both the target and the "
-                "input/query budget when preempting a request scheduled earlier in the step.",
-                {"leaked": leaked, "target_used": int(col["target_used"][i]), "charged": int(charged[i])},
-            )
+        if leaked or mismatch[i]:
+            found.append((i, leaked, sum(held.get(r, 0) for r in leaked)))
+    rows = np.asarray([r for r, _, _ in found], dtype=np.int64)
+
+    def message(leaked: list[str], tokens: int, *_: Any) -> str:
+        return (
+            f"preempted request(s) {', '.join(leaked) or '?'} still hold this step's budget "
+            f"({tokens} tokens): restore both the target and the "
+            "input/query budget when preempting a request scheduled earlier in the step."
         )
-    return out
+
+    def numbers(leaked: list[str], tokens: int, used: int, charged: int) -> dict[str, Any]:
+        return {"leaked": leaked, "target_used": used, "charged": charged}
+
+    cells = ([x for _, x, _ in found], [t for _, _, t in found], col["target_used"][rows], charged[rows])
+    return [_Batch(PREEMPTION_LEAK, col["step"][rows], cells, message, numbers)]
 
 
-def _cap_binding(trace: Trace, a: BudgetAnalysis) -> list[Flag]:
+def _cap_binding(trace: Trace, a: BudgetAnalysis) -> list[_Batch]:
     cfg = trace.config
     cap, seqs = cfg.get("max_num_active_seqs"), cfg.get("max_num_seqs")
     if not cap or not seqs or cap >= seqs:
@@ -268,26 +440,23 @@ def _cap_binding(trace: Trace, a: BudgetAnalysis) -> list[Flag]:
         & (col["n_preempted"] == 0)
         & query_room
     )
-    return [
-        Flag(
-            int(col["step"][i]),
-            CAP_BINDING,
-            SEVERITY[CAP_BINDING],
-            f"the admission cap of {cap} running requests kept {int(col['num_waiting'][i])} waiting while "
-            f"{int(col['input_left'][i])} input rows were free; a per-step query budget would admit "
-            "more as long as their query rows fit.",
-            {
-                "cap": cap,
-                "num_running": int(col["num_running"][i]),
-                "num_waiting": int(col["num_waiting"][i]),
-                "input_left": int(col["input_left"][i]),
-            },
+    rows = np.flatnonzero(binding)
+
+    def message(running: int, waiting: int, input_left: int) -> str:
+        return (
+            f"the admission cap of {cap} running requests kept {waiting} waiting while "
+            f"{input_left} input rows were free; a per-step query budget would admit "
+            "more as long as their query rows fit."
         )
-        for i in _steps(binding)
-    ]
+
+    def numbers(running: int, waiting: int, input_left: int) -> dict[str, Any]:
+        return {"cap": cap, "num_running": running, "num_waiting": waiting, "input_left": input_left}
+
+    cells = tuple(col[name][rows] for name in ("num_running", "num_waiting", "input_left"))
+    return [_Batch(CAP_BINDING, col["step"][rows], cells, message, numbers)]
 
 
-def _limit_holds(trace: Trace, bindings: np.ndarray) -> list[Flag]:
+def _limit_holds(trace: Trace, bindings: np.ndarray) -> list[_Batch]:
     """A cap or limit that kept requests waiting while the budget and the KV cache sat idle.
 
     The 0.33 DFlash/DSpark cap has its own kind (admission-cap-binding), so it is left out here."""
@@ -295,39 +464,35 @@ def _limit_holds(trace: Trace, bindings: np.ndarray) -> list[Flag]:
     rows = why.limit_steps(trace, bindings)
     cap = col["target_cap"][rows]
     idle = (col["target_left"][rows] >= IDLE_BUDGET_SHARE * cap) & (col["kv_usage"][rows] <= BUSY_KV_SHARE)
-    cfg = trace.config
     held = rows[idle]
-    # Plain lists, read once: a busy server can flag most of its steps (200k here, per-row
-    # NumPy scalar reads were most of `summary`'s time).
-    codes = bindings[held].tolist()
-    steps = col["step"][held].tolist()
-    waiting = why.waiting_weights(trace)[held].tolist()
-    lefts, caps, kvs = (col[name][held].tolist() for name in ("target_left", "target_cap", "kv_usage"))
+    held = held[bindings[held] != CODES.index("max_num_active_seqs")]
+    cfg = trace.config
     names: dict[int, tuple[str, str, str]] = {}
-    out = []
-    for step, c, w, left, target_cap, kv in zip(steps, codes, waiting, lefts, caps, kvs, strict=True):
-        if c not in names:
-            code = CODES[c]
-            setting = REASONS[code]
-            value = cfg.get(code)
-            names[c] = (code, f"{code}={value}" if value is not None else setting.label, setting.knob)
-        code, name, knob = names[c]
-        if code == "max_num_active_seqs":
-            continue
-        out.append(
-            Flag(
-                step,
-                LIMIT_HOLDS,
-                SEVERITY[LIMIT_HOLDS],
-                f"{name} kept {w} request{'s' if w != 1 else ''} waiting while {left} of "
-                f"{target_cap} budget tokens and {1 - kv:.0%} of KV were free: raise {knob}.",
-                {
-                    "reason": code,
-                    "waiting": w,
-                    "target_left": left,
-                    "target_cap": target_cap,
-                    "kv_usage": kv,
-                },
-            )
+    for c in np.unique(bindings[held]).tolist():
+        code = CODES[c]
+        setting = REASONS[code]
+        value = cfg.get(code)
+        names[c] = (code, f"{code}={value}" if value is not None else setting.label, setting.knob)
+
+    def message(c: int, w: int, left: int, target_cap: int, kv: float) -> str:
+        _, name, knob = names[c]
+        return (
+            f"{name} kept {w} request{'s' if w != 1 else ''} waiting while {left} of "
+            f"{target_cap} budget tokens and {1 - kv:.0%} of KV were free: raise {knob}."
         )
-    return out
+
+    def numbers(c: int, w: int, left: int, target_cap: int, kv: float) -> dict[str, Any]:
+        return {
+            "reason": names[c][0],
+            "waiting": w,
+            "target_left": left,
+            "target_cap": target_cap,
+            "kv_usage": kv,
+        }
+
+    cells = (
+        bindings[held],
+        why.waiting_weights(trace)[held],
+        *(col[name][held] for name in ("target_left", "target_cap", "kv_usage")),
+    )
+    return [_Batch(LIMIT_HOLDS, col["step"][held], cells, message, numbers)]

@@ -21,9 +21,7 @@ from tracer.trace.reader import Trace
 
 def flag_rows(trace: Trace, report: FlagReport) -> tuple[np.ndarray, np.ndarray]:
     """(row of each flag, kind of each flag), in the report's order (by step)."""
-    steps = [f.step for f in report.flags]
-    kinds = np.asarray([f.kind for f in report.flags], dtype=object)
-    return rows_of_steps(trace, steps), kinds
+    return rows_of_steps(trace, report.flags.steps), report.flags.kinds
 
 
 def request_life(trace: Trace, request_id: str) -> RequestLife | None:

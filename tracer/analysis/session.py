@@ -105,8 +105,10 @@ class FlagIndex:
     @classmethod
     def of(cls, trace: Trace, report: FlagReport) -> FlagIndex:
         rows, kinds = flag_rows(trace, report)
-        codes = (SEVERITY_CODE.get(f.severity, 1) for f in report.flags)
-        return cls(rows, kinds, np.fromiter(codes, np.int8, len(rows)))
+        severity = np.ones(len(rows), dtype=np.int8)
+        for kind in set(kinds.tolist()):  # a handful of kinds over (maybe) every step
+            severity[kinds == kind] = SEVERITY_CODE.get(flags.kind_info(kind).severity, 1)
+        return cls(rows, kinds, severity)
 
 
 def neighbour(rows: np.ndarray, row: int, backwards: bool) -> int | None:

@@ -9,6 +9,7 @@ import numpy as np
 
 from tracer.analysis.clock import Performance
 from tracer.analysis.compare import DELTA_COLUMNS, Comparison
+from tracer.analysis.flags import ADDITIVE
 from tracer.render.text import TTFT_FROM_SENTENCE, TTFT_FROM_SHORT, totals_lines
 from tracer.trace.schema import OFFLINE_MODEL_NAME
 from tracer.whatif.fidelity import identity_line
@@ -40,7 +41,7 @@ def headline_sentences(c: Comparison) -> list[str]:
         withheld = side.flags.tokens_withheld
         if not withheld:
             continue
-        per_step = [f.numbers["tokens_withheld"] for f in side.flags.flags if "tokens_withheld" in f.numbers]
+        per_step = side.flags.flags.withheld()[side.flags.flags.positions([ADDITIVE])].tolist()
         if len(set(per_step)) == 1:
             spread = f"{per_step[0]} target tokens in each of {len(per_step)} steps"
         else:
