@@ -113,11 +113,12 @@ def cmd_flags(args: argparse.Namespace) -> int:
         where = f"{engine.label}  " if several else ""
         # Sentences in bulk, not Flag objects: a busy server's trace can flag every step.
         listed = report.flags
-        messages, severities = listed.messages(), listed.severities()
-        steps, kinds = listed.steps.tolist(), listed.kinds
+        columns = (listed.steps.tolist(), listed.severities(), listed.kinds.tolist(), listed.messages())
+        if len(wanted) < len(listed):
+            columns = tuple([c[i] for i in wanted.tolist()] for c in columns)
         sys.stdout.writelines(
-            f"{where}step {steps[i]:>6}  {severities[i]:<7}  {kinds[i]}: {messages[i]}\n"
-            for i in wanted.tolist()
+            f"{where}step {step:>6}  {severity:<7}  {kind}: {text}\n"
+            for step, severity, kind, text in zip(*columns, strict=True)
         )
         print(f"{where}{RunLine.of(trace, report).text}")
     if args.json:

@@ -5,6 +5,7 @@ tracer.analysis.budget; this module only decides what is worth a flag.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple, overload
@@ -96,7 +97,7 @@ class _Batch:
         self._columns = columns
         self._message = message
         self._numbers = numbers
-        self._values: list[tuple[Any, ...]] | None = None
+        self._values: list[list[Any]] | None = None
         self._messages: list[str] | None = None
 
     def __len__(self) -> int:
@@ -111,21 +112,27 @@ class _Batch:
     def severities(self) -> list[str]:
         return [SEVERITY[self.kind]] * len(self)
 
-    def values(self) -> list[tuple[Any, ...]]:
+    def _lists(self) -> list[list[Any]]:
         if self._values is None:
-            cols = [c.tolist() if isinstance(c, np.ndarray) else c for c in self._columns]
-            self._values = list(zip(*cols, strict=True)) if cols else [()] * len(self)
+            self._values = [c.tolist() if isinstance(c, np.ndarray) else list(c) for c in self._columns]
         return self._values
 
     def messages(self) -> list[str]:
         if self._messages is None:
-            message = self._message
-            self._messages = [message(*v) for v in self.values()]
+            # map() over the columns: no tuple per flag (this is most of `flags`' own time).
+            self._messages = list(map(self._message, *self._lists()))
         return self._messages
 
     def flag(self, i: int) -> Flag:
-        v = self.values()[i]
-        return Flag(int(self.steps[i]), self.kind, SEVERITY[self.kind], self.messages()[i], self._numbers(*v))
+        if self._values is None:  # one flag read (a summary's first): no whole-column lists
+            v = [c[i].item() if isinstance(c, np.ndarray) else c[i] for c in self._columns]
+        else:
+            v = [c[i] for c in self._values]
+        text = self._messages[i] if self._messages is not None else self._message(*v)
+        return Flag(int(self.steps[i]), self.kind, SEVERITY[self.kind], text, self._numbers(*v))
+
+    def counts(self) -> Counter[str]:
+        return Counter({self.kind: len(self)})
 
     def withheld(self) -> np.ndarray:
         if self.kind != ADDITIVE:
@@ -160,6 +167,9 @@ class _Listed:
     def flag(self, i: int) -> Flag:
         return self._flags[i]
 
+    def counts(self) -> Counter[str]:
+        return Counter(f.kind for f in self._flags)
+
     def withheld(self) -> np.ndarray:
         got = [f.numbers.get("tokens_withheld", 0) if f.kind == ADDITIVE else 0 for f in self._flags]
         return np.asarray(got, dtype=np.int64)
@@ -191,6 +201,7 @@ class FlagList(Sequence[Flag]):
         self.steps: np.ndarray = steps
         self.kinds: np.ndarray = kinds  # object array of kind names
         self._which, self._pos = which, pos
+        self._identity = bool((pos == np.arange(len(pos))).all())
 
     @classmethod
     def of(cls, flags: Iterable[Flag]) -> FlagList:
@@ -232,12 +243,24 @@ class FlagList(Sequence[Flag]):
 
     def messages(self) -> list[str]:
         """Every flag's sentence, in order (made in bulk: no Flag objects)."""
-        per = [b.messages() for b in self._batches]
-        return [per[b][p] for b, p in zip(self._which.tolist(), self._pos.tolist(), strict=True)]
+        return self._in_order([b.messages() for b in self._batches])
 
     def severities(self) -> list[str]:
-        per = [b.severities() for b in self._batches]
+        return self._in_order([b.severities() for b in self._batches])
+
+    def _in_order(self, per: list[list[Any]]) -> list[Any]:
+        if len(per) == 1 and self._identity:  # one detector flagged: already in order
+            return per[0]
         return [per[b][p] for b, p in zip(self._which.tolist(), self._pos.tolist(), strict=True)]
+
+    def counts(self) -> dict[str, int]:
+        """Flags per kind, kinds in order of their first flag."""
+        first = np.full(len(self._batches), len(self), dtype=np.int64)
+        np.minimum.at(first, self._which, np.arange(len(self)))
+        out: Counter[str] = Counter()
+        for b in np.argsort(first, kind="stable").tolist():
+            out.update(self._batches[b].counts())
+        return dict(out)
 
     def withheld(self) -> np.ndarray:
         """Target tokens each flag says the additive reservation withheld (0 for other kinds)."""
@@ -262,9 +285,7 @@ class FlagReport:
 
     def counts(self) -> dict[str, int]:
         """Flags per kind, kinds in order of their first flag."""
-        kinds, first, n = np.unique(self.flags.kinds.astype(str), return_index=True, return_counts=True)
-        order = np.argsort(first, kind="stable")
-        return {str(kinds[i]): int(n[i]) for i in order.tolist()}
+        return self.flags.counts()
 
 
 def detect(
