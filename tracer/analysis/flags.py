@@ -89,13 +89,14 @@ class _Batch:
         kind: str,
         steps: np.ndarray,
         columns: tuple[np.ndarray | list[Any], ...],
-        message: Callable[..., str],
+        sentences: Callable[..., list[str]],
         numbers: Callable[..., dict[str, Any]],
     ) -> None:
+        """`sentences(*column lists)`: every flag's sentence; `numbers(*one flag's values)`."""
         self.kind = kind
         self.steps = np.asarray(steps, dtype=np.int64)
         self._columns = columns
-        self._message = message
+        self._sentences = sentences
         self._numbers = numbers
         self._values: list[list[Any]] | None = None
         self._messages: list[str] | None = None
@@ -119,8 +120,7 @@ class _Batch:
 
     def messages(self) -> list[str]:
         if self._messages is None:
-            # map() over the columns: no tuple per flag (this is most of `flags`' own time).
-            self._messages = list(map(self._message, *self._lists()))
+            self._messages = self._sentences(*self._lists())
         return self._messages
 
     def flag(self, i: int) -> Flag:
@@ -128,7 +128,7 @@ class _Batch:
             v = [c[i].item() if isinstance(c, np.ndarray) else c[i] for c in self._columns]
         else:
             v = [c[i] for c in self._values]
-        text = self._messages[i] if self._messages is not None else self._message(*v)
+        text = self._messages[i] if self._messages is not None else self._sentences(*([x] for x in v))[0]
         return Flag(int(self.steps[i]), self.kind, SEVERITY[self.kind], text, self._numbers(*v))
 
     def counts(self) -> Counter[str]:
@@ -138,6 +138,11 @@ class _Batch:
         if self.kind != ADDITIVE:
             return np.zeros(len(self), dtype=np.int64)
         return np.asarray(self._columns[0], dtype=np.int64)
+
+
+def _each(message: Callable[..., str]) -> Callable[..., list[str]]:
+    """Sentences one call per flag: for the kinds that flag a few steps."""
+    return lambda *columns: list(map(message, *columns))
 
 
 class _Listed:
@@ -314,12 +319,15 @@ def _additive(trace: Trace, a: BudgetAnalysis) -> list[_Batch]:
     )
     advice = "Keep a separate query budget (policy 'separate') instead of the additive reservation."
 
-    def message(withheld: int, excess: int, used: int, exact: bool, *_: Any) -> str:
-        bound = "" if exact else "at most "
-        return (
-            f"{head}{excess}{tail}{bound}{withheld} target tokens ({used} scheduled instead of "
-            f"{used + withheld}). {advice}"
-        )
+    def sentences(
+        withheld: list[int], excess: list[int], used: list[int], exact: list[bool], *_: Any
+    ) -> list[str]:
+        # One comprehension, not a call per flag: this kind can flag every step.
+        return [
+            f"{head}{x}{tail}{'' if e else 'at most '}{w} target tokens ({u} scheduled instead of "
+            f"{u + w}). {advice}"
+            for w, x, u, e in zip(withheld, excess, used, exact, strict=True)
+        ]
 
     def numbers(
         withheld: int, excess: int, used: int, exact: bool, reserved: int, needed: int, target_cap: int,
@@ -343,7 +351,7 @@ def _additive(trace: Trace, a: BudgetAnalysis) -> list[_Batch]:
             col["input_used"], col["input_cap"],
         )
     )  # fmt: skip
-    return [_Batch(ADDITIVE, col["step"][rows], columns, message, numbers)]
+    return [_Batch(ADDITIVE, col["step"][rows], columns, sentences, numbers)]
 
 
 def _query_overflow(trace: Trace, a: BudgetAnalysis) -> list[_Batch]:
@@ -363,7 +371,13 @@ def _query_overflow(trace: Trace, a: BudgetAnalysis) -> list[_Batch]:
         return {"query_rows": query_rows, "query_cap": query_cap, "per_req": q}
 
     return [
-        _Batch(QUERY_OVERFLOW, col["step"][rows], (a.query_rows[rows], a.query_cap[rows]), message, numbers)
+        _Batch(
+            QUERY_OVERFLOW,
+            col["step"][rows],
+            (a.query_rows[rows], a.query_cap[rows]),
+            _each(message),
+            numbers,
+        )
     ]
 
 
@@ -388,7 +402,7 @@ def _shared_overflow(trace: Trace, a: BudgetAnalysis) -> list[_Batch]:
     def numbers(n: int) -> dict[str, Any]:
         return {"rows": n, "buffer_capacity": capacity}
 
-    return [_Batch(SHARED_OVERFLOW, col["step"][at], (rows[at],), message, numbers)]
+    return [_Batch(SHARED_OVERFLOW, col["step"][at], (rows[at],), _each(message), numbers)]
 
 
 def _negative(trace: Trace, a: BudgetAnalysis) -> list[_Batch]:
@@ -407,7 +421,7 @@ def _negative(trace: Trace, a: BudgetAnalysis) -> list[_Batch]:
             return {"budget": name, "left": left, "cap": cap}
 
         cells = (col[f"{name}_left"][rows], col[f"{name}_cap"][rows])
-        out.append(_Batch(NEGATIVE, col["step"][rows], cells, message, numbers))
+        out.append(_Batch(NEGATIVE, col["step"][rows], cells, _each(message), numbers))
     return out
 
 
@@ -441,7 +455,7 @@ def _preemption_leak(trace: Trace, a: BudgetAnalysis) -> list[_Batch]:
         return {"leaked": leaked, "target_used": used, "charged": charged}
 
     cells = ([x for _, x, _ in found], [t for _, _, t in found], col["target_used"][rows], charged[rows])
-    return [_Batch(PREEMPTION_LEAK, col["step"][rows], cells, message, numbers)]
+    return [_Batch(PREEMPTION_LEAK, col["step"][rows], cells, _each(message), numbers)]
 
 
 def _cap_binding(trace: Trace, a: BudgetAnalysis) -> list[_Batch]:
@@ -474,7 +488,7 @@ def _cap_binding(trace: Trace, a: BudgetAnalysis) -> list[_Batch]:
         return {"cap": cap, "num_running": running, "num_waiting": waiting, "input_left": input_left}
 
     cells = tuple(col[name][rows] for name in ("num_running", "num_waiting", "input_left"))
-    return [_Batch(CAP_BINDING, col["step"][rows], cells, message, numbers)]
+    return [_Batch(CAP_BINDING, col["step"][rows], cells, _each(message), numbers)]
 
 
 def _limit_holds(trace: Trace, bindings: np.ndarray) -> list[_Batch]:
@@ -495,12 +509,16 @@ def _limit_holds(trace: Trace, bindings: np.ndarray) -> list[_Batch]:
         value = cfg.get(code)
         names[c] = (code, f"{code}={value}" if value is not None else setting.label, setting.knob)
 
-    def message(c: int, w: int, left: int, target_cap: int, kv: float) -> str:
-        _, name, knob = names[c]
-        return (
-            f"{name} kept {w} request{'s' if w != 1 else ''} waiting while {left} of "
-            f"{target_cap} budget tokens and {1 - kv:.0%} of KV were free: raise {knob}."
-        )
+    def sentences(
+        codes: list[int], waiting: list[int], left: list[int], caps: list[int], kvs: list[float]
+    ) -> list[str]:
+        # One comprehension, not a call per flag: a busy server's queue can flag every step.
+        said = {c: (names[c][1], names[c][2]) for c in names}
+        return [
+            f"{said[c][0]} kept {w} request{'s' if w != 1 else ''} waiting while {lf} of "
+            f"{cap} budget tokens and {1 - kv:.0%} of KV were free: raise {said[c][1]}."
+            for c, w, lf, cap, kv in zip(codes, waiting, left, caps, kvs, strict=True)
+        ]
 
     def numbers(c: int, w: int, left: int, target_cap: int, kv: float) -> dict[str, Any]:
         return {
@@ -516,4 +534,4 @@ def _limit_holds(trace: Trace, bindings: np.ndarray) -> list[_Batch]:
         why.waiting_weights(trace)[held],
         *(col[name][held] for name in ("target_left", "target_cap", "kv_usage")),
     )
-    return [_Batch(LIMIT_HOLDS, col["step"][held], cells, message, numbers)]
+    return [_Batch(LIMIT_HOLDS, col["step"][held], cells, sentences, numbers)]
