@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import ROOT, machine
-from scale import CLI, MB, PY, Table, baseline_tracer, env_for, run
+from scale import CLI, MB, PY, Table, baseline_tracer, env_for, run, warm
 
 TODAY = "f5eaca6"  # the tree before born-indexed traces
 
@@ -66,6 +66,7 @@ def main() -> int:
     print(f"  {a}: {size / MB:,.0f} MB, index {index.stat().st_size / MB:,.0f} MB")
     table = Table()
     on = env_for(ROOT, sidecar=True)
+    warm(ROOT)
 
     # -- just recorded ---------------------------------------------------------------------
     for path in (a, b):
@@ -107,6 +108,7 @@ def main() -> int:
         off_now = env_for(ROOT)
         today = baseline_tracer(args.dir, args.today)
         off_today = env_for(today)
+        warm(today)
         load = "import sys; from tracer.trace.reader import load; load(sys.argv[1])"
         for cmd, argv in (("load()", [load]), ("summary", [CLI, "summary"]), ("flags", [CLI, "flags"])):
             now, then = [], []

@@ -75,8 +75,21 @@ class Table:
 
 def env_for(tracer_dir: Path, *, sidecar: bool = False) -> dict[str, str]:
     """A child's environment: every figure but the re-open is a first open (no sidecar read
-    or written), so an earlier measurement's sidecar never speeds up a later one."""
-    return {**os.environ, "PYTHONPATH": str(tracer_dir), "SCHEDSCOPE_SIDECAR": "on" if sidecar else "off"}
+    or written), so an earlier measurement's sidecar never speeds up a later one. Python
+    keeps its bytecode as on a user's machine: a PYTHONDONTWRITEBYTECODE=1 in the bench's
+    own environment (some sandboxes set it) would compile every module on every run, about
+    0.2 s of each figure that no user pays (`warm` runs each tree once first)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    return {**env, "PYTHONPATH": str(tracer_dir), "SCHEDSCOPE_SIDECAR": "on" if sidecar else "off"}
+
+
+def warm(tracer_dir: Path) -> None:
+    """Run `tracer_dir`'s CLI once, untimed, so its bytecode is cached before any figure."""
+    sample = ROOT / "sample_traces" / "live_cpu_ngram.jsonl"
+    subprocess.run(
+        [PY, "-m", "tracer.cli", "summary", str(sample)], env=env_for(tracer_dir), cwd=tracer_dir,
+        capture_output=True, check=True,
+    )  # fmt: skip
 
 
 def run(args: list[str], env: dict[str, str] | None = None, cwd: Path = ROOT) -> tuple[float, int, str]:
