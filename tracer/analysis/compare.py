@@ -21,7 +21,7 @@ from tracer.analysis.clock import (
     performance,
 )
 from tracer.analysis.flags import FlagReport
-from tracer.analysis.requests import RequestEvents, request_events
+from tracer.analysis.requests import NO_STEP, EventsView, request_events
 from tracer.trace.reader import Trace
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ DELTA_COLUMNS = ("target_used", "query_rows", "admitted", "preempted")
 class Side:
     trace: Trace
     flags: FlagReport
-    lives: dict[str, RequestEvents]  # admission, prefill, preemption and finish of each request
+    lives: EventsView  # admission, prefill, preemption and finish of each request
 
     @property
     def name(self) -> str:
@@ -65,6 +65,25 @@ class Comparison:
     def delta(self, column: str) -> np.ndarray:
         a, b = self.values[column]
         return b - a
+
+    def prefill_change(self) -> tuple[str, int, int] | None:
+        """The common request whose prefill took the most steps more or fewer in B than in A
+        (the first such): (id, steps in A, steps in B); None when none changed."""
+        if not self.common_requests:
+            return None
+        pa = self.a.lives.columns.prefill_steps()[self._common_at(self.a)]
+        pb = self.b.lives.columns.prefill_steps()[self._common_at(self.b)]
+        gap = np.where((pa != NO_STEP) & (pb != NO_STEP) & (pa != pb), np.abs(pa - pb), 0)
+        i = int(np.argmax(gap))
+        if gap[i] == 0:
+            return None
+        return self.common_requests[i], int(pa[i]), int(pb[i])
+
+    def _common_at(self, side: Side) -> np.ndarray:
+        position = side.lives.position
+        return np.fromiter(
+            (position[rid] for rid in self.common_requests), np.int64, len(self.common_requests)
+        )
 
 
 def _aligned(trace: Trace, n: int) -> dict[str, np.ndarray]:

@@ -40,13 +40,10 @@ CHUNK = 1 << 18  # scheduled entries per chunk of the sorted stream: its arrays 
 class EntryPass:
     features: timing.StepFeatures
     times: RequestTimes
-    # The request index: requests.RequestEvents' fields (id, admitted, prefill_done,
-    # finished, preempted, resumed) as columns, one entry per request in the order the
-    # reference creates them, and the step of each request's first admission.
-    events: tuple[
-        list[Any], list[int | None], list[int | None], list[int | None], list[list[int]], list[list[int]]
-    ]
-    since: dict[Any, int]
+    # The request index: requests.RequestColumns' fields, one entry per request in the order
+    # the reference creates them; and each first admission (position there, step).
+    events: tuple[Any, ...]
+    since: tuple[np.ndarray, np.ndarray]
 
 
 _DONE: PerTrace[EntryPass] = PerTrace()
@@ -390,9 +387,10 @@ _NONE = np.iinfo(np.int64).min  # no such step
 
 def _request_index(
     e: Entries, ev: _Events, acc: _Accumulators, steps: np.ndarray, n_codes: int
-) -> tuple[Any, dict[Any, int]]:
-    """requests._Builder's index: each request with its events, in the order the reference
-    first names them (admitted, resumed, preempted, finished), and each first admission."""
+) -> tuple[tuple[Any, ...], tuple[np.ndarray, np.ndarray]]:
+    """requests._Builder's index as columns (requests.RequestColumns' fields): each request
+    in the order the reference first names it (admitted, resumed, preempted, finished),
+    with its events; and each first admission (position in that order, step)."""
     big = np.iinfo(np.int64).max
     first = np.full(n_codes, big, np.int64)
     for codes, keys in ((ev.new_code, ev.new_key), (ev.res_code, ev.res_key)):
@@ -401,42 +399,36 @@ def _request_index(
         np.minimum.at(first, codes, keys)
     created = np.flatnonzero(first != big)
     created = created[np.argsort(first[created], kind="stable")]
+    position = np.full(n_codes, -1, np.int64)
+    position[created] = np.arange(len(created))
 
-    def last_step(codes: np.ndarray, rows: np.ndarray) -> list[int]:
+    def last_step(codes: np.ndarray, rows: np.ndarray) -> np.ndarray:
         row = np.full(n_codes, -1, np.int64)
         np.maximum.at(row, codes, rows)
-        return np.where(row >= 0, steps[np.maximum(row, 0)], _NONE).tolist()
+        return np.where(row >= 0, steps[np.maximum(row, 0)], _NONE)[created]
 
-    admitted, finished = last_step(ev.new_code, ev.new_row), last_step(ev.fin_code, ev.fin_row)
     done = acc.prefill_done
-    prefill = np.where(done != big, steps[np.where(done != big, done, 0)], _NONE).tolist()
+    prefill = np.where(done != big, steps[np.where(done != big, done, 0)], _NONE)[created]
     since_key = np.full(n_codes, big, np.int64)
     np.minimum.at(since_key, ev.new_code, ev.new_key)
     since_codes = np.flatnonzero(since_key != big)
     since_codes = since_codes[np.argsort(since_key[since_codes], kind="stable")]
     since_steps = steps[since_key[since_codes] >> _ROW_SHIFT]
 
-    def lists(codes: np.ndarray, keys: np.ndarray) -> dict[int, list[int]]:
-        o = np.lexsort((keys, codes))
-        out: dict[int, list[int]] = {}
-        for c, step in zip(codes[o].tolist(), steps[keys[o] >> _ROW_SHIFT].tolist(), strict=True):
-            out.setdefault(c, []).append(step)
-        return out
+    def lists(codes: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each request's steps of these events, in order, flat; and where each request's end."""
+        at = position[codes]
+        o = np.lexsort((keys, at))
+        ends = np.cumsum(np.bincount(at, minlength=len(created)))
+        return steps[keys[o] >> _ROW_SHIFT].astype(np.int64), ends.astype(np.int64)
 
-    preempted, resumed = lists(ev.pre_code, ev.pre_key), lists(ev.res_code, ev.res_key)
     ids = e.ids
-    order = created.tolist()
-
-    def steps_of(values: list[int]) -> list[int | None]:
-        return [None if v == _NONE else v for v in map(values.__getitem__, order)]
-
-    events = (
-        [ids[c] for c in order],
-        steps_of(admitted),
-        steps_of(prefill),
-        steps_of(finished),
-        [preempted.get(c, []) for c in order],
-        [resumed.get(c, []) for c in order],
+    columns = (
+        [ids[c] for c in created.tolist()],
+        last_step(ev.new_code, ev.new_row),
+        prefill,
+        last_step(ev.fin_code, ev.fin_row),
+        *lists(ev.pre_code, ev.pre_key),
+        *lists(ev.res_code, ev.res_key),
     )
-    since = dict(zip((ids[c] for c in since_codes.tolist()), since_steps.tolist(), strict=True))
-    return events, since
+    return columns, (position[since_codes], since_steps.astype(np.int64))

@@ -13,6 +13,7 @@ The index is cached per Trace object, so a comparison and a later search share i
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,13 +82,124 @@ def lifetimes(trace: Trace) -> dict[str, RequestLife]:
     return lives
 
 
+NO_STEP = np.iinfo(np.int64).min  # a step that is None
+
+
 @dataclass
+class RequestColumns:
+    """Every indexed request's events as columns, requests in order of first appearance:
+    steps as recorded (NO_STEP for none), the preempted and resumed steps of request i at
+    [end[i - 1], end[i]) of their flat arrays. A busy server's trace indexes half a million
+    requests: a comparison reads these arrays, and a RequestEvents object is made only for a
+    request a view asks about."""
+
+    ids: list[Any]
+    admitted: np.ndarray
+    prefill_done: np.ndarray
+    finished: np.ndarray
+    preempted: np.ndarray
+    preempted_end: np.ndarray
+    resumed: np.ndarray
+    resumed_end: np.ndarray
+
+    @classmethod
+    def of(cls, events: list[RequestEvents]) -> RequestColumns:
+        def steps(values: list[int | None]) -> np.ndarray:
+            return np.array([NO_STEP if v is None else v for v in values], dtype=np.int64)
+
+        def flat(lists: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+            ends = np.cumsum([len(x) for x in lists], dtype=np.int64) if lists else np.zeros(0, np.int64)
+            return np.array([s for x in lists for s in x], dtype=np.int64), ends
+
+        return cls(
+            [ev.id for ev in events],
+            steps([ev.admitted for ev in events]),
+            steps([ev.prefill_done for ev in events]),
+            steps([ev.finished for ev in events]),
+            *flat([ev.preempted for ev in events]),
+            *flat([ev.resumed for ev in events]),
+        )
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def prefill_steps(self) -> np.ndarray:
+        """RequestEvents.prefill_steps of each request, NO_STEP where it has none."""
+        known = (self.admitted != NO_STEP) & (self.prefill_done != NO_STEP)
+        return np.where(known, self.prefill_done - self.admitted + 1, NO_STEP)
+
+    def event(self, i: int) -> RequestEvents:
+        def step(values: np.ndarray) -> int | None:
+            v = int(values[i])
+            return None if v == NO_STEP else v
+
+        def listed(flat: np.ndarray, end: np.ndarray) -> list[int]:
+            lo = int(end[i - 1]) if i else 0
+            return flat[lo : int(end[i])].tolist()
+
+        return RequestEvents(
+            self.ids[i],
+            step(self.admitted),
+            step(self.prefill_done),
+            step(self.finished),
+            listed(self.preempted, self.preempted_end),
+            listed(self.resumed, self.resumed_end),
+        )
+
+
+class EventsView(Mapping[Any, RequestEvents]):
+    """RequestColumns as a read-only mapping from id to RequestEvents, made on access."""
+
+    def __init__(self, columns: RequestColumns) -> None:
+        self.columns = columns
+        self._position: dict[Any, int] | None = None
+
+    @property
+    def position(self) -> dict[Any, int]:
+        """Each id's position in the columns (built on first use)."""
+        if self._position is None:
+            self._position = dict(zip(self.columns.ids, range(len(self.columns.ids)), strict=True))
+        return self._position
+
+    def __getitem__(self, rid: Any) -> RequestEvents:
+        return self.columns.event(self.position[rid])
+
+    def __contains__(self, rid: object) -> bool:
+        return rid in self.position
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.columns.ids)
+
+    def __len__(self) -> int:
+        return len(self.columns.ids)
+
+
 class RequestIndex:
     """`events` by request id, in order of first appearance; `since[id]`: the step a request
     was first admitted in (before it, no record names it but to wait)."""
 
-    events: dict[str, RequestEvents]
-    since: dict[str, int]
+    def __init__(self, columns: RequestColumns, since_of: np.ndarray, since_step: np.ndarray) -> None:
+        self.columns = columns
+        self.events = EventsView(columns)
+        self._since_of, self._since_step = since_of, since_step  # position in the columns, step
+        self._since: dict[Any, int] | None = None
+
+    @classmethod
+    def of(cls, events: dict[Any, RequestEvents], since: dict[Any, int]) -> RequestIndex:
+        order = {rid: i for i, rid in enumerate(events)}
+        return cls(
+            RequestColumns.of(list(events.values())),
+            np.array([order[rid] for rid in since], dtype=np.int64),
+            np.array(list(since.values()), dtype=np.int64),
+        )
+
+    @property
+    def since(self) -> dict[Any, int]:
+        if self._since is None:
+            ids = self.columns.ids
+            at = self._since_of.tolist()
+            self._since = dict(zip([ids[i] for i in at], self._since_step.tolist(), strict=True))
+        return self._since
 
 
 _INDEX: PerTrace[RequestIndex] = PerTrace()
@@ -111,7 +223,7 @@ def request_index(trace: Trace) -> RequestIndex:
     return index
 
 
-def request_events(trace: Trace) -> dict[str, RequestEvents]:
+def request_events(trace: Trace) -> EventsView:
     """Every request the trace admitted, resumed, preempted or finished, with those events.
 
     Equal to the same fields of `lifetimes(trace)` for these requests, except that
@@ -171,8 +283,7 @@ def _build(trace: Trace) -> RequestIndex:
     found = entrypass.computed(trace)
     if found is None:
         return reference(trace)
-    events = dict(zip(found.events[0], map(RequestEvents, *found.events), strict=True))
-    return RequestIndex(events, found.since)
+    return RequestIndex(RequestColumns(*found.events), *found.since)
 
 
 def reference(trace: Trace) -> RequestIndex:
@@ -181,14 +292,13 @@ def reference(trace: Trace) -> RequestIndex:
     b = _Builder()
     for _, rec in detail.records(trace, range(len(trace))):
         b.record(rec["step"], rec)
-    return RequestIndex(b.events, b.since)
+    return RequestIndex.of(b.events, b.since)
 
 
 # -- kept beside a big trace -------------------------------------------------------------
 
 NAME = "requests"
 VERSION = 1  # bump when what the index holds changes: older files are rebuilt
-_NONE = np.iinfo(np.int64).min  # a step that is None
 _PER_REQUEST = ("admitted", "prefill_done", "finished", "n_preempted", "n_resumed")
 _ARRAYS = {
     "ids": np.dtype("u1"),  # the ids, as one JSON list
@@ -196,32 +306,25 @@ _ARRAYS = {
 }
 
 
-def _steps(values: list[int | None]) -> np.ndarray:
-    return np.array([_NONE if v is None else v for v in values], dtype=np.int64)
-
-
 def _write(trace: Trace, index: RequestIndex) -> None:
     if trace.fingerprint is None:
         return  # nothing would be kept: not worth packing
-    events = list(index.events.values())
+    c = index.columns
     try:
-        ids = orjson.dumps([ev.id for ev in events])
+        ids = orjson.dumps(c.ids)
     except TypeError:
         return  # an id JSON cannot hold (never the recorder's)
-    order = {rid: i for i, rid in enumerate(index.events)}
-    if any(rid not in order for rid in index.since):
-        return
     arrays = {
         "ids": np.frombuffer(ids, dtype=np.uint8),
-        "admitted": _steps([ev.admitted for ev in events]),
-        "prefill_done": _steps([ev.prefill_done for ev in events]),
-        "finished": _steps([ev.finished for ev in events]),
-        "n_preempted": np.array([len(ev.preempted) for ev in events], dtype=np.int64),
-        "n_resumed": np.array([len(ev.resumed) for ev in events], dtype=np.int64),
-        "preempted": np.array([s for ev in events for s in ev.preempted], dtype=np.int64),
-        "resumed": np.array([s for ev in events for s in ev.resumed], dtype=np.int64),
-        "since_of": np.array([order[rid] for rid in index.since], dtype=np.int64),
-        "since_step": np.array(list(index.since.values()), dtype=np.int64),
+        "admitted": c.admitted,
+        "prefill_done": c.prefill_done,
+        "finished": c.finished,
+        "n_preempted": np.diff(c.preempted_end, prepend=0),
+        "n_resumed": np.diff(c.resumed_end, prepend=0),
+        "preempted": c.preempted,
+        "resumed": c.resumed,
+        "since_of": index._since_of,
+        "since_step": index._since_step,
     }
     sidecar.write_derived(trace.path, NAME, trace.fingerprint, arrays, version=VERSION, steps=len(trace))
 
@@ -249,25 +352,12 @@ def _read(trace: Trace) -> RequestIndex | None:
         or (len(since_of) and (since_of.min() < 0 or since_of.max() >= n))
     ):
         return None  # torn or not this index: built again
-
-    def steps(name: str) -> list[int | None]:
-        return [None if v == _NONE else v for v in arrays[name].tolist()]
-
-    def lists(name: str, n_name: str) -> list[list[int]]:
-        flat, ends = arrays[name].tolist(), np.cumsum(arrays[n_name]).tolist()
-        return [flat[a:b] if b > a else [] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
-
-    events = {
-        rid: RequestEvents(rid, admitted, prefill_done, finished, preempted, resumed)
-        for rid, admitted, prefill_done, finished, preempted, resumed in zip(
-            ids,
-            steps("admitted"),
-            steps("prefill_done"),
-            steps("finished"),
-            lists("preempted", "n_preempted"),
-            lists("resumed", "n_resumed"),
-            strict=True,
-        )
-    }
-    since = dict(zip([ids[i] for i in since_of.tolist()], arrays["since_step"].tolist(), strict=True))
-    return RequestIndex(events, since)
+    columns = RequestColumns(
+        ids,
+        *(np.array(arrays[name]) for name in ("admitted", "prefill_done", "finished")),
+        np.array(arrays["preempted"]),
+        np.cumsum(counts[0]),
+        np.array(arrays["resumed"]),
+        np.cumsum(counts[1]),
+    )
+    return RequestIndex(columns, np.array(since_of), np.array(arrays["since_step"]))

@@ -29,13 +29,9 @@ def headline_sentences(c: Comparison) -> list[str]:
         + ("." if da == db else f" by {abs(da - db)}.")
     ]
     # The request whose prefill length changed most says what the budget did.
-    best: tuple[int, str, int, int] | None = None
-    for rid in c.common_requests:
-        pa, pb = a.lives[rid].prefill_steps, b.lives[rid].prefill_steps
-        if pa is not None and pb is not None and pa != pb and (best is None or abs(pa - pb) > best[0]):
-            best = (abs(pa - pb), rid, pa, pb)
+    best = c.prefill_change()
     if best is not None:
-        _, rid, pa, pb = best
+        rid, pa, pb = best
         out.append(f"Request {rid!r} finished its prefill in {pb} steps instead of {pa}.")
     for side, label in ((a, "A"), (b, "B")):
         withheld = side.flags.tokens_withheld
