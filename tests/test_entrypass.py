@@ -74,10 +74,28 @@ def test_a_generated_256_running_trace(busy: Path) -> None:
     assert_equals_reference(trace)
 
 
-def test_chunks_of_a_few_requests(busy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The sorted stream in chunks of a few requests each: every boundary case of a chunk."""
+def test_chunks_of_one_step(busy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every step a chunk of its own: each request's run, reset, sample count and pending
+    admission carried across every boundary."""
     monkeypatch.setattr(entrypass, "CHUNK", 97)
     assert_equals_reference(load(busy, entries=True))
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.name)
+def test_chunks_of_a_few_steps_on_the_samples(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(entrypass, "CHUNK", 5)
+    assert_equals_reference(load(path, entries=True))
+
+
+def test_spans_and_takes_across_pieces() -> None:
+    """A born index's columns come in pieces (one per segment): read across their seams."""
+    whole = np.arange(40, dtype=np.int32)
+    pieces = [whole[:7], whole[7:7], whole[7:20], whole[20:]]
+    e = Entries(ids=[], steps={}, ctx=np.zeros(0, np.int64), per_entry={"wait": list(pieces)})
+    for lo, hi in [(0, 40), (0, 7), (5, 9), (7, 20), (19, 21), (20, 40), (3, 3), (39, 40)]:
+        np.testing.assert_array_equal(e.span("wait", lo, hi), whole[lo:hi])
+    at = np.array([0, 6, 7, 8, 19, 20, 39])
+    np.testing.assert_array_equal(e.take("wait", at), whole[at])
 
 
 def _rewrite(src: Path, out: Path, change: Any) -> Path:

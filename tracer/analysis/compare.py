@@ -5,6 +5,7 @@ headline, the diff report, the performance table) are tracer.render.compare's.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -22,6 +23,7 @@ from tracer.analysis.clock import (
 )
 from tracer.analysis.flags import FlagReport
 from tracer.analysis.requests import NO_STEP, EventsView, request_events
+from tracer.analysis.steppass import step_pass
 from tracer.trace.reader import Trace
 
 if TYPE_CHECKING:
@@ -110,6 +112,11 @@ def compare(session_a: Session | Trace, session_b: Session | Trace) -> Compariso
 
     sa, sb = Session.of(session_a), Session.of(session_b)
     a, b = sa.trace, sb.trace
+    # Each side's passes (flags, request index, step pass) on a thread of its own: most of a
+    # big trace's time is NumPy's, which lets go of the GIL, so two cores share the work.
+    with ThreadPoolExecutor(2, thread_name_prefix="schedscope-compare") as pool:
+        for done in [pool.submit(_prepare, s) for s in (sa, sb)]:
+            done.result()
     side_a = Side(a, sa.report, request_events(a))
     side_b = Side(b, sb.report, request_events(b))
     n = max(len(a), len(b))
@@ -122,6 +129,15 @@ def compare(session_a: Session | Trace, session_b: Session | Trace) -> Compariso
         start = common_ttft_from(a, b)  # both TTFTs from the same point, or they do not compare
         perf = (performance(a, clock, start), performance(b, clock, start))
     return Comparison(side_a, side_b, np.arange(1, n + 1), values, common, perf)
+
+
+def _prepare(session: Session) -> None:
+    """Everything compare() reads of one side, computed (and kept: each is cached per Trace)."""
+    trace = session.trace
+    session.report  # noqa: B018 (computed on first access)
+    request_events(trace)
+    if len(trace) and not (is_replay(trace) and not is_timed(trace)):  # else priced on a retimed copy
+        step_pass(trace)
 
 
 def _pricing_clock(a: Trace, b: Trace) -> StepClock | None:

@@ -33,7 +33,7 @@ NEW, RESUMED, RUNNING = range(3)
 # waiting; or admitted/resumed, preempted, finished), then place in its list.
 _ROW_SHIFT, _RANK_SHIFT = 22, 20
 _POS_LIMIT = 1 << _RANK_SHIFT
-CHUNK = 1 << 18  # scheduled entries per chunk of the sorted stream: its arrays stay in cache
+CHUNK = 1 << 16  # scheduled entries per chunk of steps: its arrays stay in cache (1 << 18 ran twice as long)
 
 
 @dataclass
@@ -71,9 +71,10 @@ def entry_pass(trace: Trace, e: Entries) -> EntryPass:
     """The step features, request times and request index of `trace` from its entries `e`.
 
     The scheduled entries (most of them: 51 million in a 200k-step trace at 256 running)
-    are sorted by request code (a stable sort: each request's entries stay in step order)
-    and processed in chunks of whole requests; the few others (admissions, preemptions,
-    finishes, waiting ids, a dict `sampled`'s entries) are joined by key."""
+    are read in chunks of whole steps, in step order, each sorted by request code (a stable
+    sort: a request's entries stay in step order); what a request carries from one chunk to
+    the next is in `_Carry`. The few other entries (admissions, preemptions, finishes,
+    waiting ids) are joined by key. Only a chunk's entries are in memory at once."""
     n = len(trace)
     k = {name: v.astype(np.int64) for name, v in e.steps.items()}
     ks = k["k_new"] + k["k_res"] + k["k_run"]
@@ -84,29 +85,23 @@ def entry_pass(trace: Trace, e: Entries) -> EntryPass:
     sched_first = sched_end - ks
     n_codes = len(e.ids)
     ev = _events(e, k, sched_first, n, n_codes)
-    req = e.sched["req"]
-    order = np.argsort(req, kind="stable")  # runs of increasing codes (admission order): cheap
-    codes = req[order]
     big = np.iinfo(np.int64).max
     acc = _Accumulators(n, n_codes)
     rows = _Rows(
-        of=np.repeat(np.arange(n, dtype=np.int32), ks),
         first=sched_first,
+        end=sched_end,
+        count=ks,
         admitting=k["k_new"] + k["k_res"],
         aligned=bool((k["s_kind"] == S_ALIGNED).all()),
+        item_end=np.cumsum(k["k_items"]),
     )
-    lo, code_lo = 0, 0
-    while lo < len(order):
-        hi = min(len(order), lo + CHUNK)
-        if hi < len(order):  # end on a request boundary
-            hi = int(np.searchsorted(codes, codes[hi - 1], side="right"))
-        code_hi = int(codes[hi - 1]) + 1 if hi < len(order) else n_codes
-        _chunk(e, k, rows, order[lo:hi], codes[lo:hi], (code_lo, code_hi), ev, acc)
-        lo, code_lo = hi, code_hi
-    if code_lo < n_codes:  # requests never scheduled: a dict `sampled`'s entries only
-        lo_key, hi_key = code_lo * n, n_codes * n
-        items = slice(np.searchsorted(ev.item_keys, lo_key), np.searchsorted(ev.item_keys, hi_key))
-        _samples(ev.item_keys[items], ev.item_n[items], n, lo_key, hi_key, ev, acc)
+    carry = _Carry(n_codes)
+    r0 = 0
+    while r0 < n:  # chunks of whole rows, about CHUNK scheduled entries each
+        r1 = max(r0 + 1, int(np.searchsorted(sched_end, sched_first[r0] + CHUNK, side="right")))
+        r1 = min(r1, n)
+        _chunk(e, k, rows, r0, r1, ev, acc, carry)
+        r0 = r1
 
     # -- timing.FeatureBuilder ---------------------------------------------------------
     recorded = e.ctx != NO_CONTEXT
@@ -181,11 +176,12 @@ class _Events:
     fin_key: np.ndarray
     wait_code: np.ndarray
     wait_key: np.ndarray
-    reset: np.ndarray  # code * n + row of each preemption and finish, sorted (resets after the step)
-    fin_sorted: np.ndarray  # code * n + row of each finish, sorted
-    item_keys: np.ndarray  # code * n + row of each dict-`sampled` entry with a count > 0, sorted
-    item_n: np.ndarray
-    admit_keys: np.ndarray  # code * n + row of each admission of an id that is a string, sorted
+    # Preemptions and finishes (a request's next entry starts afresh), by row: row, code.
+    reset_row: np.ndarray
+    reset_code: np.ndarray
+    # Admissions of ids that are strings (a first token is looked for after them), by row.
+    admit_row: np.ndarray
+    admit_code: np.ndarray
     n: int
 
 
@@ -201,23 +197,20 @@ def _key(rows: np.ndarray, rank: int, pos: np.ndarray) -> np.ndarray:
 
 
 def _events(e: Entries, k: dict[str, np.ndarray], sched_first: np.ndarray, n: int, n_codes: int) -> _Events:
-    req = e.sched["req"]
     new_row, new_pos = _rows_pos(k["k_new"], n)
     res_row, res_pos = _rows_pos(k["k_res"], n)
     res_pos = res_pos + k["k_new"][res_row]  # its place in the scheduled order
     pre_row, pre_pos = _rows_pos(k["k_pre"], n)
     fin_row, fin_pos = _rows_pos(k["k_fin"], n)
     wait_row, wait_pos = _rows_pos(k["k_wait"], n)
-    item_row, _ = _rows_pos(k["k_items"], n)
-    new_code = req[sched_first[new_row] + new_pos].astype(np.int64)
-    res_code = req[sched_first[res_row] + res_pos].astype(np.int64)
+    new_code = e.take("sched_req", sched_first[new_row] + new_pos).astype(np.int64)
+    res_code = e.take("sched_req", sched_first[res_row] + res_pos).astype(np.int64)
     pre_code, fin_code = e.pre.astype(np.int64), e.fin.astype(np.int64)
-    positive = e.items["n"] > 0
-    item_keys = e.items["req"][positive].astype(np.int64) * n + item_row[positive]
-    item_order = np.argsort(item_keys, kind="stable")
     # requests._Builder keeps only ids that are strings pending a first token.
     is_str = np.fromiter((type(rid) is str for rid in e.ids), bool, n_codes)
     pending = is_str[new_code]
+    reset_row = np.concatenate([pre_row, fin_row])
+    by_row = np.argsort(reset_row, kind="stable")
     return _Events(
         new_code=new_code,
         new_row=new_row,
@@ -233,21 +226,36 @@ def _events(e: Entries, k: dict[str, np.ndarray], sched_first: np.ndarray, n: in
         fin_key=_key(fin_row, 3, fin_pos),
         wait_code=e.wait.astype(np.int64),
         wait_key=_key(wait_row, 1, wait_pos),
-        reset=np.sort(np.concatenate([pre_code * n + pre_row, fin_code * n + fin_row])),
-        fin_sorted=np.sort(fin_code * n + fin_row),
-        item_keys=item_keys[item_order],
-        item_n=e.items["n"][positive].astype(np.int64)[item_order],
-        admit_keys=np.sort(new_code[pending] * n + new_row[pending]),
+        reset_row=reset_row[by_row],
+        reset_code=np.concatenate([pre_code, fin_code])[by_row],
+        admit_row=new_row[pending],
+        admit_code=new_code[pending],
         n=n,
     )
 
 
 @dataclass
 class _Rows:
-    of: np.ndarray  # each scheduled entry's row
     first: np.ndarray  # each row's first scheduled entry
+    end: np.ndarray  # and the entry after its last
+    count: np.ndarray  # its scheduled entries
     admitting: np.ndarray  # each row's admitted and resumed entries (they come first)
     aligned: bool  # every step's `sampled` is aligned with its scheduled order
+    item_end: np.ndarray  # the dict-`sampled` entry after each row's last
+
+
+class _Carry:
+    """What a request carries from one chunk of steps to the next: the tokens computed and
+    the samples counted in its current run (since its admission, resumption or last reset),
+    whether a preemption or finish ends that run before its next entry, and whether an
+    admission still waits for its first token."""
+
+    def __init__(self, n_codes: int) -> None:
+        self.computed = np.zeros(n_codes, np.int64)
+        self.sampled = np.zeros(n_codes, np.int64)
+        self.reset = np.zeros(n_codes, bool)
+        self.armed = np.zeros(n_codes, bool)
+        self.scratch = np.zeros(n_codes, bool)  # all False between uses
 
 
 def _scheduled_tokens(trace: Trace) -> np.ndarray:
@@ -272,24 +280,30 @@ def _chunk(
     e: Entries,
     k: dict[str, np.ndarray],
     rows: _Rows,
-    idx: np.ndarray,
-    c32: np.ndarray,
-    code_range: tuple[int, int],
+    r0: int,
+    r1: int,
     ev: _Events,
     acc: _Accumulators,
+    carry: _Carry,
 ) -> None:
-    """The scheduled entries `idx` (sorted by request, whole requests), codes `c32`; the
-    chunk answers for the requests of `code_range` [lo, hi)."""
-    n, m = ev.n, len(idx)
-    c = c32.astype(np.int64)
-    r = rows.of[idx]
-    admits = (idx - rows.first[r]) < rows.admitting[r]
-    tok = e.sched["tokens"][idx]
-    spec = e.sched["spec"][idx].astype(np.int32)  # one byte each in the columns
-    value = e.sched["sampled"][idx].astype(np.int32)
+    """The scheduled entries of rows [r0, r1), carrying each request's run across chunks."""
+    n = ev.n
+    lo, hi = int(rows.first[r0]), int(rows.end[r1 - 1])
+    m = hi - lo
+    step_rows = np.repeat(np.arange(r0, r1, dtype=np.int64), rows.count[r0:r1])
+    place = np.arange(lo, hi, dtype=np.int64) - rows.first[step_rows]  # in its step's order
+    req = e.span("sched_req", lo, hi)
+    order = np.argsort(req, kind="stable")  # by request, then step
+    c = req[order].astype(np.int64)
+    r = step_rows[order]
+    at = place[order]
+    admits = at < rows.admitting[r]
+    tok = e.span("sched_tokens", lo, hi)[order].astype(np.int64)
+    spec = e.span("sched_spec", lo, hi)[order].astype(np.int32)  # one byte each in the columns
+    value = e.span("sched_sampled", lo, hi)[order].astype(np.int32)
     kind = None if rows.aligned else k["s_kind"][r]
     key = c * n + r  # increasing: by request, then row
-    block = np.ones(m, bool)
+    block = np.ones(m, bool)  # a request's first entry in this chunk
     block[1:] = c[1:] != c[:-1]
     # A request named twice in one step's scheduled groups: a dict keeps one count per id
     # (the last, as `compact.expand` builds it) and the step's resets come before all of them.
@@ -307,30 +321,46 @@ def _chunk(
         reset_before[g_first] = np.maximum.reduceat(admits, np.flatnonzero(g_first))
     else:
         reset_before = admits
-    # Preempted or finished in an earlier step: the next entry starts afresh.
-    lo_key, hi_key = code_range[0] * n, code_range[1] * n
-    resets = ev.reset[np.searchsorted(ev.reset, lo_key) : np.searchsorted(ev.reset, hi_key)]
-    after = np.searchsorted(key, resets, side="right")  # the request's next entry, if any
-    inside = after < m
-    after, resets = after[inside], resets[inside]
-    after = after[c[after] == resets // n]
-    start = block | reset_before
-    start[after] = True
+    # A run starts afresh at a request's first entry ever, an admission or resumption, and
+    # the entry after a preemption or finish: in this chunk, or in an earlier one (carried).
+    heads = c[block]
+    first_ever = np.zeros(m, bool)
+    first_ever[block] = acc.scheduled[heads] == -1
+    start = reset_before | first_ever
+    start[block] |= carry.reset[heads]
+    carry.reset[heads] = False
+    i0, i1 = np.searchsorted(ev.reset_row, [r0, r1])
+    reset_keys = np.sort(ev.reset_code[i0:i1] * n + ev.reset_row[i0:i1])
+    after = np.searchsorted(key, reset_keys, side="right")  # the request's next entry, if any
+    here = after < m
+    here[here] = c[after[here]] == reset_keys[here] // n
+    start[after[here]] = True
+    carry.reset[reset_keys[~here] // n] = True  # its next entry is in a later chunk
 
     # FeatureBuilder's n: the count sampled, or 1 + drafts where the step's outcomes are unknown.
     n_used = value if kind is None else np.where(kind == S_NONE, spec + 1, value)
     delta = tok - np.maximum(0, np.where(n_used > 0, spec + 1 - n_used, 0))
-    first, seg = np.flatnonzero(start), np.cumsum(start) - 1
-    computed = _exclusive_segmented_sum(delta.astype(np.int64), first, seg)
-    sampled_before = _exclusive_segmented_sum((n_used > 0).astype(np.int32), first, seg) > 0
+    got = (n_used > 0).astype(np.int64)
+    seg_head = start | block
+    first, seg = np.flatnonzero(seg_head), np.cumsum(seg_head) - 1
+    continued = ~start[first]  # a run carried in from the chunk before
+    computed = _exclusive_segmented_sum(delta, first, seg)
+    counted = _exclusive_segmented_sum(got, first, seg)
+    computed += np.where(continued, carry.computed[c[first]], 0)[seg]
+    counted += np.where(continued, carry.sampled[c[first]], 0)[seg]
+    sampled_before = counted > 0
     if kind is not None:
         sampled_before = np.where(kind == S_NONE, tok <= 1 + spec, sampled_before)
     decode = ~admits & sampled_before
-    acc.decode += np.bincount(r, weights=np.where(decode, tok, 0), minlength=n)
-    acc.context += np.bincount(r, weights=computed, minlength=n)
-    at = idx[block]
-    acc.seen[c[block]] = _key(r[block].astype(np.int64), 0, at - rows.first[r[block]])
-    acc.scheduled[c[block]] = r[block]
+    width = r1 - r0
+    acc.decode[r0:r1] += np.bincount(r - r0, weights=np.where(decode, tok, 0), minlength=width)
+    acc.context[r0:r1] += np.bincount(r - r0, weights=computed, minlength=width)
+    new = block & first_ever
+    acc.seen[c[new]] = _key(r[new], 0, at[new])
+    acc.scheduled[c[new]] = r[new]
+    tail = np.flatnonzero(np.append(block[1:], m > 0))  # each request's last entry here
+    carry.computed[c[tail]] = computed[tail] + delta[tail]
+    carry.sampled[c[tail]] = counted[tail] + got[tail]
 
     # Samples: an aligned step's scheduled entries (one per request and step), a dict
     # step's own entries.
@@ -338,40 +368,68 @@ def _chunk(
     if kind is not None:
         sample &= kind == S_ALIGNED
     s_key, s_n = key[sample], value[sample].astype(np.int64)
-    items = slice(np.searchsorted(ev.item_keys, lo_key), np.searchsorted(ev.item_keys, hi_key))
-    if items.stop > items.start:
-        s_key = np.concatenate([s_key, ev.item_keys[items]])
-        s_n = np.concatenate([s_n, ev.item_n[items]])
+    j0, j1 = (int(rows.item_end[r0 - 1]) if r0 else 0), int(rows.item_end[r1 - 1])
+    if j1 > j0:
+        item_row = np.repeat(np.arange(r0, r1, dtype=np.int64), k["k_items"][r0:r1])
+        item_n = e.span("items_n", j0, j1).astype(np.int64)
+        positive = item_n > 0
+        item_keys = e.span("items_req", j0, j1).astype(np.int64)[positive] * n + item_row[positive]
+        s_key = np.concatenate([s_key, item_keys])
+        s_n = np.concatenate([s_n, item_n[positive]])
         o = np.argsort(s_key, kind="stable")
         s_key, s_n = s_key[o], s_n[o]
-    _samples(s_key, s_n, n, lo_key, hi_key, ev, acc)
+    _samples(s_key, s_n, r0, r1, ev, acc, carry)
 
 
 def _samples(
-    s_key: np.ndarray, s_n: np.ndarray, n: int, lo_key: int, hi_key: int, ev: _Events, acc: _Accumulators
+    s_key: np.ndarray, s_n: np.ndarray, r0: int, r1: int, ev: _Events, acc: _Accumulators, carry: _Carry
 ) -> None:
-    """Per request, from its samples (keys code * n + row, sorted): first and last rows, tokens,
-    and the first after an admission with no finish in between."""
+    """Per request, from its samples in rows [r0, r1) (keys code * n + row, sorted): first and
+    last rows, tokens, and the first after an admission with no finish in between."""
+    n = ev.n
     if len(s_key):
         code = s_key // n
         head = np.ones(len(s_key), bool)
         head[1:] = code[1:] != code[:-1]
         starts = np.flatnonzero(head)
         ends = np.append(starts[1:], len(s_key)) - 1
-        acc.first[code[starts]] = s_key[starts] - code[starts] * n
-        acc.last[code[starts]] = s_key[ends] - code[ends] * n
-        acc.tokens[code[starts]] = np.add.reduceat(s_n, starts)
-    a_key = ev.admit_keys[np.searchsorted(ev.admit_keys, lo_key) : np.searchsorted(ev.admit_keys, hi_key)]
-    if not len(a_key) or not len(s_key):
+        heads = code[starts]
+        unset = acc.first[heads] == -1
+        acc.first[heads[unset]] = (s_key[starts] - heads * n)[unset]
+        acc.last[heads] = s_key[ends] - code[ends] * n
+        acc.tokens[heads] += np.add.reduceat(s_n, starts)
+    # A first token after an admission, no finish in between: in a step, its admissions
+    # come first, then its samples, then its finishes (a finish in the admission's own step
+    # counts; one in the sample's step does not).
+    a0, a1 = np.searchsorted(ev.admit_row, [r0, r1])
+    f0, f1 = np.searchsorted(ev.fin_row, [r0, r1])
+    a_code = ev.admit_code[a0:a1]
+    # Only the samples of requests with an admission pending a first token (from an earlier
+    # chunk, or admitted in this one): most samples are of requests long past their first.
+    s_code = s_key // n
+    mark = carry.armed[s_code]
+    if len(a_code):
+        carry.scratch[a_code] = True
+        mark |= carry.scratch[s_code]
+        carry.scratch[a_code] = False
+    s_key = s_key[mark]
+    a_key = a_code * n + ev.admit_row[a0:a1]
+    f_key = ev.fin_code[f0:f1] * n + ev.fin_row[f0:f1]
+    keys = np.concatenate([a_key * 3, s_key * 3 + 1, f_key * 3 + 2])
+    o = np.argsort(keys, kind="stable")
+    keys = keys[o]
+    if not len(keys):
         return
-    j = np.searchsorted(s_key, a_key)
-    ok = j < len(s_key)
-    j = np.minimum(j, len(s_key) - 1)
-    ok &= s_key[j] // n == a_key // n
-    # No finish at or after the admission's step and before the sample's.
-    fins = np.searchsorted(ev.fin_sorted, s_key[j]) - np.searchsorted(ev.fin_sorted, a_key)
-    ok &= fins == 0
-    np.minimum.at(acc.prefill_done, a_key[ok] // n, s_key[j][ok] % n)
+    what = keys % 3  # 0 admission, 1 sample, 2 finish
+    code = keys // 3 // n
+    first = np.ones(len(keys), bool)
+    first[1:] = code[1:] != code[:-1]
+    before = np.roll(what, 1)  # the event before, of the same request unless `first`
+    armed = np.where(first, carry.armed[code], before == 0)
+    found = (what == 1) & armed
+    np.minimum.at(acc.prefill_done, code[found], keys[found] // 3 % n)
+    last = np.append(np.flatnonzero(first)[1:], len(keys)) - 1
+    carry.armed[code[last]] = what[last] == 0
 
 
 def _exclusive_segmented_sum(values: np.ndarray, first: np.ndarray, seg: np.ndarray) -> np.ndarray:

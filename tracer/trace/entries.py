@@ -239,6 +239,7 @@ class Entries:
         self.ctx = ctx
         self._per_entry = per_entry  # "sched_req", …, "items_n", "wait", "pre", "fin"
         self._pieces: dict[str, list[np.ndarray]] = {}  # of the columns joined so far
+        self._piece_ends: dict[str, np.ndarray] = {}  # where each piece of a column ends
         self.checked = False  # the request codes were found inside the id table
 
     def __len__(self) -> int:
@@ -263,6 +264,45 @@ class Entries:
             empty = np.zeros(0, SIDECAR_DTYPES[f"e_{name}"])
             value = self._per_entry[name] = np.concatenate(value) if value else empty
         return value
+
+    def span(self, name: str, lo: int, hi: int) -> np.ndarray:
+        """Entries [lo, hi) of a per-entry column, without joining a born index's pieces (a
+        pass that goes chunk by chunk keeps only its chunk in memory)."""
+        value = self._per_entry[name]
+        if not isinstance(value, list):
+            return value[lo:hi]
+        ends = self._ends(name, value)
+        first = int(np.searchsorted(ends, lo, side="right"))
+        parts, at = [], lo
+        for i in range(first, len(value)):
+            start = int(ends[i - 1]) if i else 0
+            if start >= hi:
+                break
+            parts.append(value[i][at - start : min(hi, int(ends[i])) - start])
+            at = int(ends[i])
+        if len(parts) == 1:
+            return parts[0]
+        return np.concatenate(parts) if parts else np.zeros(0, SIDECAR_DTYPES[f"e_{name}"])
+
+    def take(self, name: str, positions: np.ndarray) -> np.ndarray:
+        """The entries at `positions` (ascending) of a per-entry column, without joining it."""
+        value = self._per_entry[name]
+        if not isinstance(value, list):
+            return value[positions]
+        ends = self._ends(name, value)
+        piece = np.searchsorted(ends, positions, side="right")
+        out = np.empty(len(positions), SIDECAR_DTYPES[f"e_{name}"])
+        starts = np.concatenate([[0], ends[:-1]])
+        for i in np.unique(piece).tolist():
+            sel = piece == i
+            out[sel] = value[i][positions[sel] - starts[i]]
+        return out
+
+    def _ends(self, name: str, pieces: list[np.ndarray]) -> np.ndarray:
+        ends = self._piece_ends.get(name)
+        if ends is None:
+            ends = self._piece_ends[name] = np.cumsum([len(p) for p in pieces], dtype=np.int64)
+        return ends
 
     def release(self) -> None:
         """Drop the per-entry columns joined from a sidecar's pieces (hundreds of MB for a big
