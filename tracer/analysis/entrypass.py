@@ -33,6 +33,7 @@ NEW, RESUMED, RUNNING = range(3)
 # waiting; or admitted/resumed, preempted, finished), then place in its list.
 _ROW_SHIFT, _RANK_SHIFT = 22, 20
 _POS_LIMIT = 1 << _RANK_SHIFT
+HAND_BACK = 64  # chunks between two hand-backs of the index's mapped pages (about 40 MB read)
 CHUNK = 1 << 16  # scheduled entries per chunk of steps: its arrays stay in cache (1 << 18 ran twice as long)
 
 
@@ -94,14 +95,18 @@ def entry_pass(trace: Trace, e: Entries) -> EntryPass:
         admitting=k["k_new"] + k["k_res"],
         aligned=bool((k["s_kind"] == S_ALIGNED).all()),
         item_end=np.cumsum(k["k_items"]),
+        wait_end=np.cumsum(k["k_wait"]),
     )
     carry = _Carry(n_codes)
-    r0 = 0
+    r0 = chunks = 0
     while r0 < n:  # chunks of whole rows, about CHUNK scheduled entries each
         r1 = max(r0 + 1, int(np.searchsorted(sched_end, sched_first[r0] + CHUNK, side="right")))
         r1 = min(r1, n)
         _chunk(e, k, rows, r0, r1, ev, acc, carry)
         r0 = r1
+        chunks += 1
+        if chunks % HAND_BACK == 0:
+            e.hand_back()
 
     # -- timing.FeatureBuilder ---------------------------------------------------------
     recorded = e.ctx != NO_CONTEXT
@@ -119,7 +124,6 @@ def entry_pass(trace: Trace, e: Entries) -> EntryPass:
     )
 
     # -- throughput.LatencyTracker: first seen scheduled or waiting, first scheduled -----
-    np.minimum.at(acc.seen, ev.wait_code, ev.wait_key)
     # The `a` inputs (one per request): a step's arrivals come before what it lists.
     arr_codes = e.arr.astype(np.int64)
     arr_rows = np.repeat(np.arange(n, dtype=np.int64), e.steps["k_arr"].astype(np.int64))
@@ -174,8 +178,6 @@ class _Events:
     fin_code: np.ndarray
     fin_row: np.ndarray
     fin_key: np.ndarray
-    wait_code: np.ndarray
-    wait_key: np.ndarray
     # Preemptions and finishes (a request's next entry starts afresh), by row: row, code.
     reset_row: np.ndarray
     reset_code: np.ndarray
@@ -202,7 +204,6 @@ def _events(e: Entries, k: dict[str, np.ndarray], sched_first: np.ndarray, n: in
     res_pos = res_pos + k["k_new"][res_row]  # its place in the scheduled order
     pre_row, pre_pos = _rows_pos(k["k_pre"], n)
     fin_row, fin_pos = _rows_pos(k["k_fin"], n)
-    wait_row, wait_pos = _rows_pos(k["k_wait"], n)
     new_code = e.take("sched_req", sched_first[new_row] + new_pos).astype(np.int64)
     res_code = e.take("sched_req", sched_first[res_row] + res_pos).astype(np.int64)
     pre_code, fin_code = e.pre.astype(np.int64), e.fin.astype(np.int64)
@@ -224,8 +225,6 @@ def _events(e: Entries, k: dict[str, np.ndarray], sched_first: np.ndarray, n: in
         fin_code=fin_code,
         fin_row=fin_row,
         fin_key=_key(fin_row, 3, fin_pos),
-        wait_code=e.wait.astype(np.int64),
-        wait_key=_key(wait_row, 1, wait_pos),
         reset_row=reset_row[by_row],
         reset_code=np.concatenate([pre_code, fin_code])[by_row],
         admit_row=new_row[pending],
@@ -242,6 +241,7 @@ class _Rows:
     admitting: np.ndarray  # each row's admitted and resumed entries (they come first)
     aligned: bool  # every step's `sampled` is aligned with its scheduled order
     item_end: np.ndarray  # the dict-`sampled` entry after each row's last
+    wait_end: np.ndarray  # the `waiting_demand` entry after each row's last
 
 
 class _Carry:
@@ -356,11 +356,19 @@ def _chunk(
     acc.decode[r0:r1] += np.bincount(r - r0, weights=np.where(decode, tok, 0), minlength=width)
     acc.context[r0:r1] += np.bincount(r - r0, weights=computed, minlength=width)
     new = block & first_ever
-    acc.seen[c[new]] = _key(r[new], 0, at[new])
+    heads_new = c[new]  # named while waiting in an earlier chunk, maybe: the first time counts
+    acc.seen[heads_new] = np.minimum(acc.seen[heads_new], _key(r[new], 0, at[new]))
     acc.scheduled[c[new]] = r[new]
     tail = np.flatnonzero(np.append(block[1:], m > 0))  # each request's last entry here
     carry.computed[c[tail]] = computed[tail] + delta[tail]
     carry.sampled[c[tail]] = counted[tail] + got[tail]
+
+    # Waiting: LatencyTracker's first time named (with the scheduled entries' keys above).
+    w0, w1 = (int(rows.wait_end[r0 - 1]) if r0 else 0), int(rows.wait_end[r1 - 1])
+    if w1 > w0:
+        w_rows = np.repeat(np.arange(r0, r1, dtype=np.int64), k["k_wait"][r0:r1])
+        w_place = np.arange(w0, w1, dtype=np.int64) - (rows.wait_end[w_rows] - k["k_wait"][w_rows])
+        np.minimum.at(acc.seen, e.span("wait", w0, w1).astype(np.int64), _key(w_rows, 1, w_place))
 
     # Samples: an aligned step's scheduled entries (one per request and step), a dict
     # step's own entries.

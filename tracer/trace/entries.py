@@ -308,11 +308,20 @@ class Entries:
         """Drop the per-entry columns joined from a sidecar's pieces (hundreds of MB for a big
         trace): back to the mapped pieces, joined again if asked for. The mapped pages read
         for the join are handed back too (they stay in the page cache, not in this process)."""
-        maps = {
-            id(m): m for pieces in self._pieces.values() for p in pieces if isinstance(m := p.base, mmap.mmap)
-        }
         self._per_entry.update(self._pieces)
         self._pieces.clear()
+        self.hand_back()
+
+    def hand_back(self) -> None:
+        """Hand the mapped pages read so far back to the page cache: a pass that reads the
+        pieces chunk by chunk calls this now and then, so they never all count in its RSS."""
+        maps = {
+            id(m): m
+            for value in self._per_entry.values()
+            if isinstance(value, list)
+            for p in value
+            if isinstance(m := _mapping(p), mmap.mmap)
+        }
         for m in maps.values():
             with contextlib.suppress(OSError, ValueError, AttributeError):
                 m.madvise(mmap.MADV_DONTNEED)
@@ -396,9 +405,13 @@ class Entries:
             except (ValueError, orjson.JSONDecodeError) as exc:
                 return f"ids: {exc}"
             for name in ("sched_req", "items_req", "wait", "pre", "fin", "arr"):
-                codes = self.column(name)
-                if len(codes) and (int(codes.min()) < 0 or int(codes.max()) >= n_ids):
-                    return "request codes outside the id table"
+                value = self._per_entry[name]
+                # Piece by piece: a born index's columns are not joined (nor kept) for this.
+                for codes in value if isinstance(value, list) else [value]:
+                    if len(codes) and (int(codes.min()) < 0 or int(codes.max()) >= n_ids):
+                        return "request codes outside the id table"
+                    if isinstance(value, list):
+                        self.hand_back()
             self.checked = True
         return None
 
@@ -424,6 +437,12 @@ class Entries:
             )
         except KeyError:
             return None
+
+
+def _mapping(array: np.ndarray) -> Any:
+    """The mmap an array was made on (np.frombuffer keeps it behind a memoryview), if any."""
+    base = array.base
+    return base.obj if isinstance(base, memoryview) else base
 
 
 def _join(pieces: list[np.ndarray]) -> np.ndarray:
