@@ -73,8 +73,11 @@ def diff_lines(c: Comparison, *, rows: int = 20) -> list[str]:
     lines += ["", *totals_lines(c)]
     if c.perf is not None:
         lines += ["", performance_note(*c.perf)]
-        for label, va, vb in performance_rows(*c.perf):
-            lines.append(f"{label:24}{va:>12}{vb:>12}")
+        figures = performance_rows(*c.perf)
+        # At least the totals' 12 columns; wider when a figure is (a long run's drain in ms).
+        w = max(12, *(len(v) + 2 for _, va, vb in figures for v in (va, vb)))
+        for label, va, vb in figures:
+            lines.append(f"{label:24}{va:>{w}}{vb:>{w}}")
     changed = np.flatnonzero(np.any([c.delta(n) != 0 for n in DELTA_COLUMNS], axis=0))
     lines += ["", f"{len(changed)} steps differ" + (":" if len(changed) else ".")]
     if len(changed):
