@@ -290,19 +290,20 @@ def _chunk(
     n = ev.n
     lo, hi = int(rows.first[r0]), int(rows.end[r1 - 1])
     m = hi - lo
-    step_rows = np.repeat(np.arange(r0, r1, dtype=np.int64), rows.count[r0:r1])
-    place = np.arange(lo, hi, dtype=np.int64) - rows.first[step_rows]  # in its step's order
+    # 32-bit per entry where it fits (half the memory traffic); 64-bit for keys and sums.
+    step_rows = np.repeat(np.arange(r0, r1, dtype=np.int32), rows.count[r0:r1])
+    place = np.arange(m, dtype=np.int32) - (rows.first[step_rows] - lo).astype(np.int32)  # in its step
     req = e.span("sched_req", lo, hi)
     order = np.argsort(req, kind="stable")  # by request, then step
-    c = req[order].astype(np.int64)
+    c = req[order]
     r = step_rows[order]
     at = place[order]
     admits = at < rows.admitting[r]
-    tok = e.span("sched_tokens", lo, hi)[order].astype(np.int64)
+    tok = e.span("sched_tokens", lo, hi)[order]
     spec = e.span("sched_spec", lo, hi)[order].astype(np.int32)  # one byte each in the columns
     value = e.span("sched_sampled", lo, hi)[order].astype(np.int32)
     kind = None if rows.aligned else k["s_kind"][r]
-    key = c * n + r  # increasing: by request, then row
+    key = c.astype(np.int64) * n + r  # increasing: by request, then row
     block = np.ones(m, bool)  # a request's first entry in this chunk
     block[1:] = c[1:] != c[:-1]
     # A request named twice in one step's scheduled groups: a dict keeps one count per id
@@ -340,7 +341,7 @@ def _chunk(
     # FeatureBuilder's n: the count sampled, or 1 + drafts where the step's outcomes are unknown.
     n_used = value if kind is None else np.where(kind == S_NONE, spec + 1, value)
     delta = tok - np.maximum(0, np.where(n_used > 0, spec + 1 - n_used, 0))
-    got = (n_used > 0).astype(np.int64)
+    got = n_used > 0
     seg_head = start | block
     first, seg = np.flatnonzero(seg_head), np.cumsum(seg_head) - 1
     continued = ~start[first]  # a run carried in from the chunk before
@@ -357,7 +358,9 @@ def _chunk(
     acc.context[r0:r1] += np.bincount(r - r0, weights=computed, minlength=width)
     new = block & first_ever
     heads_new = c[new]  # named while waiting in an earlier chunk, maybe: the first time counts
-    acc.seen[heads_new] = np.minimum(acc.seen[heads_new], _key(r[new], 0, at[new]))
+    acc.seen[heads_new] = np.minimum(
+        acc.seen[heads_new], _key(r[new].astype(np.int64), 0, at[new].astype(np.int64))
+    )
     acc.scheduled[c[new]] = r[new]
     tail = np.flatnonzero(np.append(block[1:], m > 0))  # each request's last entry here
     carry.computed[c[tail]] = computed[tail] + delta[tail]
@@ -443,7 +446,7 @@ def _samples(
 def _exclusive_segmented_sum(values: np.ndarray, first: np.ndarray, seg: np.ndarray) -> np.ndarray:
     """For each element, the sum of `values` before it in its segment (`first`: each
     segment's first element; `seg`: each element's segment)."""
-    excl = np.cumsum(values)
+    excl = np.cumsum(values, dtype=np.int64)
     excl -= values
     return excl - excl[first][seg]
 
