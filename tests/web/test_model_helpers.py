@@ -69,3 +69,43 @@ def test_load_bytes_bounds_decompression() -> None:
     bomb = gzip.compress(b" " * 5_000_000)
     with pytest.raises(TraceError, match="decompresses to more than"):
         load_bytes(bomb, "bomb.gz", max_decompressed=1_000_000)
+
+
+@pytest.mark.parametrize(
+    ("kinds", "text"),
+    [
+        (None, None),
+        (["limit-holds-waiting"], None),
+        (None, "max_num_seqs=8 kept 4"),
+        (None, "17"),  # a step number: that step's flag alone (no sentence holds "17")
+        (None, "nothing"),
+    ],
+)
+def test_the_flag_table_filters_the_columns_as_it_would_the_flags(
+    kinds: list[str] | None, text: str | None
+) -> None:
+    """The flag table filters positions over the report's columns and sentences (no Flag
+    objects): the same flags, in the same order, as a filter over the Flag objects; a page
+    makes only its own."""
+    from tracer.analysis.session import Session
+    from web.flagtable import PAGE_SIZE, filter_flags, page
+
+    listed = Session(sample("live_cpu_ngram.jsonl")).report.flags
+    needle = (text or "").lower()
+    want = [
+        f
+        for f in listed
+        if (not kinds or f.kind in kinds)
+        and (not needle or needle in f.message.lower() or needle in f.kind or needle == str(f.step))
+    ]
+    found = filter_flags(listed, kinds, text)
+    assert listed.take(found) == want
+    if text == "nothing":
+        assert not want
+    elif text == "17":
+        assert [f.step for f in want] == [17]
+    elif text is None:
+        assert len(want) > PAGE_SIZE
+        shown, current, count = page(found, 1)
+        assert (current, count) == (1, -(-len(want) // PAGE_SIZE))
+        assert listed.take(shown) == want[PAGE_SIZE : 2 * PAGE_SIZE]
