@@ -77,7 +77,7 @@ def test_load_bytes_bounds_decompression() -> None:
         (None, None),
         (["limit-holds-waiting"], None),
         (None, "max_num_seqs=8 kept 4"),
-        (None, "17"),  # a step number: that step's flag alone (no sentence holds "17")
+        (None, "17"),  # a step number (and "117 of 128" in some sentences)
         (None, "nothing"),
     ],
 )
@@ -103,7 +103,7 @@ def test_the_flag_table_filters_the_columns_as_it_would_the_flags(
     if text == "nothing":
         assert not want
     elif text == "17":
-        assert [f.step for f in want] == [17]
+        assert 17 in [f.step for f in want] and "17" not in listed[14].message  # step 17: by its number
     elif text is None:
         assert len(want) > PAGE_SIZE
         shown, current, count = page(found, 1)
