@@ -170,10 +170,8 @@ class _Events:
     new_row: np.ndarray
     new_key: np.ndarray
     res_code: np.ndarray
-    res_row: np.ndarray
     res_key: np.ndarray
     pre_code: np.ndarray
-    pre_row: np.ndarray
     pre_key: np.ndarray
     fin_code: np.ndarray
     fin_row: np.ndarray
@@ -217,10 +215,8 @@ def _events(e: Entries, k: dict[str, np.ndarray], sched_first: np.ndarray, n: in
         new_row=new_row,
         new_key=_key(new_row, 0, new_pos),
         res_code=res_code,
-        res_row=res_row,
         res_key=_key(res_row, 0, res_pos),
         pre_code=pre_code,
-        pre_row=pre_row,
         pre_key=_key(pre_row, 2, pre_pos),
         fin_code=fin_code,
         fin_row=fin_row,

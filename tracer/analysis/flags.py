@@ -91,9 +91,12 @@ class _Batch:
         columns: tuple[np.ndarray | list[Any], ...],
         sentences: Callable[..., list[str]],
         numbers: Callable[..., dict[str, Any]],
+        withheld: np.ndarray | None = None,
     ) -> None:
-        """`sentences(*column lists)`: every flag's sentence; `numbers(*one flag's values)`."""
+        """`sentences(*column lists)`: every flag's sentence; `numbers(*one flag's values)`;
+        `withheld`: the target tokens each flag says were withheld (the additive kind's)."""
         self.kind = kind
+        self._withheld = withheld
         self.steps = np.asarray(steps, dtype=np.int64)
         self._columns = columns
         self._sentences = sentences
@@ -135,9 +138,9 @@ class _Batch:
         return Counter({self.kind: len(self)})
 
     def withheld(self) -> np.ndarray:
-        if self.kind != ADDITIVE:
+        if self._withheld is None:
             return np.zeros(len(self), dtype=np.int64)
-        return np.asarray(self._columns[0], dtype=np.int64)
+        return np.asarray(self._withheld, dtype=np.int64)
 
 
 def _each(message: Callable[..., str]) -> Callable[..., list[str]]:
@@ -351,7 +354,7 @@ def _additive(trace: Trace, a: BudgetAnalysis) -> list[_Batch]:
             col["input_used"], col["input_cap"],
         )
     )  # fmt: skip
-    return [_Batch(ADDITIVE, col["step"][rows], columns, sentences, numbers)]
+    return [_Batch(ADDITIVE, col["step"][rows], columns, sentences, numbers, withheld=columns[0])]
 
 
 def _query_overflow(trace: Trace, a: BudgetAnalysis) -> list[_Batch]:
