@@ -137,12 +137,16 @@ def test_what_a_big_live_trace_keeps_beside_it_reads_back_equal(
     request index and `diff` read back from the derived sidecars equal what was computed."""
     from tests.test_derived import assert_latency_equals_the_loop, assert_same_pass
     from tests.test_entrypass import assert_equals_reference
-    from tracer.analysis import requests, steppass
+    from tracer.analysis import entrypass, requests, steppass
     from tracer.trace import sidecar
 
     trace, _ = request.getfixturevalue(run)
     assert_latency_equals_the_loop(trace)
     assert_equals_reference(trace)  # the NumPy pass and index against the record-by-record ones
+    # Again a few steps a chunk: each request's run, reset and pending admission carried across
+    # chunk boundaries through this server's preemptions, prefix hits and async steps.
+    monkeypatch.setattr(entrypass, "CHUNK", 5)
+    assert_equals_reference(load(trace.path, entries=True))
     monkeypatch.setattr(sidecar, "MIN_SOURCE_BYTES", 0)  # as a big trace: sidecars are kept
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     path = tmp_path / "live.jsonl"
