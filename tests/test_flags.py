@@ -8,6 +8,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 import pytest
 
@@ -181,3 +182,20 @@ def test_flag_list_columns_agree_with_its_flags(path: Path) -> None:
         assert listed.take(at) == [f for f in made if f.kind == kind]
     with pytest.raises(IndexError):
         listed[len(made)]
+    for f in made:
+        if f.kind == F.LIMIT_HOLDS:
+            assert f" and {1 - f.numbers['kv_usage']:.0%} of KV were free" in f.message
+
+
+def test_free_percent_rounds_as_a_float_format_does() -> None:
+    """The bulk percent equals `f"{1 - kv:.0%}"`, ties (x.5 after * 100) included."""
+    rng = np.random.default_rng(7)
+    kv = np.concatenate(
+        [
+            rng.random(200_000),
+            np.round(rng.random(100_000), 3),  # many exact-looking ties: 0.125, 0.875, ...
+            np.arange(0, 1001) / 1000,
+            [0.0, 1.0, 0.005, 0.015, 0.125, 0.375, 0.625, 0.995, 1 - 1e-17],
+        ]
+    )
+    assert [f"{p}%" for p in F.free_percent(kv).tolist()] == [f"{1 - x:.0%}" for x in kv.tolist()]

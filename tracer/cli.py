@@ -116,9 +116,18 @@ def cmd_flags(args: argparse.Namespace) -> int:
         columns = (listed.steps.tolist(), listed.severities(), listed.kinds.tolist(), listed.messages())
         if len(wanted) < len(listed):
             columns = tuple([c[i] for i in wanted.tolist()] for c in columns)
-        sys.stdout.writelines(
-            f"{where}step {step:>6}  {severity:<7}  {kind}: {text}\n"
-            for step, severity, kind, text in zip(*columns, strict=True)
+        steps, severities, kinds, texts = columns
+        heads: dict[tuple[str, str], str] = {}  # "  warn     kind: ", made once per kind
+        for sev, kind in zip(severities, kinds, strict=True):
+            if (sev, kind) not in heads:
+                heads[(sev, kind)] = f"  {sev:<7}  {kind}: "
+        sys.stdout.write(
+            "".join(
+                [
+                    f"{where}step {step:>6}{heads[sev, kind]}{text}\n"
+                    for step, sev, kind, text in zip(steps, severities, kinds, texts, strict=True)
+                ]
+            )
         )
         print(f"{where}{RunLine.of(trace, report).text}")
     if args.json:

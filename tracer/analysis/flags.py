@@ -494,6 +494,13 @@ def _cap_binding(trace: Trace, a: BudgetAnalysis) -> list[_Batch]:
     return [_Batch(CAP_BINDING, col["step"][rows], cells, _each(message), numbers)]
 
 
+def free_percent(kv_usage: np.ndarray) -> np.ndarray:
+    """The free KV share in whole percent, as `f"{1 - kv:.0%}"` prints it (the same double,
+    rounded half to even), in one NumPy pass rather than a float format per flag. For
+    kv_usage <= 1 (never "-0%")."""
+    return np.rint((1 - np.asarray(kv_usage, dtype=np.float64)) * 100).astype(np.int64)
+
+
 def _limit_holds(trace: Trace, bindings: np.ndarray) -> list[_Batch]:
     """A cap or limit that kept requests waiting while the budget and the KV cache sat idle.
 
@@ -513,17 +520,22 @@ def _limit_holds(trace: Trace, bindings: np.ndarray) -> list[_Batch]:
         names[c] = (code, f"{code}={value}" if value is not None else setting.label, setting.knob)
 
     def sentences(
-        codes: list[int], waiting: list[int], left: list[int], caps: list[int], kvs: list[float]
+        codes: list[int],
+        waiting: list[int],
+        left: list[int],
+        caps: list[int],
+        _: list[float],
+        free: list[int],
     ) -> list[str]:
         # One comprehension, not a call per flag: a busy server's queue can flag every step.
         said = {c: (names[c][1], names[c][2]) for c in names}
         return [
             f"{said[c][0]} kept {w} request{'s' if w != 1 else ''} waiting while {lf} of "
-            f"{cap} budget tokens and {1 - kv:.0%} of KV were free: raise {said[c][1]}."
-            for c, w, lf, cap, kv in zip(codes, waiting, left, caps, kvs, strict=True)
+            f"{cap} budget tokens and {pct}% of KV were free: raise {said[c][1]}."
+            for c, w, lf, cap, pct in zip(codes, waiting, left, caps, free, strict=True)
         ]
 
-    def numbers(c: int, w: int, left: int, target_cap: int, kv: float) -> dict[str, Any]:
+    def numbers(c: int, w: int, left: int, target_cap: int, kv: float, _: int) -> dict[str, Any]:
         return {
             "reason": names[c][0],
             "waiting": w,
@@ -536,5 +548,6 @@ def _limit_holds(trace: Trace, bindings: np.ndarray) -> list[_Batch]:
         bindings[held],
         why.waiting_weights(trace)[held],
         *(col[name][held] for name in ("target_left", "target_cap", "kv_usage")),
+        free_percent(col["kv_usage"][held]),
     )
     return [_Batch(LIMIT_HOLDS, col["step"][held], cells, sentences, numbers)]
