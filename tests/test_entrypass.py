@@ -10,6 +10,8 @@ records collect the same; a sidecar keeps them and a re-open maps them.
 
 from __future__ import annotations
 
+import itertools
+import mmap
 import subprocess
 import sys
 from pathlib import Path
@@ -23,7 +25,7 @@ from tests.conftest import ROOT
 from tests.test_derived import assert_same_pass
 from tracer.analysis import entrypass, requests, steppass
 from tracer.trace import compact, sidecar
-from tracer.trace.entries import Entries
+from tracer.trace.entries import HAND_BACK_PIECES, Entries
 from tracer.trace.reader import Trace, entries_of, load
 
 SAMPLES = sorted((ROOT / "sample_traces").glob("*.jsonl"))
@@ -96,6 +98,24 @@ def test_spans_and_takes_across_pieces() -> None:
         np.testing.assert_array_equal(e.span("wait", lo, hi), whole[lo:hi])
     at = np.array([0, 6, 7, 8, 19, 20, 39])
     np.testing.assert_array_equal(e.take("wait", at), whole[at])
+
+
+def test_takes_over_many_mapped_pieces(tmp_path: Path) -> None:
+    """Picks spread over more pieces than a hand-back covers, from a mapped file as a born
+    index's are: the pages handed back on the way are read again, not lost."""
+    whole = np.arange(1 << 16, dtype=np.int32)
+    (tmp_path / "col").write_bytes(whole.tobytes())
+    with open(tmp_path / "col", "rb") as f:
+        data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    cuts = [0, 0, 100, 4096, 4096, 9000, *range(10_000, 1 << 16, 1500), 1 << 16]
+    pieces = [np.frombuffer(data, np.int32, count=b - a, offset=4 * a) for a, b in itertools.pairwise(cuts)]
+    assert len(pieces) > 3 * HAND_BACK_PIECES
+    e = Entries(ids=[], steps={}, ctx=np.zeros(0, np.int64), per_entry={"wait": pieces})
+    rng = np.random.default_rng(3)
+    for size in (0, 1, 50, 5000, 1 << 16):
+        at = np.sort(rng.choice(1 << 16, size, replace=False))
+        np.testing.assert_array_equal(e.take("wait", at), whole[at])
+        np.testing.assert_array_equal(e.take("wait", at), whole[at])  # after the hand-backs
 
 
 def _rewrite(src: Path, out: Path, change: Any) -> Path:

@@ -43,6 +43,7 @@ ITEM_COLS = ("req", "n")
 # How a step's `sampled` was written.
 S_NONE, S_ALIGNED, S_DICT = 0, 1, 2
 NO_CONTEXT = np.iinfo(np.int64).min  # a step without `context_tokens`
+HAND_BACK_PIECES = 8  # pieces read between two hand-backs in take(): a born piece is about 10 s of recording
 
 _ID = itemgetter(0)
 _TOKENS = itemgetter(1)
@@ -285,7 +286,9 @@ class Entries:
         return np.concatenate(parts) if parts else np.zeros(0, SIDECAR_DTYPES[f"e_{name}"])
 
     def take(self, name: str, positions: np.ndarray) -> np.ndarray:
-        """The entries at `positions` (ascending) of a per-entry column, without joining it."""
+        """The entries at `positions` (ascending) of a per-entry column, without joining it.
+        Positions spread over the whole column touch every page of it: the mapped pages are
+        handed back every HAND_BACK_PIECES pieces, so they never all count in the RSS."""
         value = self._per_entry[name]
         if not isinstance(value, list):
             return value[positions]
@@ -293,9 +296,13 @@ class Entries:
         piece = np.searchsorted(ends, positions, side="right")
         out = np.empty(len(positions), SIDECAR_DTYPES[f"e_{name}"])
         starts = np.concatenate([[0], ends[:-1]])
-        for i in np.unique(piece).tolist():
-            sel = piece == i
-            out[sel] = value[i][positions[sel] - starts[i]]
+        bounds = np.searchsorted(piece, np.arange(len(value) + 1))  # ascending: each piece's slice
+        for i in range(len(value)):
+            lo, hi = int(bounds[i]), int(bounds[i + 1])
+            if hi > lo:
+                out[lo:hi] = value[i][positions[lo:hi] - starts[i]]
+            if i % HAND_BACK_PIECES == HAND_BACK_PIECES - 1:
+                self.hand_back()
         return out
 
     def _ends(self, name: str, pieces: list[np.ndarray]) -> np.ndarray:
