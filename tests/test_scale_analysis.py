@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 import pytest
 
@@ -26,7 +27,7 @@ from tests.conftest import ROOT
 from tracer.analysis import detail
 from tracer.analysis import requests as requests_module
 from tracer.analysis.budget import MethodModel, analyze, simulate_without_excess
-from tracer.analysis.compare import compare
+from tracer.analysis.compare import common_requests, compare
 from tracer.analysis.lookup import request_life
 from tracer.analysis.requests import RequestEvents, cached_index, lifetimes, request_events, request_index
 from tracer.trace import schema
@@ -253,3 +254,46 @@ def test_the_same_figures_in_format_1_1_and_1_2(generated: Path, tmp_path: Path)
     assert [rec for _, rec in detail.records(compact_trace, rows)] == [legacy.step(i) for i in rows]
     region = dict(detail.region(compact_trace, rows, "new", "unscheduled"))
     assert all(region[i]["running"] == legacy.step(i)["running"] for i in rows)
+
+
+class _Collides:
+    """An id whose hash is another's: the hash match must not take it for that one."""
+
+    def __init__(self, name: str, like: str) -> None:
+        self.name, self._hash = name, hash(like)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Collides) and other.name == self.name
+
+
+def _by_dict(a: list[Any], b: list[Any]) -> tuple[list[Any], list[int], list[int]]:
+    where = {rid: j for j, rid in enumerate(b)}
+    at_a = [i for i, rid in enumerate(a) if rid in where]
+    return [a[i] for i in at_a], at_a, [where[a[i]] for i in at_a]
+
+
+@pytest.mark.parametrize(
+    "a, b",
+    [
+        ([f"cmpl-{i}" for i in range(1000)], [f"cmpl-{i}" for i in range(1000)]),  # equal lists
+        (
+            [f"cmpl-{i}" for i in range(1000)],
+            [f"cmpl-{i}" for i in range(999, 200, -3)],
+        ),  # subset, other order
+        ([f"r{i}" for i in range(50)] + [7, 8], [8, "r3", "x", 7, "r49"]),  # ints and strings
+        ([], ["a"]),
+        (["a"], []),
+        (["a", "b", "a"], ["a"]),  # A names one twice: both kept, as the dict did
+        (["a", "b"], ["b", "a", "b"]),  # B names one twice: the dict kept the last
+        (["a", _Collides("p", "a")], ["b", _Collides("q", "a")]),  # a false hash match
+        (["a", "c"], [_Collides("q", "a"), "a", "c"]),  # a hash shared within B
+    ],
+)
+def test_common_requests_agree_with_a_dict(a: list[Any], b: list[Any]) -> None:
+    common, (at_a, at_b) = common_requests(a, b)
+    want, want_a, want_b = _by_dict(a, b)
+    assert common == want and at_a.tolist() == want_a and at_b.tolist() == want_b
+    assert at_a.dtype == at_b.dtype == np.int64
