@@ -1,12 +1,13 @@
 """The step pass and the request index, computed with NumPy from a trace's entry columns
 (tracer.trace.entries) instead of record by record.
 
-The scheduled entries (most of them) are sorted by request (a stable sort: each request's
-entries stay in step order) and processed in cache-sized chunks of whole requests.
-Per-request state that the record-by-record code keeps in dicts (timing.FeatureBuilder's
-computed tokens and "sampled since admitted") becomes segmented sums over that order: a
-segment is a request's run between two resets (an admission or resumption before the
-step, a preemption or finish after it, joined in by key). The other entries (admissions,
+The scheduled entries (most of them) are read in cache-sized chunks of whole steps, in step
+order; each chunk is sorted by request (a stable sort: each request's entries stay in step
+order). Per-request state that the record-by-record code keeps in dicts
+(timing.FeatureBuilder's computed tokens and "sampled since admitted") becomes segmented
+sums over that order: a segment is a request's run between two resets (an admission or
+resumption before the step, a preemption or finish after it, joined in by key), and what a
+run carries from one chunk into the next is kept per request. The other entries (admissions,
 preemptions, finishes, waiting ids, a dict `sampled`'s own entries) are few, and are joined
 by (request, step) keys: LatencyTracker's first-seen step, first and last token, and the
 request index's events and first token after an admission with no finish in between.
@@ -25,6 +26,7 @@ import numpy as np
 from tracer.analysis import timing
 from tracer.analysis.pertrace import PerTrace
 from tracer.analysis.throughput import RequestTimes
+from tracer.trace import heap
 from tracer.trace.entries import NO_CONTEXT, S_ALIGNED, S_NONE, Entries
 from tracer.trace.reader import Trace, entries_of
 
@@ -33,7 +35,7 @@ NEW, RESUMED, RUNNING = range(3)
 # waiting; or admitted/resumed, preempted, finished), then place in its list.
 _ROW_SHIFT, _RANK_SHIFT = 22, 20
 _POS_LIMIT = 1 << _RANK_SHIFT
-HAND_BACK = 64  # chunks between two hand-backs of the index's mapped pages (about 40 MB read)
+HAND_BACK = 16  # chunks between two hand-backs of the index's mapped pages (about 10 MB read)
 CHUNK = 1 << 16  # scheduled entries per chunk of steps: its arrays stay in cache (1 << 18 ran twice as long)
 
 
@@ -64,6 +66,7 @@ def computed(trace: Trace) -> EntryPass | None:
             return None
         finally:
             e.release()  # the results are kept; the columns stay mapped
+            heap.trim()
         _DONE.put(trace, found)
     return found
 
@@ -86,7 +89,7 @@ def entry_pass(trace: Trace, e: Entries) -> EntryPass:
     sched_first = sched_end - ks
     n_codes = len(e.ids)
     ev = _events(e, k, sched_first, n, n_codes)
-    big = np.iinfo(np.int64).max
+    heap.trim()  # the events' temporaries, before the chunks' start piling up beside them
     acc = _Accumulators(n, n_codes)
     rows = _Rows(
         first=sched_first,
@@ -107,23 +110,44 @@ def entry_pass(trace: Trace, e: Entries) -> EntryPass:
         chunks += 1
         if chunks % HAND_BACK == 0:
             e.hand_back()
+            heap.trim()
+    # What the chunks needed goes before the last phases, which peak in memory; each of
+    # them is a function, so its temporaries go when it returns.
+    finished = k["k_fin"]
+    del carry, rows, k
+    e.hand_back()
+    heap.trim()
+    features = _features(trace, e, acc, ks, finished)
+    times = _times(e, acc, n, n_codes)
+    prefill_done = acc.prefill_done
+    del acc
+    steps = trace.columns["step"].astype(np.int64)
+    events, since = _request_index(e, ev, prefill_done, steps, n_codes)
+    return EntryPass(features, times, events, since)
 
-    # -- timing.FeatureBuilder ---------------------------------------------------------
+
+def _features(
+    trace: Trace, e: Entries, acc: _Accumulators, ks: np.ndarray, finished: np.ndarray
+) -> timing.StepFeatures:
+    """timing.FeatureBuilder's step features."""
+    n = len(trace)
     recorded = e.ctx != NO_CONTEXT
     columns = {
         "step": np.ones(n),
         "prefill_tokens": _scheduled_tokens(trace) - acc.decode,
         "decode_tokens": acc.decode,
         "requests": ks.astype(np.float64),
-        "finished_requests": k["k_fin"].astype(np.float64),
+        "finished_requests": finished.astype(np.float64),
         "context_tokens": np.where(recorded, e.ctx.astype(np.float64), acc.context),
         "query_rows": trace.columns["query_rows"].astype(np.float64),
     }
-    features = timing.StepFeatures(
+    return timing.StepFeatures(
         {name: columns[name] for name in timing.FEATURES}, context_recorded=bool(n and recorded.all())
     )
 
-    # -- throughput.LatencyTracker: first seen scheduled or waiting, first scheduled -----
+
+def _times(e: Entries, acc: _Accumulators, n: int, n_codes: int) -> RequestTimes:
+    """throughput.LatencyTracker's inputs: first seen scheduled or waiting, first scheduled."""
     # The `a` inputs (one per request): a step's arrivals come before what it lists.
     arr_codes = e.arr.astype(np.int64)
     arr_rows = np.repeat(np.arange(n, dtype=np.int64), e.steps["k_arr"].astype(np.int64))
@@ -133,7 +157,7 @@ def entry_pass(trace: Trace, e: Entries) -> EntryPass:
     got, first_arr = np.unique(arr_codes, return_index=True)  # each request's first `a`
     arrived[got], arrival[got], arr_at[got] = arr_rows[first_arr], e.arr_t[first_arr], first_arr
     # Requests in the order they first appear: (row, arrival before listing, place).
-    listed = acc.seen != big
+    listed = acc.seen != np.iinfo(np.int64).max
     codes = np.flatnonzero(listed | (arrived >= 0))
     by_arrival = arrived[codes] >= 0
     seen_row = np.where(listed, acc.seen >> _ROW_SHIFT, -1)
@@ -146,7 +170,7 @@ def entry_pass(trace: Trace, e: Entries) -> EntryPass:
     )
     codes = codes[order]
     ids = e.ids
-    times = RequestTimes(
+    return RequestTimes(
         seen=seen_row[codes],
         first=acc.first[codes],
         last=acc.last[codes],
@@ -156,9 +180,6 @@ def entry_pass(trace: Trace, e: Entries) -> EntryPass:
         arrival=arrival[codes],
         ids=[ids[c] for c in codes.tolist()],
     )
-    steps = trace.columns["step"].astype(np.int64)
-    events, since = _request_index(e, ev, acc, steps, n_codes)
-    return EntryPass(features, times, events, since)
 
 
 @dataclass
@@ -451,7 +472,7 @@ _NONE = np.iinfo(np.int64).min  # no such step
 
 
 def _request_index(
-    e: Entries, ev: _Events, acc: _Accumulators, steps: np.ndarray, n_codes: int
+    e: Entries, ev: _Events, prefill_done: np.ndarray, steps: np.ndarray, n_codes: int
 ) -> tuple[tuple[Any, ...], tuple[np.ndarray, np.ndarray]]:
     """requests._Builder's index as columns (requests.RequestColumns' fields): each request
     in the order the reference first names it (admitted, resumed, preempted, finished),
@@ -472,7 +493,7 @@ def _request_index(
         np.maximum.at(row, codes, rows)
         return np.where(row >= 0, steps[np.maximum(row, 0)], _NONE)[created]
 
-    done = acc.prefill_done
+    done = prefill_done
     prefill = np.where(done != big, steps[np.where(done != big, done, 0)], _NONE)[created]
     since_key = np.full(n_codes, big, np.int64)
     np.minimum.at(since_key, ev.new_code, ev.new_key)
