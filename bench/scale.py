@@ -28,6 +28,7 @@ Each figure is timed from what the user does, never after an excluded load:
     .venv/bin/python bench/scale.py                       # about 20 min on 2 busy cores
     .venv/bin/python bench/scale.py --sizes 25000 50000 --no-web --no-tui   # a quick look
     .venv/bin/python bench/scale.py --web-only                            # the web figures alone
+    .venv/bin/python bench/scale.py --web-only --born   # the same, the trace's born index read
 """
 
 from __future__ import annotations
@@ -216,7 +217,7 @@ def last_step(path: Path) -> int:
     return int(steps[-1])
 
 
-def web_figures(path: Path, zooms: int) -> dict[str, Any]:
+def web_figures(path: Path, zooms: int, *, born: bool = False) -> dict[str, Any]:
     from selenium import webdriver
     from selenium.webdriver.chrome.options import Options
     from selenium.webdriver.chrome.service import Service
@@ -238,7 +239,7 @@ def web_figures(path: Path, zooms: int) -> dict[str, Any]:
             [PY, "-c", CLI, "web", str(path), "--port", str(port)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-            env=env_for(ROOT),
+            env=env_for(ROOT, sidecar=born),
             cwd=ROOT,
         )
         while True:  # the page can be asked for once the server listens
@@ -294,9 +295,13 @@ def web_figures(path: Path, zooms: int) -> dict[str, Any]:
             server.wait(10)
 
 
-def add_web_figures(table: Table, big: Path, zooms: int, size: str) -> None:
+def add_web_figures(table: Table, big: Path, zooms: int, size: str, *, born: bool = False) -> None:
     """The web figures of `big` (bench's docstring), as rows of `table`."""
-    web = web_figures(big, zooms)
+    if born:  # a just-recorded trace: its born index read, no sidecar an earlier run derived
+        for derived in big.parent.glob(f"{big.name}.*.ssidx"):
+            derived.unlink()
+        size += ", born index read"
+    web = web_figures(big, zooms, born=born)
     # -1: the zoom's data never arrived within 30 s
     zoom = sorted(ms if ms >= 0 else float("inf") for ms in web["zoom_ms"])
     table.add(
@@ -350,6 +355,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-web", action="store_true")
     ap.add_argument("--web-only", action="store_true", help="only the web figures (about a minute)")
     ap.add_argument("--rounds", type=int, default=1, help="with --web-only: measure the web figures N times")
+    ap.add_argument(
+        "--born",
+        action="store_true",
+        help="with --web-only: a just-recorded trace, its born index (<trace>.ssidx) read rather than the "
+        "file parsed (the derived sidecars of earlier runs removed first)",
+    )
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -363,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
         table = Table()
         for r in range(args.rounds):  # a shared machine's noise: each round's figures, not a best
             print(f"round {r + 1} of {args.rounds}: load average {os.getloadavg()[0]:.1f}", flush=True)
-            add_web_figures(table, big, args.zooms, big.name)
+            add_web_figures(table, big, args.zooms, big.name, born=args.born)
         table.print()
         return 0
     print(f"scale bench: {machine()}; load average {os.getloadavg()[0]:.1f}")
