@@ -87,6 +87,7 @@ def cmd_step(args: argparse.Namespace) -> int:
 
 
 def cmd_flags(args: argparse.Namespace) -> int:
+    import numpy as np
     import orjson
 
     from tracer.analysis.engines import Run
@@ -113,21 +114,18 @@ def cmd_flags(args: argparse.Namespace) -> int:
         where = f"{engine.label}  " if several else ""
         # Sentences in bulk, not Flag objects: a busy server's trace can flag every step.
         listed = report.flags
-        columns = (listed.steps.tolist(), listed.severities(), listed.kinds.tolist(), listed.messages())
+        kinds, severities = listed.kinds, np.asarray(listed.severities(), dtype=object)
+        heads = np.empty(len(listed), dtype=object)  # "  warn     kind: ", made once per kind
+        for kind in set(kinds.tolist()):
+            of_kind = kinds == kind
+            for severity in set(severities[of_kind].tolist()):
+                heads[of_kind & (severities == severity)] = f"  {severity:<7}  {kind}: "
+        columns = (listed.steps.tolist(), heads.tolist(), listed.messages())
         if len(wanted) < len(listed):
             columns = tuple([c[i] for i in wanted.tolist()] for c in columns)
-        steps, severities, kinds, texts = columns
-        heads: dict[tuple[str, str], str] = {}  # "  warn     kind: ", made once per kind
-        for sev, kind in zip(severities, kinds, strict=True):
-            if (sev, kind) not in heads:
-                heads[(sev, kind)] = f"  {sev:<7}  {kind}: "
+        lead = f"{where}step "
         sys.stdout.write(
-            "".join(
-                [
-                    f"{where}step {step:>6}{heads[sev, kind]}{text}\n"
-                    for step, sev, kind, text in zip(steps, severities, kinds, texts, strict=True)
-                ]
-            )
+            "".join([f"{lead}{step:>6}{head}{text}\n" for step, head, text in zip(*columns, strict=True)])
         )
         print(f"{where}{RunLine.of(trace, report).text}")
     if args.json:
