@@ -322,3 +322,35 @@ def test_timing_on_the_live_cpu_sample(capsys: pytest.CaptureFixture[str]) -> No
     assert tp["ttft_ms"]["p50"] <= tp["ttft_ms"]["p90"] <= tp["ttft_ms"]["p99"]
     # The stall-free figures leave out exactly step 1's 1,333 ms.
     assert tp["without_stalls"]["busy_s"] == pytest.approx(tp["busy_s"] - (t[1] - t[0]))
+
+
+@pytest.mark.parametrize("name", ["live_cpu_ngram.jsonl", "ngram_preempt.jsonl"])
+def test_step_durations_label_every_status(name: str) -> None:
+    """A gap in the step numbers, a clock that went back, an empty step and an idle wait each
+    get their label, as a step-by-step reading of the definitions gives them."""
+    from tracer.trace.reader import load
+
+    trace = load(ROOT / "sample_traces" / name)
+    col = trace.columns
+    n = len(trace)
+    col["step"][n // 2 :] += 3  # `attach --save` lost three steps here
+    col["t"][n // 3] = col["t"][n // 3 - 1] - 0.001  # the clock went back
+    col["target_used"][n // 4] = 0  # a step that scheduled nothing
+    d = timing.step_durations(trace)
+    lag, idle = d.lag, timing.idle_intervals(trace)
+    want = []
+    for i in range(n):
+        j = i + lag  # the interval this step's work fills
+        if j >= n - 1:
+            label = timing.LAST
+        elif col["step"][j + 1] - col["step"][j] != 1:
+            label = timing.GAP
+        elif idle[j]:
+            label = timing.IDLE
+        elif col["t"][j + 1] > col["t"][j]:
+            label = timing.EMPTY if col["target_used"][i] == 0 else timing.USABLE
+        else:
+            label = timing.BAD
+        want.append(label)
+    assert d.status.tolist() == want
+    assert {timing.GAP, timing.BAD, timing.EMPTY, timing.LAST} <= set(want)

@@ -108,7 +108,9 @@ class _Batch:
         return len(self.steps)
 
     def kinds(self) -> np.ndarray:
-        return np.full(len(self), self.kind, dtype=object)
+        out = np.empty(len(self), dtype=object)
+        out[:] = self.kind  # the one str in every cell (np.full would make a copy per cell)
+        return out
 
     def ranks(self, rank: dict[str, int]) -> np.ndarray:
         return np.full(len(self), rank.get(self.kind, len(rank)), dtype=np.int64)

@@ -176,24 +176,27 @@ def step_durations(trace: Trace) -> Durations:
     n = len(trace)
     t = col["t"]
     lag = duration_lag(trace)
+    # Statuses as codes into one object array of the labels: a cell refers to its label's
+    # str (np.full or np.where would make a str per cell).
+    labels = np.array([LAST, GAP, IDLE, USABLE, BAD, EMPTY], dtype=object)
     interval = np.full(n, np.nan)
-    kind = np.full(n, LAST, dtype=object)
+    kind = np.zeros(n, np.int8)  # LAST
     if n > 1:
         dt = np.diff(t) * 1e3
         idle = idle_intervals(trace)
         contiguous = np.diff(col["step"]) == 1  # `attach --save` gaps: steps missing in between
         interval[:-1] = dt
-        kind[:-1] = np.where(~contiguous, GAP, np.where(idle, IDLE, np.where(dt > 0, USABLE, BAD)))
+        kind[:-1] = np.where(~contiguous, 1, np.where(idle, 2, np.where(dt > 0, 3, 4)))
     ms = np.full(n, np.nan)
-    status = np.full(n, LAST, dtype=object)
+    status = np.zeros(n, np.int8)
     end = np.full(n, np.nan)
     if n > lag:
         ms[: n - lag] = interval[lag:]
         status[: n - lag] = kind[lag:]
         end[: n - lag - 1] = t[lag + 1 :]
     empty = col["target_used"] == 0
-    status[empty & (status == USABLE)] = EMPTY
-    return Durations(ms=ms, status=status, lag=lag, end=end)
+    status[empty & (status == 3)] = 5  # USABLE, but nothing scheduled: EMPTY
+    return Durations(ms=ms, status=labels[status], lag=lag, end=end)
 
 
 # -- features ----------------------------------------------------------------------------
