@@ -36,6 +36,7 @@ NEW, RESUMED, RUNNING = range(3)
 _ROW_SHIFT, _RANK_SHIFT = 22, 20
 _POS_LIMIT = 1 << _RANK_SHIFT
 HAND_BACK = 16  # chunks between two hand-backs of the index's mapped pages (about 10 MB read)
+TRIM = 64  # chunks between two trims of the freed heap (tracer.trace.heap: a trim walks the heap)
 CHUNK = 1 << 16  # scheduled entries per chunk of steps: its arrays stay in cache (1 << 18 ran twice as long)
 
 
@@ -110,6 +111,7 @@ def entry_pass(trace: Trace, e: Entries) -> EntryPass:
         chunks += 1
         if chunks % HAND_BACK == 0:
             e.hand_back()
+        if chunks % TRIM == 0:
             heap.trim()
     # What the chunks needed goes before the last phases, which peak in memory; each of
     # them is a function, so its temporaries go when it returns.
