@@ -18,6 +18,7 @@ The record-by-record code stays as the reference (`steppass.reference`,
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +52,9 @@ class EntryPass:
 
 
 _DONE: PerTrace[EntryPass] = PerTrace()
+# The last phases of a pass are its peak in memory (a few arrays per request at once): two
+# passes at once (`diff`'s two threads) take turns there, so their peaks never add up.
+_LAST_PHASES = threading.Lock()
 
 
 def computed(trace: Trace) -> EntryPass | None:
@@ -119,12 +123,14 @@ def entry_pass(trace: Trace, e: Entries) -> EntryPass:
     del carry, rows, k
     e.hand_back()
     heap.trim()
-    features = _features(trace, e, acc, ks, finished)
-    times = _times(e, acc, n, n_codes)
-    prefill_done = acc.prefill_done
-    del acc
-    steps = trace.columns["step"].astype(np.int64)
-    events, since = _request_index(e, ev, prefill_done, steps, n_codes)
+    with _LAST_PHASES:
+        features = _features(trace, e, acc, ks, finished)
+        times = _times(e, acc, n, n_codes)
+        prefill_done = acc.prefill_done
+        del acc
+        steps = trace.columns["step"].astype(np.int64)
+        events, since = _request_index(e, ev, prefill_done, steps, n_codes)
+        heap.trim()
     return EntryPass(features, times, events, since)
 
 
