@@ -62,10 +62,10 @@ class Comparison:
     steps: np.ndarray  # aligned step numbers 1..max(len(a), len(b))
     values: dict[str, tuple[np.ndarray, np.ndarray]]  # per column: (a, b) aligned, 0-padded
     common_requests: list[str]
+    # Where each common request sits in A's and in B's request columns.
+    common_at: tuple[np.ndarray, np.ndarray]
     # Throughput and latency of each side (tracer.analysis.clock): measured, or predicted for a replay.
     perf: tuple[Performance, Performance] | None = None
-    # Where each common request sits in A's and in B's request columns.
-    common_at: tuple[np.ndarray, np.ndarray] | None = None
 
     def delta(self, column: str) -> np.ndarray:
         a, b = self.values[column]
@@ -74,7 +74,7 @@ class Comparison:
     def prefill_change(self) -> tuple[str, int, int] | None:
         """The common request whose prefill took the most steps more or fewer in B than in A
         (the first such): (id, steps in A, steps in B); None when none changed."""
-        if not self.common_requests or self.common_at is None:
+        if not self.common_requests:
             return None
         pa = self.a.lives.columns.prefill_steps()[self.common_at[0]]
         pb = self.b.lives.columns.prefill_steps()[self.common_at[1]]
@@ -125,7 +125,7 @@ def compare(session_a: Session | Trace, session_b: Session | Trace) -> Compariso
         clock = _pricing_clock(a, b)
         start = common_ttft_from(a, b)  # both TTFTs from the same point, or they do not compare
         perf = (performance(a, clock, start), performance(b, clock, start))
-    return Comparison(side_a, side_b, np.arange(1, n + 1), values, common, perf, common_at)
+    return Comparison(side_a, side_b, np.arange(1, n + 1), values, common, common_at, perf)
 
 
 def common_requests(ids_a: list[Any], ids_b: list[Any]) -> tuple[list[Any], tuple[np.ndarray, np.ndarray]]:

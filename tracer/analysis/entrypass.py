@@ -71,7 +71,6 @@ def computed(trace: Trace) -> EntryPass | None:
             return None
         finally:
             e.release()  # the results are kept; the columns stay mapped
-            heap.trim()
         _DONE.put(trace, found)
     return found
 
