@@ -68,6 +68,9 @@ class EntryCollector:
 
     def __init__(self) -> None:
         self.codes: dict[Any, int] = {}
+        # The codes of requests not finished yet: the ids a step names are nearly all live, and
+        # a few hundred entries stay in cache where every id met (half a million) does not.
+        self.live: dict[Any, int] = {}
         self.ids: list[Any] = []
         self.steps = {name: array("i") for name in STEP_COLS}
         self.ctx = array("q")
@@ -85,19 +88,25 @@ class EntryCollector:
 
     def _code(self, ids: Iterable[Any]) -> list[int]:
         ids = ids if type(ids) is list else list(ids)
-        got = list(map(self.codes.get, ids))
-        if None in got:  # ids not met before: numbered in the order met
-            codes, known = self.codes, self.ids
-            for j, rid in enumerate(ids):
-                if got[j] is None:
-                    c = codes.get(rid)
-                    if c is None:
-                        if rid is not None and type(rid) not in (str, int, float, bool):
-                            raise TypeError(f"request id {rid!r} is not a JSON scalar")
-                        c = codes[rid] = len(known)
-                        known.append(rid)
-                    got[j] = c
-        return got
+        got = list(map(self.live.get, ids))
+        try:
+            j = got.index(None)  # scans in C: a step names a few ids that are not live
+        except ValueError:
+            return got
+        codes, known, live = self.codes, self.ids, self.live
+        while True:  # met before (a finished request named again), or numbered in the order met
+            rid = ids[j]
+            c = codes.get(rid)
+            if c is None:
+                if rid is not None and type(rid) not in (str, int, float, bool):
+                    raise TypeError(f"request id {rid!r} is not a JSON scalar")
+                c = codes[rid] = len(known)
+                known.append(rid)
+            got[j] = live[rid] = c
+            try:
+                j = got.index(None, j + 1)
+            except ValueError:
+                return got
 
     def add(self, r: dict[str, Any]) -> None:
         """One step record, in either layout (1.2 arrays or 1.1 entries), raw or expanded.
@@ -156,6 +165,8 @@ class EntryCollector:
                 self.pre.fromlist(self._code(pre))
             if fin:
                 self.fin.fromlist(self._code(fin))
+                for rid in fin:
+                    self.live.pop(rid, None)
             arrivals = [e for e in r.get("inputs") or () if e[0] == "a"]
             if arrivals:
                 self.arr.fromlist(self._code([e[1] for e in arrivals]))
