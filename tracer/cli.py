@@ -210,17 +210,13 @@ def cmd_timing(args: argparse.Namespace) -> int:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    from concurrent.futures import ThreadPoolExecutor
-
     from tracer.analysis.compare import compare
-    from tracer.analysis.session import Session
+    from tracer.analysis.pair import load_pair
     from tracer.render.compare import diff_lines
 
-    strict = not args.lenient
-    # The request index and the step pass read the entry columns: collected by the same parse.
-    # Both traces at once (a load from an index is mostly NumPy, which lets go of the GIL).
-    with ThreadPoolExecutor(2, thread_name_prefix="schedscope-load") as pool:
-        a, b = pool.map(lambda p: Session.load(p, strict=strict, entries=True), (args.trace_a, args.trace_b))
+    # Both at once, each on a core (tracer.analysis.pair); the request index and the step pass
+    # read the entry columns, collected by the same parse.
+    a, b = load_pair(args.trace_a, args.trace_b, strict=not args.lenient)
     comparison = compare(a, b)
     for line in diff_lines(comparison, rows=args.rows):
         print(line)

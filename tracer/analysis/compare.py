@@ -112,7 +112,7 @@ def compare(session_a: Session | Trace, session_b: Session | Trace) -> Compariso
     # Each side's passes (flags, request index, step pass) on a thread of its own: most of a
     # big trace's time is NumPy's, which lets go of the GIL, so two cores share the work.
     with ThreadPoolExecutor(2, thread_name_prefix="schedscope-compare") as pool:
-        for done in [pool.submit(_prepare, s) for s in (sa, sb)]:
+        for done in [pool.submit(prepare, s) for s in (sa, sb)]:
             done.result()
     side_a = Side(a, sa.report, request_events(a))
     side_b = Side(b, sb.report, request_events(b))
@@ -160,7 +160,7 @@ def _common_by_dict(ids_a: list[Any], ids_b: list[Any]) -> tuple[list[Any], tupl
     )
 
 
-def _prepare(session: Session) -> None:
+def prepare(session: Session) -> None:
     """Everything compare() reads of one side, computed (and kept: each is cached per Trace)."""
     trace = session.trace
     session.report  # noqa: B018 (computed on first access)
