@@ -7,7 +7,7 @@ in for vLLM's (same attribute names as `Scheduler`, `Request`,
 `tracer.record.recorder.Recorder`'s own hooks and encoder and its writer thread
 (tracer.record.writer.TraceWriter), so the file is exactly what the recorder writes:
 header, step, runner and footer records, and for a plain file its born index
-(`<trace>.ssidx`, tracer.record.born; `--no-index` leaves it out).
+(`<trace>.ssidx`, tracer.trace.born; `--no-index` leaves it out).
 
 The mix is what a busy server looks like: Poisson-ish arrivals with
 log-normal prompt and output lengths, chunked prefills under the token
@@ -33,10 +33,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tracer.record.born import born_index
 from tracer.record.recorder import RUNNER_NOTES_ATTR, Recorder, RunnerNote
 from tracer.record.writer import TraceWriter, open_sink
 from tracer.trace import schema
+from tracer.trace.born import born_index
 
 BLOCK = 16
 

@@ -111,6 +111,10 @@ def baseline_recorder(ref: str) -> type:
         capture_output=True,
         text=True,
     ).stdout
+    import tracer.trace.born
+
+    # Revisions before the born index moved to tracer.trace import it from tracer.record.
+    sys.modules.setdefault("tracer.record.born", tracer.trace.born)
     module = types.ModuleType("schedscope_baseline_recorder")
     module.__file__ = f"{ref}:tracer/record/recorder.py"
     sys.modules[module.__name__] = module  # dataclasses look their module up
@@ -254,7 +258,7 @@ def hook_times(rec: Any, loop: Loop, steps: int) -> dict[str, float]:
     for name in hooks:
         setattr(rec, name, timed(name, getattr(rec, name)))
     rec.writer._encode = timed("encode", rec.writer._encode)  # bench-only peek at the writer
-    index = getattr(rec.writer, "_index", None)  # the born index (tracer.record.born), fed per record
+    index = getattr(rec.writer, "_index", None)  # the born index (tracer.trace.born), fed per record
     if index is not None:
         index.add = timed("born", index.add)
     loop.run(steps)

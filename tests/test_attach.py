@@ -5,20 +5,25 @@ connection alive, and a connection with no bytes at all is told apart as stalled
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 import pytest
 
+from tests.conftest import ROOT
 from tests.stream_support import records, wait_for
 from tracer.cli import main
 from tracer.live.stream import StreamHub, StreamServer
+from tracer.trace import sidecar
 from tracer.trace.attach import RunSaver, StreamEvent, StreamFollower, link_status, run_path
-from tracer.trace.reader import TraceError, load
+from tracer.trace.reader import Trace, TraceError, load, reopen
 from tracer.trace.source import TraceSource
 
 BEAT = 0.1  # heartbeat interval for these tests
@@ -339,3 +344,85 @@ def test_link_status_names_every_state() -> None:
     assert link_status(gave_up) == "gave up after 4 reconnects (limit)"
     assert run_path(Path("/x/copy.jsonl"), 2) == Path("/x/copy.2.jsonl")
     assert run_path(Path("copy"), 1) == Path("copy.1")
+
+
+# -- a saved copy's born index ---------------------------------------------------------------
+def _generated(out: Path, *extra: str) -> Path:
+    """bench/gen_trace.py's records (the recorder's own writer), without its born index."""
+    args = [
+        "--seed",
+        "5",
+        "--arrival-rate",
+        "3",
+        "--kv-blocks",
+        "8000",
+        "--budget",
+        "8192",
+        "--no-index",
+        *extra,
+    ]
+    subprocess.run([sys.executable, str(ROOT / "bench" / "gen_trace.py"), str(out), *args], check=True)
+    return out
+
+
+def _same_trace(a: Trace, b: Trace) -> None:
+    assert len(a) == len(b) and a.gaps == b.gaps and a.footer == b.footer
+    for name in b.columns:
+        assert np.array_equal(a.columns[name], b.columns[name]), name
+    assert a.entries is not None and b.entries is not None
+    for name, values in b.entries.arrays().items():
+        assert np.array_equal(a.entries.arrays()[name], values), name
+
+
+def test_a_saved_copy_is_born_with_its_index(tmp_path: Path, serve: Callable[..., StreamServer]) -> None:
+    """A viewer's `--save` copy of a real stream server carries the recorder's records (256
+    running, about 24 MB); its born index, in segments as it was written, is what a parse of
+    the copy gives, so its first open maps it."""
+    source = _generated(tmp_path / "served.jsonl", "--steps", "2400", "--max-running", "256")
+    lines = source.read_bytes().splitlines(keepends=True)
+    hub = StreamHub(backlog=len(lines))
+    server = serve(hub)
+    hub.publish(records(lines))
+    copy = tmp_path / "copy.jsonl"
+    saver = RunSaver(copy, index_interval=0.2)
+    for event in StreamFollower(server.url, **FAST).events():
+        saver.handle(event)
+        if (event.record or {}).get("kind") == "footer":
+            break
+    saver.close()
+    assert copy.read_bytes() == source.read_bytes()
+    assert copy.stat().st_size >= sidecar.MIN_SOURCE_BYTES
+    index = copy.with_name(copy.name + sidecar.SUFFIX)
+    assert index.exists()
+    mapped = reopen(copy)
+    assert mapped is not None, "the copy's index was not taken"
+    _same_trace(mapped, load(copy, sidecar=False, entries=True))
+
+
+def test_a_gap_ends_a_copys_index_and_the_rest_is_parsed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stream copy with a declared hole: the index covers the steps before the gap (a
+    segment per record here), the reader parses from the gap on, and the copy loads as a
+    parse of it does, gap included."""
+    monkeypatch.setattr(sidecar, "MIN_SOURCE_BYTES", 0)
+    source = _generated(tmp_path / "served.jsonl", "--steps", "300", "--max-running", "32")
+    events = []
+    for line in source.read_bytes().splitlines(keepends=True):
+        record = orjson.loads(line)
+        if record["kind"] in ("step", "runner") and 150 <= record["step"] < 160:
+            if record["kind"] == "step" and record["step"] == 150:
+                gap = {"kind": "gap", "after": 149, "before": 160, "reason": "not received"}
+                events.append(StreamEvent("record", gap, dumps(gap)))
+            continue
+        events.append(StreamEvent("run" if record["kind"] == "header" else "record", record, line))
+    copy = tmp_path / "copy.jsonl"
+    saver = RunSaver(copy, index_interval=0.0)
+    for event in events:
+        saver.handle(event)
+    index = saver._index
+    saver.close()
+    assert index is not None and index.failed == "the trace stopped" and index._segment > 100
+    parsed = load(copy, sidecar=False, entries=True)
+    assert parsed.gaps and len(parsed) == 290
+    _same_trace(load(copy, entries=True), parsed)

@@ -1,4 +1,4 @@
-"""The born index (tracer.record.born): the reader's sidecar, written by the recorder's writer
+"""The born index (tracer.trace.born): the reader's sidecar, written by the recorder's writer
 thread while it writes the trace.
 
 - A trace the recorder's writer wrote opens without being parsed, and what it opens to equals
@@ -26,8 +26,8 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.test_entrypass import assert_equals_reference, assert_same_entries
-from tracer.record.born import born_index
 from tracer.trace import compact, reader, sidecar
+from tracer.trace.born import born_index
 from tracer.trace.errors import TraceOrderError
 from tracer.trace.reader import Trace, load
 

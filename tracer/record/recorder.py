@@ -26,10 +26,10 @@ from typing import Any, NamedTuple
 import orjson
 
 from tracer import __version__
-from tracer.record.born import born_index
 from tracer.record.engine_config import describe_scheduler, regime_of
 from tracer.record.writer import Record, Tap, TraceWriter, open_sink
 from tracer.trace import schema
+from tracer.trace.born import born_index
 
 logger = logging.getLogger("schedscope.recorder")
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
-    from tracer.record.born import BornIndex
+    from tracer.trace.born import BornIndex
 
 logger = logging.getLogger("schedscope.writer")
 
@@ -124,7 +124,7 @@ class TraceWriter:
         index: BornIndex | None = None,
     ) -> None:
         self._sink = sink
-        # The born index of the file `sink` writes from its first byte (tracer.record.born):
+        # The born index of the file `sink` writes from its first byte (tracer.trace.born):
         # fed each record written, with its offset; None for gzip, a stream only, or off.
         self._index = index
         self._offset = 0  # bytes written to the sink

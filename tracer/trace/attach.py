@@ -29,6 +29,7 @@ from urllib.parse import urlencode, urlparse, urlunparse
 
 import orjson
 
+from tracer.trace.born import INTERVAL_S, BornIndex, born_index
 from tracer.trace.compact import GROUPS, size
 from tracer.trace.schema import HEARTBEAT_INTERVAL
 
@@ -370,49 +371,78 @@ class RunSaver:
     The first file is truncated at once, so a stale copy from an earlier session is
     never mistaken for this one. Records that come before any header (none from
     schedscope's server) cannot start a trace and are only counted.
+
+    Each file gets its born index as it is written (tracer.trace.born), as the recorder's
+    own file does, so the copy's first open maps it instead of parsing it; a copy with a
+    gap is parsed from the gap on. `index_interval`: seconds between the index's segments
+    (None: no index).
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, index_interval: float | None = INTERVAL_S) -> None:
         self.base = Path(path)
         self.paths: list[Path] = []  # one per run begun
         self.unsaved = 0
+        self.index_interval = index_interval
         self._out: IO[bytes] | None = self.base.open("wb")
+        self._index: BornIndex | None = None
+        self._written = 0  # bytes of the current file
 
     @property
     def path(self) -> Path:
         """The file being written (the first one until a run begins)."""
         return self.paths[-1] if self.paths else self.base
 
-    def start_run(self, header_line: bytes) -> Path:
+    def start_run(self, header_line: bytes, header: dict[str, Any] | None = None) -> Path:
         """Begin a run: its header opens a new file (the first run uses the file opened already)."""
         path = run_path(self.base, len(self.paths))
         if self.paths or self._out is None:
             self.close()
             self._out = path.open("wb")
         self.paths.append(path)
-        self._write(header_line)
+        self._written = 0
+        if self.index_interval is not None:
+            self._index = born_index(path, interval_s=self.index_interval, received=True)
+        self._write(header_line, header)
         return path
 
-    def write(self, line: bytes) -> None:
+    def write(self, line: bytes, record: dict[str, Any] | None = None) -> None:
         if not self.paths:
             self.unsaved += 1
             return
-        self._write(line)
+        self._write(line, record)
 
-    def _write(self, line: bytes) -> None:
+    def _write(self, line: bytes, record: dict[str, Any] | None) -> None:
         assert self._out is not None
         self._out.write(line)
         self._out.flush()  # whole records on disk as they come: the copy can be read while it grows
+        index, offset = self._index, self._written
+        self._written += len(line)
+        if index is None or index.failed is not None:
+            return
+        try:  # an accelerator: never the copy's failure
+            if record is None:
+                record = orjson.loads(line)
+            index.add(str(record.get("kind")), record, line, offset)
+            if index.due():
+                index.checkpoint()
+        except Exception as exc:
+            index.stop(f"{type(exc).__name__}: {exc}")
 
     def close(self) -> None:
         if self._out is not None:
             self._out.close()
             self._out = None
+        if self._index is not None:
+            index, self._index = self._index, None
+            try:
+                index.close()  # the last segment, the file closed
+            except Exception as exc:
+                index.stop(f"{type(exc).__name__}: {exc}")
 
     def handle(self, event: StreamEvent) -> Path | None:
         """Save what an event carries; returns the new file when a run begins."""
         if event.kind == "run":
-            return self.start_run(event.line)
+            return self.start_run(event.line, event.record)
         if event.kind == "record":
-            self.write(event.line)
+            self.write(event.line, event.record)
         return None

@@ -301,7 +301,7 @@ def fast_step_row(r: dict[str, Any], start: int, end: int, last: int) -> bytes |
     """The packed row of step record `r` (its line at bytes [start, end)) when it is shaped
     as the recorder writes it and its step number exceeds `last`; None sends it down the
     general path, which decides. The reader's fast path, and the born index's
-    (tracer.record.born) for the records the recorder hands its writer."""
+    (tracer.trace.born) for the records the recorder hands its writer."""
     try:
         step, t, tg, ip, q, new, res, run, pre, fin, smp, nw, nr, su, kv = _STEP_KEYS(r)
         tc, tu, tl = _TARGET_KEYS(tg)
@@ -1306,7 +1306,7 @@ def _from_sidecar(
         return None, None
     meta, pieces, status = found
     try:
-        # A born index comes in segments (tracer.record.born): the step and runner rows are
+        # A born index comes in segments (tracer.trace.born): the step and runner rows are
         # joined here, the entry columns on first use.
         arrays = {name: _joined(pieces[name]) for name in ("rows", "runner", "members") if name in pieces}
         if meta["store"] != kind or (status == "grown" and kind != "plain"):

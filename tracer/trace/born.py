@@ -1,11 +1,16 @@
-"""The born index: the reader's sidecar for a trace, written while the trace is recorded.
+"""The born index: the reader's sidecar for a trace, written while the trace is written.
 
 A first open of a trace then maps its columns instead of parsing it (tracer.trace.reader's
-sidecar, docs/trace-format.md). The writer thread hands each record it has written here,
-with the Python values it was built from: the step rows are packed as the reader's fast
-path packs them (`reader.recorder_step_row`) and the per-request entry columns collected by
-the reader's own collector (tracer.trace.entries), from the record's compact arrays, so no
-JSON is parsed again and the index holds exactly what a parse of the file would.
+sidecar, docs/trace-format.md). Two writers feed one: the recorder's writer thread
+(tracer.record.writer) and the saver of a followed stream (`attach.RunSaver`, a viewer's
+`--save` copy). Each hands every record it has written here, with the Python values of it:
+the step rows are packed as the reader's fast path packs them (`reader.recorder_step_row`
+for the recorder's own values; `reader.fast_step_row`, which checks every type, for
+records received over the network) and the per-request entry columns collected by the
+reader's own collector (tracer.trace.entries), so no JSON is parsed again and the index
+holds exactly what a parse of the file would. A `gap` record (a stream copy's declared
+hole) ends the index quietly: the reader's general path counts gaps, so such a copy is
+parsed on its first open.
 
 The index goes to `<trace>.ssidx` in segments (`sidecar.append_segment`): every
 `interval` seconds the rows and entries of the steps written since the last segment, with
@@ -38,6 +43,7 @@ from tracer.trace.reader import (
     SIDECAR_CHECKS,
     TraceBuilder,
     fast_runner_row,
+    fast_step_row,
     recorder_step_row,
     row_arrays,
 )
@@ -47,23 +53,27 @@ logger = logging.getLogger("schedscope.born")
 INTERVAL_S = 10.0  # a segment at most this often (and at the footer)
 
 
-def born_index(path: str | Path | None, *, interval_s: float = INTERVAL_S) -> BornIndex | None:
+def born_index(
+    path: str | Path | None, *, interval_s: float = INTERVAL_S, received: bool = False
+) -> BornIndex | None:
     """The born index for a trace written to `path`: None for no file, a gzip trace (its
-    sidecar also needs the member index, which only a read makes) or SCHEDSCOPE_SIDECAR=off."""
+    sidecar also needs the member index, which only a read makes) or SCHEDSCOPE_SIDECAR=off.
+    `received`: the records come from elsewhere (a stream), so their types are checked."""
     if path is None or Path(path).suffix in (".gz", ".zst") or not sidecar.locations(Path(path)):
         return None
     for stale in sidecar.locations(Path(path)):  # an earlier run's, beside the trace the recorder replaces
         with contextlib.suppress(OSError):
             stale.unlink(missing_ok=True)
-    return BornIndex(path, interval_s=interval_s)
+    return BornIndex(path, interval_s=interval_s, received=received)
 
 
 class BornIndex:
     """Fed by the writer thread: `add` each record written (in order, with its bytes'
     offset), `checkpoint` now and then, `close` after the footer and the file are closed."""
 
-    def __init__(self, trace: str | Path, *, interval_s: float = INTERVAL_S) -> None:
+    def __init__(self, trace: str | Path, *, interval_s: float = INTERVAL_S, received: bool = False) -> None:
         self.trace = Path(trace)
+        self._step_row = fast_step_row if received else recorder_step_row
         self.interval_s = interval_s
         self.failed: str | None = None
         self._target: Path | None = None
@@ -85,6 +95,7 @@ class BornIndex:
         collector = EntryCollector()
         if self._segment:  # request codes run on across segments
             collector.codes, collector.ids = self._entries.codes, self._entries.ids
+            collector.live = self._entries.live
         self._entries = collector
 
     def stop(self, why: str | None) -> None:
@@ -92,7 +103,10 @@ class BornIndex:
         if self.failed is None:
             self.failed = why or "the trace stopped"
             if why is not None:
-                logger.warning(
+                logger.log(
+                    # A viewer's copy of a stream: its first open parses, nothing more (the
+                    # TUI's screen is no place for it); the recorder's own file: a warning.
+                    logging.INFO if self._step_row is fast_step_row else logging.WARNING,
                     "schedscope: no more born index for %s (%s); the trace itself is unaffected",
                     self.trace,
                     why,
@@ -109,7 +123,7 @@ class BornIndex:
             return
         end = offset + len(line)
         if kind == schema.STEP:
-            row = recorder_step_row(value, offset, end - 1, self._last) if self._footer is None else None
+            row = self._step_row(value, offset, end - 1, self._last) if self._footer is None else None
             if row is None:
                 self.stop(f"step {value.get('step')!r} is not what the reader's fast path takes")
                 return
@@ -133,6 +147,9 @@ class BornIndex:
             self._header = builder.header
         elif kind == schema.HOOKS:
             self._hooks.append(orjson.loads(line))
+        elif kind == schema.GAP:
+            self.stop(None)  # a declared hole: the reader's general path counts it
+            return
         elif kind == schema.FOOTER:
             self._footer = {**schema.FOOTER_DEFAULTS, **orjson.loads(line)}
             self._footer_line = self._lines + 1
