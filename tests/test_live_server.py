@@ -18,14 +18,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 import pytest
 
 from tests.live_support import REPO_ROOT, build_tiny_llama, free_port, start_server
 from tests.test_metrics import assert_totals_equal, scrape
 from tracer.analysis import timing
 from tracer.doctor import fetch_metrics, per_request
-from tracer.trace.attach import StreamFollower
-from tracer.trace.reader import Trace, load
+from tracer.trace import sidecar
+from tracer.trace.attach import RunSaver, StreamEvent, StreamFollower
+from tracer.trace.reader import Trace, load, reopen
 
 pytestmark = pytest.mark.live
 
@@ -227,6 +229,29 @@ def test_live_stream_carries_the_trace(ngram_run: Run, tmp_path: Path) -> None:
     # Byte for byte, footer included: it is published just before EngineCore exits, and the
     # tracer waits (bounded) for the viewers to be sent it before letting it go.
     assert copy.read_bytes() == Path(ngram_run.trace.path).read_bytes()
+
+
+def test_a_saved_copy_of_the_live_stream_opens_from_its_born_index(
+    ngram_run: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the viewer received, saved as `attach --save` saves it (RunSaver: a segment of
+    its born index after every record here), opens from that index as a parse of it does."""
+    monkeypatch.setattr(sidecar, "MIN_SOURCE_BYTES", 0)  # a small live run: index it anyway
+    saved = tmp_path / "saved.jsonl"
+    saver = RunSaver(saved, index_interval=0.0)
+    for i, line in enumerate(ngram_run.streamed.splitlines(keepends=True)):
+        saver.handle(StreamEvent("run" if i == 0 else "record", orjson.loads(line), line))
+    saver.close()
+    assert saved.read_bytes() == ngram_run.streamed
+    mapped = reopen(saved)
+    assert mapped is not None, "the saved copy's born index was not taken"
+    parsed = load(saved, sidecar=False, entries=True)
+    assert len(mapped) == len(parsed) > 20 and mapped.footer == parsed.footer
+    for name in parsed.columns:
+        assert np.array_equal(mapped.columns[name], parsed.columns[name]), name
+    assert mapped.entries is not None and parsed.entries is not None
+    for name, values in parsed.entries.arrays().items():
+        assert np.array_equal(mapped.entries.arrays()[name], values), name
 
 
 @pytest.mark.parametrize("run_name", ["ngram_run", "draft_run"])
