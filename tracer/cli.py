@@ -556,7 +556,9 @@ def viewer_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lenient", action="store_true", help="skip malformed lines instead of stopping")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser; `command`: the one to be run, when known (the plugins' commands are
+    added unless it is one of this module's)."""
     parser = argparse.ArgumentParser(
         prog="schedscope",
         description="Record, read and explain vLLM scheduler traces: budgets, draft-slot "
@@ -831,7 +833,11 @@ example:
     p.set_defaults(func=cmd_serve)
 
     # Commands that live beside their apps (tui/cli.py, web/cli.py), found through the
-    # `schedscope.commands` entry points so that tracer never names a UI package.
+    # `schedscope.commands` entry points so that tracer never names a UI package. Not looked
+    # up for a command of this module's own: scanning the installed packages' metadata costs
+    # about 0.1 s of every `summary` or `flags`.
+    if command in sub.choices:
+        return parser
     for entry in _entry_points("schedscope.commands"):
         try:
             register = entry.load()
@@ -851,7 +857,9 @@ def _entry_points(group: str) -> list:
 def main(argv: Sequence[str] | None = None) -> int:
     from tracer.trace.errors import TraceError, TraceOrderError, skippable
 
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = next((a for a in argv if not a.startswith("-")), None)  # options before it are the top level's
+    args = build_parser(command).parse_args(argv)
     if args.command != "serve":
         # replay, doctor and sweep drive vLLM's scheduler in this process: its log lines
         # go to stderr, so what schedscope prints on stdout stays machine-readable.
