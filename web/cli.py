@@ -17,7 +17,6 @@ if TYPE_CHECKING:
 def cmd_web(args: argparse.Namespace) -> int:
     """Serve the Dash web app over one or two traces and/or a growing file; loopback unless --allow-remote."""
     from tracer.live.net import is_loopback
-    from tracer.trace.reader import load
     from tracer.trace.source import TraceSource
 
     try:
@@ -46,8 +45,10 @@ def cmd_web(args: argparse.Namespace) -> int:
     strict = not args.lenient
     trace_a: Trace | TraceSource | None = None
     trace_b = None
-    if len(inputs.traces) == 2:  # compare: both whole before the comparison is made
-        trace_a, trace_b = (load(path, strict=strict, progress=progress) for path in inputs.traces)
+    if len(inputs.traces) == 2:  # compare: both whole before the comparison is made, both at once
+        from tracer.analysis.pair import load_pair
+
+        trace_a, trace_b = (s.trace for s in load_pair(*inputs.traces, strict=strict, progress=progress))
     elif inputs.traces:  # one trace: shown while it loads
         trace_a = TraceSource.file(inputs.traces[0], strict=strict)
     run = None
