@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import argparse
+import subprocess
+import sys
 from pathlib import Path
 
 import orjson
 import pytest
 
 from tests.conftest import ROOT
-from tracer.cli import main
+from tracer.cli import build_parser, main
 
 SAMPLE = str(ROOT / "sample_traces" / "dflash_k7_additive.jsonl")
 
@@ -100,3 +103,20 @@ def test_the_web_app_may_show_a_live_source_beside_a_trace() -> None:
     inputs = viewer_inputs(args, "web", live_beside=True)
     assert inputs.traces == (SAMPLE,) and inputs.source is not None and inputs.source.live
     assert inputs.engines == ()
+
+
+def test_the_ui_commands_are_found_unless_a_built_in_one_runs() -> None:
+    """`tui` and `web` come from entry points, scanned unless the command is tracer's own."""
+
+    def commands(parser: argparse.ArgumentParser) -> set[str]:
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        return set(sub.choices)
+
+    every = commands(build_parser())
+    assert {"tui", "web", "flags", "summary", "diff"} <= every
+    assert commands(build_parser("web")) == every
+    assert commands(build_parser("flags")) == every - {"tui", "web"}
+    out = subprocess.run(
+        [sys.executable, "-m", "tracer.cli", "--help"], capture_output=True, text=True, check=True
+    ).stdout
+    assert " web " in out and " tui " in out
