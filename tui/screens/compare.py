@@ -13,9 +13,10 @@ from textual.markup import escape
 from textual.widgets import Footer, ProgressBar, Static
 
 from tracer.analysis.budget import arithmetic
+from tracer.analysis.pair import load_pair
 from tracer.render.compare import headline_sentences, performance_note, performance_rows
 from tracer.render.text import compare_totals
-from tracer.trace.reader import TraceError, load
+from tracer.trace.reader import TraceError
 from tui.bins import Window
 from tui.data import CompareModel, TraceModel
 from tui.screens.base import Command, StepScreen
@@ -118,15 +119,13 @@ class CompareScreen(StepScreen):
     def load(self) -> None:
         """Both loads and the comparison run off the UI thread."""
         bar = self.query_one(ProgressBar)
-        traces = []
+
+        def progress(done: int, total: int) -> None:  # A's parse; B's runs beside it (load_pair)
+            self.app.call_from_thread(bar.update, total=max(1, total), progress=done)
+
         try:
-            for i, path in enumerate(self.paths):
-
-                def progress(done: int, total: int, i: int = i) -> None:
-                    self.app.call_from_thread(bar.update, total=2 * max(1, total), progress=i * total + done)
-
-                traces.append(load(path, strict=self.strict, progress=progress))
-            model = CompareModel.build(traces[0], traces[1])
+            a, b = load_pair(*self.paths, strict=self.strict, progress=progress)
+            model = CompareModel.build(a.trace, b.trace)
         except TraceError as exc:
             self.app.call_from_thread(self.app.show_error, exc, strict=self.strict)  # type: ignore[attr-defined]
             return
