@@ -1,4 +1,5 @@
-"""Two traces opened for a comparison (`schedscope diff`), each on a core of its own.
+"""Two traces opened for a comparison (`schedscope diff`, and `tui`/`web` given A and B), each
+on a core of its own.
 
 A trace with a sidecar or a born index (tracer.trace.sidecar) opens in a second or two,
 mostly in NumPy, which lets go of the GIL: two threads share the cores. A trace without one
