@@ -33,16 +33,16 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from tracer.record.indexer import IndexProcess
 from tracer.record.recorder import RUNNER_NOTES_ATTR, Recorder, RunnerNote
 from tracer.record.writer import TraceWriter, open_sink
 from tracer.trace import schema
-from tracer.trace.born import born_index
 
 BLOCK = 16
 
 
 class GenWriter(TraceWriter):
-    """The recorder's own writer thread (and, for a plain file, its born index), fed faster
+    """The recorder's own writer thread (and, for a plain file, its born index's process), fed faster
     than a server would: nothing may be dropped, so the queue is unbounded and the generator
     waits for the writer every `FLUSH_EVERY` items (`pace`)."""
 
@@ -51,8 +51,9 @@ class GenWriter(TraceWriter):
     def __init__(self, path: Path, *, index: bool, interval_s: float) -> None:
         if path.exists():
             path.unlink()
-        born = born_index(path, interval_s=interval_s) if index else None
-        super().__init__(open_sink(path), max_queue=1 << 62, index=born)
+        sink = open_sink(path)  # created before its follower opens it
+        born = IndexProcess.start(path, interval_s=interval_s) if index else None
+        super().__init__(sink, max_queue=1 << 62, index=born)
         self.t0: float | None = None
         self._since = 0
 

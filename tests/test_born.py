@@ -1,5 +1,5 @@
-"""The born index (tracer.trace.born): the reader's sidecar, written by the recorder's writer
-thread while it writes the trace.
+"""The born index (tracer.trace.born): the reader's sidecar, written while the recorder's
+writer thread writes the trace, by a process that follows the file (tracer.trace.born_follow).
 
 - A trace the recorder's writer wrote opens without being parsed, and what it opens to equals
   a parse of the file: columns, runner columns, spans, header, footer, hooks and the entry
@@ -7,17 +7,25 @@ thread while it writes the trace.
 - The index is never trusted when stale: a kill (trace torn, index cut mid-segment) opens
   from the whole segments and parses the rest, saying so in one line; a file changed since
   is parsed; a step appended after the footer is refused as a parse refuses it.
+- The follower outlives a killed server only to index what it had written: its index then
+  covers every complete record. A file that shrinks under it, or a line that is no record,
+  stops it with one warning, the segments written so far kept.
 - Small traces get none (as the reader keeps none for them); gzip and SCHEDSCOPE_SIDECAR=off
   get none.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
+import signal
+import struct
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -26,8 +34,9 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.test_entrypass import assert_equals_reference, assert_same_entries
-from tracer.trace import compact, reader, sidecar
+from tracer.trace import reader, sidecar
 from tracer.trace.born import born_index
+from tracer.trace.born_follow import follow
 from tracer.trace.errors import TraceOrderError
 from tracer.trace.reader import Trace, load
 
@@ -80,6 +89,18 @@ def _meta(data: bytes, at: int) -> dict:
     return orjson.loads(data[head : head + n])
 
 
+def _covered(index: Path) -> int:
+    """`parsed_end` of the last whole segment of an index being written, or 0."""
+    data, at, end = (index.read_bytes() if index.exists() else b""), 0, 0
+    with contextlib.suppress(struct.error, orjson.JSONDecodeError, KeyError):
+        while at < len(data):
+            meta = _meta(data, at)
+            if at + meta["total"] > len(data):
+                break  # still being written
+            end, at = meta["parsed_end"], at + meta["total"]
+    return end
+
+
 def _segments(index: Path) -> list[int]:
     """Where each segment of a born index starts."""
     data, at, starts = index.read_bytes(), 0, []
@@ -103,21 +124,6 @@ def test_a_recorded_trace_opens_from_its_born_index_equal_to_a_parse(
     assert born.fingerprint is not None
     assert_same_trace(parsed, born)
     assert_equals_reference(born)
-
-
-def test_the_writers_row_is_the_parsers(recorded: Path) -> None:
-    """The born index packs the recorder's steps without the parse's type checks: the same rows."""
-    last = -1
-    for line in recorded.read_bytes().splitlines():
-        rec = orjson.loads(line)
-        if rec["kind"] == "step":
-            row = reader.recorder_step_row(rec, 10, 20, last)
-            assert row is not None and row == reader.fast_step_row(rec, 10, 20, last)
-            assert reader.recorder_step_row(rec, 10, 20, rec["step"]) is None  # not after itself
-            last, step = rec["step"], rec
-    # Another layout (1.1 entries): the parser's own fast path packs it.
-    old = compact.expand(step)
-    assert reader.recorder_step_row(old, 10, 20, -1) == reader.fast_step_row(old, 10, 20, -1) is not None
 
 
 def test_a_killed_server_opens_from_the_whole_segments_and_parses_the_rest(
@@ -205,3 +211,105 @@ def test_no_index_for_a_small_trace_gzip_or_when_sidecars_are_off(
     assert born_index(None) is None
     monkeypatch.setenv("SCHEDSCOPE_SIDECAR", "off")
     assert born_index(tmp_path / "t.jsonl") is None
+
+
+def _follower_of(pid: int) -> int:
+    """The one child process of `pid` (the generator's born index follower)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        kids = [
+            int(k)
+            for task in Path(f"/proc/{pid}/task").iterdir()
+            for k in (task / "children").read_text().split()
+        ]
+        if kids:
+            assert len(kids) == 1, kids
+            return kids[0]
+        time.sleep(0.05)
+    raise AssertionError("no follower started")
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def test_a_killed_recorders_follower_indexes_every_complete_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    out = tmp_path / "killed.jsonl"
+    args = ["--steps", "4000", "--seed", "5", "--max-running", "256", "--arrival-rate", "3"]
+    args += ["--kv-blocks", "8000", "--budget", "8192", "--index-interval", "1"]
+    gen = subprocess.Popen([sys.executable, str(ROOT / "bench" / "gen_trace.py"), str(out), *args])
+    follower = _follower_of(gen.pid)
+    while not out.exists() or out.stat().st_size < 24 << 20:  # past a first segment's worth
+        assert gen.poll() is None, "the generator ended before it was killed"
+        time.sleep(0.05)
+    gen.send_signal(signal.SIGKILL)
+    gen.wait()
+    deadline = time.monotonic() + 60
+    while not _gone(follower):
+        assert time.monotonic() < deadline, "the follower outlived its parent"
+        time.sleep(0.05)
+    data = out.read_bytes()
+    index = out.with_name(out.name + ".ssidx")
+    last = _meta(index.read_bytes(), _segments(index)[-1])
+    assert last["parsed_end"] == data.rindex(b"\n") + 1  # every complete record, none after
+    assert last["footer"] is None
+    expect = load(out, sidecar=False, entries=True)
+    with caplog.at_level(logging.WARNING):
+        got = load(out, entries=True)
+    assert_same_trace(expect, got)
+    assert_equals_reference(got)
+
+
+def _follow_in_thread(path: Path) -> tuple[threading.Thread, int, list]:
+    """follow() on `path` in a thread; close the returned fd to end it as a writer's close does."""
+    r, w = os.pipe()
+    got: list = []
+    thread = threading.Thread(
+        target=lambda: got.append(follow(str(path), interval_s=0, stdin=r, poll_s=0.02))
+    )
+    thread.start()
+    return thread, w, got
+
+
+@pytest.mark.parametrize("fault", ["shrunk", "garbage"])
+def test_the_follower_stops_with_one_warning_and_keeps_its_segments(
+    recorded: Path,
+    tmp_path: Path,
+    fault: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    data = recorded.read_bytes()
+    first = data.index(b"\n", 20 << 20) + 1  # past the size below which no segment is written
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(data[:first])
+    with caplog.at_level(logging.WARNING, logger="schedscope.born"):
+        thread, w, got = _follow_in_thread(path)
+        deadline = time.monotonic() + 30
+        index = path.with_name(path.name + ".ssidx")
+        while _covered(index) < first:
+            assert time.monotonic() < deadline  # caught up with the file
+            time.sleep(0.02)
+        with open(path, "r+b") as f:
+            if fault == "shrunk":
+                f.truncate(first - 1000)  # under what the index covers: cut by someone else
+            else:
+                f.seek(0, 2)
+                f.write(b"not json\n" + data[first:])
+        os.close(w)
+        thread.join(30)
+    assert not thread.is_alive()
+    assert got and got[0].failed is not None
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(lines) == 1 and "no more born index" in lines[0], lines
+    segs = _segments(index)
+    assert _meta(index.read_bytes(), segs[-1])["parsed_end"] <= first
+    expect = load(path, sidecar=False, entries=True, strict=False)
+    assert_same_trace(expect, load(path, entries=True, strict=False))

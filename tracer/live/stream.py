@@ -127,7 +127,7 @@ class StreamHub:
         fresh: list[bytes] = []
         ringed: list[tuple[int, bytes]] = []
         header = None
-        for kind, step, line, _ in records:
+        for kind, step, line in records:
             if kind == schema.HEADER:
                 header = line  # kept apart (every viewer opens with it), and sent on
             else:

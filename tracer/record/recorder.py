@@ -27,9 +27,9 @@ import orjson
 
 from tracer import __version__
 from tracer.record.engine_config import describe_scheduler, regime_of
+from tracer.record.indexer import IndexProcess
 from tracer.record.writer import Record, Tap, TraceWriter, open_sink
 from tracer.trace import schema
-from tracer.trace.born import born_index
 
 logger = logging.getLogger("schedscope.recorder")
 
@@ -304,8 +304,8 @@ class Recorder:
             if path.exists():
                 path.unlink()  # one run per file; `{pid}` in the path keeps engines apart
             sink = open_sink(path)
-        # The Recorder binds its encoder; a plain file gets its born index.
-        writer = TraceWriter(sink, max_queue=queue, taps=taps, index=born_index(path))
+        # The Recorder binds its encoder; a plain file gets its born index, from a process beside.
+        writer = TraceWriter(sink, max_queue=queue, taps=taps, index=IndexProcess.start(path))
         name = f"{type(sched).__module__}.{type(sched).__qualname__}"
         extra = dict(header) if header else None
         return cls(writer, describe_scheduler(sched), policy=policy, scheduler_cls=name, header_extra=extra)
@@ -528,12 +528,12 @@ class Recorder:
         """The writer's encoder: the record an item stands for, built and encoded."""
         if type(item) is StepSnapshot:
             record = self.build_step(item)
-            return Record(schema.STEP, item.step, _dumps(record), record)
+            return Record(schema.STEP, item.step, _dumps(record))
         if type(item) is RunnerPass:
             record = runner_record(item)
-            return Record(schema.RUNNER, item.step, _dumps(record), record)
+            return Record(schema.RUNNER, item.step, _dumps(record))
         if isinstance(item, dict):  # header, hooks and footer: built already
-            return Record(item["kind"], item.get("step"), _dumps(item), item)
+            return Record(item["kind"], item.get("step"), _dumps(item))
         raise TypeError(f"not a trace item: {type(item).__name__}")
 
     def build_step(self, snap: StepSnapshot) -> dict[str, Any]:

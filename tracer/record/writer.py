@@ -21,23 +21,20 @@ import zlib
 from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, NamedTuple
+from typing import IO, Any, NamedTuple
 
-if TYPE_CHECKING:
-    from tracer.trace.born import BornIndex
+from tracer.record.indexer import WAIT_S, IndexProcess
 
 logger = logging.getLogger("schedscope.writer")
 
 
 class Record(NamedTuple):
     """One encoded trace record: its kind and step (None for records without one:
-    header, footer) beside the line written (JSON, newline-terminated), and the value it
-    was encoded from (the born index reads its arrays; None: not kept)."""
+    header, footer) beside the line written (JSON, newline-terminated)."""
 
     kind: str
     step: int | None
     line: bytes
-    value: Any = None
 
 
 Encoder = Callable[[Any], "Record | None"]
@@ -121,13 +118,12 @@ class TraceWriter:
         interval_s: float = 0.02,
         name: str = "schedscope-writer",
         taps: Sequence[Tap] = (),
-        index: BornIndex | None = None,
+        index: IndexProcess | None = None,
     ) -> None:
         self._sink = sink
-        # The born index of the file `sink` writes from its first byte (tracer.trace.born):
-        # fed each record written, with its offset; None for gzip, a stream only, or off.
+        # The process following the file `sink` writes, building its born index: told when
+        # the file is closed. None for gzip, a stream only, or off.
         self._index = index
-        self._offset = 0  # bytes written to the sink
         # Taps (the live stream) see every encoded record, on the writer thread,
         # even after the file failed; they must not block.
         self._taps = list(taps)
@@ -204,8 +200,9 @@ class TraceWriter:
             self._sink.close()
         except OSError as exc:
             self._fail(exc)
-        if self._index is not None and self.failed is None:
-            self._index.close()  # its last segment: the footer's, fingerprinted after the close
+        if self._index is not None:
+            # Its last segment: the footer's, or a torn file's last whole record's.
+            self._index.close(max(timeout, WAIT_S))
         if self.dropped:
             logger.warning("schedscope: %d trace records dropped", self.dropped)
 
@@ -260,7 +257,6 @@ class TraceWriter:
         # Record by record, each in full: on a disk that fills up, every record that fit
         # is kept whole (a raw file's write may also stop short without raising).
         write = self._sink.write
-        index = self._index
         for i, record in enumerate(records):
             try:
                 view = memoryview(record.line)
@@ -274,23 +270,12 @@ class TraceWriter:
                 self._fail(exc)
                 return
             self.records_written += 1
-            if index is not None:
-                try:
-                    index.add(record.kind, record.value, record.line, self._offset)
-                except Exception as exc:  # the index is an accelerator: never the trace's failure
-                    index.stop(f"{type(exc).__name__}: {exc}")
-            self._offset += len(record.line)
         try:
             self._sink.flush()
         except (OSError, ValueError) as exc:
             self._fail(exc)
-            return
-        if index is not None and index.due():
-            index.checkpoint()
 
     def _fail(self, exc: BaseException) -> None:
-        if self._index is not None:
-            self._index.stop(None)  # the file ends torn: the segments so far describe its prefix
         if self.failed is None:
             self.failed = f"{type(exc).__name__}: {exc}"
             logger.error("schedscope: trace writing stopped (%s); later records are dropped", exc)

@@ -401,7 +401,7 @@ class RunSaver:
         self.paths.append(path)
         self._written = 0
         if self.index_interval is not None:
-            self._index = born_index(path, interval_s=self.index_interval, received=True)
+            self._index = born_index(path, interval_s=self.index_interval)
         self._write(header_line, header)
         return path
 

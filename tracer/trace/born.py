@@ -1,14 +1,13 @@
 """The born index: the reader's sidecar for a trace, written while the trace is written.
 
 A first open of a trace then maps its columns instead of parsing it (tracer.trace.reader's
-sidecar, docs/trace-format.md). Two writers feed one: the recorder's writer thread
-(tracer.record.writer) and the saver of a followed stream (`attach.RunSaver`, a viewer's
-`--save` copy). Each hands every record it has written here, with the Python values of it:
-the step rows are packed as the reader's fast path packs them (`reader.recorder_step_row`
-for the recorder's own values; `reader.fast_step_row`, which checks every type, for
-records received over the network) and the per-request entry columns collected by the
-reader's own collector (tracer.trace.entries), so no JSON is parsed again and the index
-holds exactly what a parse of the file would. A `gap` record (a stream copy's declared
+sidecar, docs/trace-format.md). Two feed one: a process beside the recorder that follows
+the file as the writer thread writes it (tracer.trace.born_follow), and the saver of a
+followed stream (`attach.RunSaver`, a viewer's `--save` copy). Each hands every record
+written here, with its parsed value: the step rows are packed by the reader's fast path
+(`reader.fast_step_row`, every type checked) and the per-request entry columns collected
+by the reader's own collector (tracer.trace.entries), so the index holds exactly what a
+parse of the file would. A `gap` record (a stream copy's declared
 hole) ends the index quietly: the reader's general path counts gaps, so such a copy is
 parsed on its first open.
 
@@ -44,7 +43,6 @@ from tracer.trace.reader import (
     TraceBuilder,
     fast_runner_row,
     fast_step_row,
-    recorder_step_row,
     row_arrays,
 )
 
@@ -53,27 +51,36 @@ logger = logging.getLogger("schedscope.born")
 INTERVAL_S = 10.0  # a segment at most this often (and at the footer)
 
 
-def born_index(
-    path: str | Path | None, *, interval_s: float = INTERVAL_S, received: bool = False
-) -> BornIndex | None:
-    """The born index for a trace written to `path`: None for no file, a gzip trace (its
-    sidecar also needs the member index, which only a read makes) or SCHEDSCOPE_SIDECAR=off.
-    `received`: the records come from elsewhere (a stream), so their types are checked."""
+def wanted(path: str | Path | None) -> bool:
+    """Whether a trace written to `path` gets a born index: not for no file, a gzip trace
+    (its sidecar also needs the member index, which only a read makes) or
+    SCHEDSCOPE_SIDECAR=off. When it does, an earlier run's index beside the same path is
+    removed now (unlinked, not truncated: a reader may have it mapped)."""
     if path is None or Path(path).suffix in (".gz", ".zst") or not sidecar.locations(Path(path)):
-        return None
-    for stale in sidecar.locations(Path(path)):  # an earlier run's, beside the trace the recorder replaces
+        return False
+    for stale in sidecar.locations(Path(path)):
         with contextlib.suppress(OSError):
             stale.unlink(missing_ok=True)
-    return BornIndex(path, interval_s=interval_s, received=received)
+    return True
+
+
+def born_index(path: str | Path | None, *, interval_s: float = INTERVAL_S) -> BornIndex | None:
+    """The born index for a trace written to `path` in this process, or None (`wanted`)."""
+    return BornIndex(path, interval_s=interval_s) if wanted(path) else None
 
 
 class BornIndex:
-    """Fed by the writer thread: `add` each record written (in order, with its bytes'
-    offset), `checkpoint` now and then, `close` after the footer and the file are closed."""
+    """Fed by one writer or follower: `add` each record written (in order, with its bytes'
+    offset), `checkpoint` now and then, `close` after the footer and the file are closed.
 
-    def __init__(self, trace: str | Path, *, interval_s: float = INTERVAL_S, received: bool = False) -> None:
+    `fd`: the trace, held open by a follower, which reads it behind its writer: a segment
+    then fingerprints the bytes it covers, the file having grown past them. Without it,
+    the writer itself feeds the index and a segment is written only when the file holds
+    exactly what was added."""
+
+    def __init__(self, trace: str | Path, *, interval_s: float = INTERVAL_S, fd: int | None = None) -> None:
         self.trace = Path(trace)
-        self._step_row = fast_step_row if received else recorder_step_row
+        self._fd = fd
         self.interval_s = interval_s
         self.failed: str | None = None
         self._target: Path | None = None
@@ -106,13 +113,13 @@ class BornIndex:
                 logger.log(
                     # A viewer's copy of a stream: its first open parses, nothing more (the
                     # TUI's screen is no place for it); the recorder's own file: a warning.
-                    logging.INFO if self._step_row is fast_step_row else logging.WARNING,
+                    logging.WARNING if self._fd is not None else logging.INFO,
                     "schedscope: no more born index for %s (%s); the trace itself is unaffected",
                     self.trace,
                     why,
                 )
 
-    # -- writer thread ------------------------------------------------------------------
+    # -- the writer's or the follower's thread -------------------------------------------
 
     def add(self, kind: str, value: Any, line: bytes, offset: int) -> None:
         """Record `value` (the dict it was encoded from), written as `line` at byte `offset`."""
@@ -123,7 +130,7 @@ class BornIndex:
             return
         end = offset + len(line)
         if kind == schema.STEP:
-            row = self._step_row(value, offset, end - 1, self._last) if self._footer is None else None
+            row = fast_step_row(value, offset, end - 1, self._last) if self._footer is None else None
             if row is None:
                 self.stop(f"step {value.get('step')!r} is not what the reader's fast path takes")
                 return
@@ -160,8 +167,8 @@ class BornIndex:
         return self.failed is None and time.monotonic() >= self._next
 
     def checkpoint(self) -> None:
-        """Write the steps since the last segment, if the file holds exactly what was added
-        (the writer flushed it)."""
+        """Write the steps since the last segment: the file holds exactly what was added
+        (the writer flushed it), or, followed, at least that."""
         if self.failed is not None or self._header is None:
             return
         self._next = time.monotonic() + self.interval_s
@@ -177,11 +184,17 @@ class BornIndex:
         self.checkpoint()
 
     def _write_segment(self) -> None:
-        with open(self.trace, "rb", buffering=0) as f:
-            st = os.fstat(f.fileno())
-            if st.st_size != self._pos:
-                raise OSError(f"the trace holds {st.st_size} bytes, {self._pos} were written")
-            fingerprint = sidecar.fingerprint(f.fileno(), st)
+        if self._fd is not None:
+            st = os.fstat(self._fd)
+            if st.st_size < self._pos:
+                raise OSError(f"the trace holds {st.st_size} bytes, {self._pos} were read")
+            fingerprint = sidecar.fingerprint(self._fd, st, self._pos)
+        else:
+            with open(self.trace, "rb", buffering=0) as f:
+                st = os.fstat(f.fileno())
+                if st.st_size != self._pos:
+                    raise OSError(f"the trace holds {st.st_size} bytes, {self._pos} were written")
+                fingerprint = sidecar.fingerprint(f.fileno(), st)
         meta = {
             "segment": self._segment,
             "born": True,

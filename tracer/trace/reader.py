@@ -362,42 +362,6 @@ def fast_step_row(r: dict[str, Any], start: int, end: int, last: int) -> bytes |
     return None
 
 
-def recorder_step_row(r: dict[str, Any], start: int, end: int, last: int) -> bytes | None:
-    """`fast_step_row` for a step record as the recorder builds it (tracer.record.recorder:
-    groups of parallel lists of ints, `sampled` a list, a dict or None), without re-checking
-    those types: the same row for such a record at a fraction of the cost (the born index
-    packs every step on the writer thread; tests/test_born.py compares it with a parse).
-    Anything else (a step out of order, a 1.3 field the reader would refuse, another shape)
-    goes to `fast_step_row`, which decides."""
-    try:
-        step, t, tg, ip, q, new, res, run, pre, fin, smp, nw, nr, su, kv = _STEP_KEYS(r)
-        if type(step) is not int or step <= last or _why_problem(r) is not None:
-            return None
-        sums = []
-        for g in (new, res, run):
-            if type(g) is dict:
-                sums += (len(g["id"]), sum(g["tokens"]), sum(g["spec"]))
-            elif g == []:
-                sums += (0, 0, 0)
-            else:
-                return fast_step_row(r, start, end, last)
-        n_new, nt, s1, n_res, rt, s2, n_run, ut, s3 = sums
-        if type(smp) is list:
-            if len(smp) != n_new + n_res + n_run:
-                return None
-            sampled = sum(smp)
-        else:
-            sampled = -1 if smp is None else sum(smp.values())
-        qp, qr, qc = (0, 0, -1) if q is None else _QUERY_KEYS(q)
-        return _ROW.pack(
-            step, *_TARGET_KEYS(tg), *_INPUT_KEYS(ip), qp, qr, qc or -1,
-            n_new, n_res, n_run, len(pre), len(fin), nt, rt, ut, s1 + s2 + s3, sampled,
-            nw, nr, _held(pre, new, res, run) if pre else 0, start, end, t, su, kv,
-        )  # fmt: skip
-    except (KeyError, TypeError, AttributeError, struct.error):
-        return fast_step_row(r, start, end, last)
-
-
 def fast_runner_row(r: dict[str, Any]) -> bytes | None:
     """The packed row of runner record `r` as the recorder writes it, else None (the general path)."""
     try:

@@ -69,9 +69,11 @@ def _hash(fd: int, start: int, end: int) -> str:
     return hashlib.blake2b(os.pread(fd, end - start, start), digest_size=16).hexdigest()
 
 
-def fingerprint(fd: int, st: os.stat_result) -> dict[str, Any]:
-    """What a sidecar must match to stand for the file open on `fd` (as `st` saw it)."""
-    size = st.st_size
+def fingerprint(fd: int, st: os.stat_result, size: int | None = None) -> dict[str, Any]:
+    """What a sidecar must match to stand for the file open on `fd` (as `st` saw it).
+    `size`: for its first `size` bytes only, the file having grown since (matched as
+    'grown' once it has; the mtime counts only when the sizes are equal)."""
+    size = st.st_size if size is None else size
     return {
         "size": size,
         "mtime_ns": st.st_mtime_ns,
