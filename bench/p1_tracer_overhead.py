@@ -18,10 +18,16 @@ over rounds.
 Between steps the trace writer drains, outside the timed calls, as it does in
 a server while the engine waits for the model's forward pass (the GIL is
 released then). So the ratio is the scheduler thread's cost; the writer
-thread's encoding is reported beside it, per step, from a separate timed pass.
+thread's encoding is reported beside it, per step, from a separate timed pass, and so is
+the CPU of the process that builds the trace's born index beside the server
+(tracer.trace.born_follow), which the scheduler thread never waits for.
+
+`--baseline REF` loads the whole `tracer` package of git revision REF beside today's
+and times its TracingScheduler in the same rounds: before and after in one run.
 
     .venv/bin/python bench/p1_tracer_overhead.py            # 32, 256, 1024 running requests
     .venv/bin/python bench/p1_tracer_overhead.py --quick    # 256 only, fewer rounds
+    .venv/bin/python bench/p1_tracer_overhead.py --requests 256 --baseline cd1c43d
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import resource
 import sys
 import tempfile
 import time
@@ -98,38 +105,31 @@ def build_schedulers(n: int, steps: int, trace: Path) -> tuple[Any, Any, Any]:
     return build(n, steps), build(n, steps), traced
 
 
-def baseline_recorder(ref: str) -> type:
-    """The Recorder class of git revision `ref` (its tracer/record/recorder.py, loaded beside
-    today's modules), so one run times today's recorder against an earlier one."""
+def baseline_scheduler(ref: str, workdir: Path) -> type:
+    """The TracingScheduler of git revision `ref`, its whole `tracer` package loaded beside
+    today's (as `tracer_before`), so one run times today's tracer against an earlier one:
+    its hooks on the scheduler thread and its writer thread, whatever modules they live in."""
+    import io
+    import re
     import subprocess
-    import types
+    import tarfile
 
     root = Path(__file__).resolve().parent.parent
-    source = subprocess.run(
-        ["git", "-C", str(root), "show", f"{ref}:tracer/record/recorder.py"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    import tracer.trace.born
+    tree = workdir / "before"
+    archive = subprocess.run(
+        ["git", "-C", str(root), "archive", ref, "tracer"], check=True, capture_output=True
+    )
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(tree, filter="data")
+    (tree / "tracer").rename(tree / "tracer_before")
+    own = re.compile(r"\b(from|import) tracer\b|\"tracer\.")
+    for module in (tree / "tracer_before").rglob("*.py"):
+        text = module.read_text()
+        module.write_text(own.sub(lambda m: m.group(0).replace("tracer", "tracer_before"), text))
+    sys.path.insert(0, str(tree))
+    from tracer_before.scheduler import TracingScheduler  # type: ignore[import-not-found]
 
-    # Revisions before the born index moved to tracer.trace import it from tracer.record.
-    sys.modules.setdefault("tracer.record.born", tracer.trace.born)
-    module = types.ModuleType("schedscope_baseline_recorder")
-    module.__file__ = f"{ref}:tracer/record/recorder.py"
-    sys.modules[module.__name__] = module  # dataclasses look their module up
-    exec(compile(source, module.__file__, "exec"), module.__dict__)
-    return module.Recorder
-
-
-def build_baseline(n: int, steps: int, trace: Path, recorder: type) -> Any:
-    """A TracingScheduler whose recorder is `recorder` (an earlier revision's)."""
-    from tracer.scheduler import TracingScheduler
-
-    sched = build(n, steps, TracingScheduler, trace.with_suffix(".unused.jsonl"))
-    sched._schedscope.close()
-    sched._schedscope = recorder.for_scheduler(sched, trace)
-    return sched
+    return TracingScheduler
 
 
 class Loop:
@@ -185,8 +185,9 @@ def measure(
     rec = traced._schedscope
     loops = [Loop(stock), Loop(control), Loop(traced, rec.writer.force_flush)]
     before = None
-    if baseline is not None:  # today's recorder (B) against an earlier revision's (C), in the same rounds
-        before = build_baseline(n, steps, workdir / f"p1_{n}_before.jsonl", baseline)
+    if baseline is not None:  # today's tracer (B) against an earlier revision's (C), in the same rounds
+        before = build(n, steps, baseline, workdir / f"p1_{n}_before.jsonl")
+        assert before._schedscope is not None, "recording must be on"
         loops.append(Loop(before, before._schedscope.writer.force_flush))
     for loop in loops:
         loop.run(warmup)
@@ -211,9 +212,15 @@ def measure(
     assert len(traced.running) == n
     parts = hook_times(rec, loops[2], breakdown_steps)
     parts_before = hook_times(before._schedscope, loops[3], breakdown_steps) if before is not None else None
-    traced.shutdown()
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    traced.shutdown()  # the born index's follower process ends with the writer and is reaped
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     for sched in (stock, control) + ((before,) if before is not None else ()):
         sched.shutdown()
+    follower = after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime
+    if follower > 0:  # today's tracer: the index is built by that process, not the writer thread
+        parts["follower_total"] = follower * 1e6 / steps  # its start-up included
+        parts["follower"] = follow_cpu(workdir / f"p1_{n}.jsonl", workdir / f"p1_{n}_again.jsonl") / steps
     return {
         "n": n,
         "ratio": [r[2] / r[0] for r in rounds_ns],
@@ -229,6 +236,24 @@ def measure(
         "dropped": rec.writer.dropped,
         "errors": rec.errors,
     }
+
+
+def follow_cpu(trace: Path, copy: Path) -> float:
+    """CPU µs the born index's follower (tracer.trace.born_follow) takes over a copy of
+    the finished `trace`, in this thread: its steady cost, without its start-up."""
+    import shutil
+
+    from tracer.trace.born_follow import follow
+
+    shutil.copyfile(trace, copy)
+    r, w = os.pipe()
+    os.close(w)  # the writer is done: the follower reads to the end once
+    t0 = time.thread_time_ns()
+    index = follow(str(copy), interval_s=0, stdin=r)
+    spent = time.thread_time_ns() - t0
+    os.close(r)
+    assert index.failed is None, index.failed
+    return spent / 1000
 
 
 def hook_times(rec: Any, loop: Loop, steps: int) -> dict[str, float]:
@@ -258,7 +283,10 @@ def hook_times(rec: Any, loop: Loop, steps: int) -> dict[str, float]:
     for name in hooks:
         setattr(rec, name, timed(name, getattr(rec, name)))
     rec.writer._encode = timed("encode", rec.writer._encode)  # bench-only peek at the writer
-    index = getattr(rec.writer, "_index", None)  # the born index (tracer.trace.born), fed per record
+    # A revision whose writer thread feeds the born index (tracer.trace.born) per record.
+    index = getattr(rec.writer, "_index", None)
+    if not hasattr(index, "add"):
+        index = None  # today's: a process beside the server builds it (follow_cpu)
     if index is not None:
         index.add = timed("born", index.add)
     loop.run(steps)
@@ -288,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--baseline",
         metavar="REF",
-        help="also time the recorder of git revision REF in the same rounds (before/after in one run)",
+        help="also time the tracer of git revision REF in the same rounds (before/after in one run)",
     )
     ap.add_argument("--waiting", type=int, default=0, help="requests kept waiting behind max_num_seqs")
     args = ap.parse_args(argv)
@@ -308,14 +336,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     results = []
     with tempfile.TemporaryDirectory(prefix="schedscope-p1-") as tmp:
+        baseline = baseline_scheduler(args.baseline, Path(tmp)) if args.baseline else None
         for n in sizes:
-            baseline = baseline_recorder(args.baseline) if args.baseline else None
             res = measure(n, args.rounds, args.block, args.warmup, 3 * args.block, Path(tmp), baseline)
             results.append(res)
             stock_us, traced_us = spread(res["us_stock"])[1], spread(res["us_traced"])[1]
             parts = res["parts"]
             engine_side = ("on_drafts", "on_add", "on_finish")
-            writer_side = ("encode", "born")
+            writer_side = ("encode", "born", "follower", "follower_total")
             hooks = sum(v for k, v in parts.items() if k not in writer_side and k not in engine_side)
             print(
                 f"  {n:5d} running: stock {stock_us:8.1f} us/step, traced {traced_us:8.1f} us/step\n"
@@ -330,9 +358,21 @@ def main(argv: list[str] | None = None) -> int:
                 f"on_add {parts.get('on_add', 0.0):.2f} us/request, "
                 f"on_finish {parts.get('on_finish', 0.0):.2f} us/call; "
                 f"writer thread encodes a step in {parts.get('encode', 0.0):.1f} us "
-                f"({parts.get('encode', 0.0) / stock_us:.1%} of a stock step), and its born index "
-                f"takes {parts.get('born', 0.0):.1f} us of a step's records "
-                f"({parts.get('born', 0.0) / stock_us:.2%}); "
+                f"({parts.get('encode', 0.0) / stock_us:.1%} of a stock step)"
+                + (
+                    f", and its born index takes {parts['born']:.1f} us of a step's records "
+                    f"({parts['born'] / stock_us:.2%})"
+                    if "born" in parts
+                    else ""
+                )
+                + (
+                    f"; the born index's follower process (another core, nice 10) takes "
+                    f"{parts['follower']:.1f} us of CPU a step "
+                    f"({parts['follower_total']:.1f} us with its start-up, over this short run)"
+                    if "follower" in parts
+                    else ""
+                )
+                + "; "
                 f"dropped {res['dropped']}, tracer errors {res['errors']}",
                 flush=True,
             )
