@@ -51,7 +51,7 @@ def _generate(out: Path, *extra: str) -> Path:
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A trace written by the recorder's writer thread with a segment at every batch."""
+    """A trace written through the recorder's writer, its follower writing a segment at every batch."""
     return _generate(tmp_path_factory.mktemp("born") / "run.jsonl", "--index-interval", "0")
 
 
@@ -275,6 +275,31 @@ def _follow_in_thread(path: Path) -> tuple[threading.Thread, int, list]:
     )
     thread.start()
     return thread, w, got
+
+
+def test_the_follower_parses_nothing_until_the_trace_is_big_enough_to_index(
+    recorded: Path, tmp_path: Path
+) -> None:
+    data = recorded.read_bytes()
+    small = data.index(b"\n", 1 << 20) + 1
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(data[:small])
+    thread, w, got = _follow_in_thread(path)
+    time.sleep(0.3)  # several polls
+    os.close(w)  # the run ended small: nothing is parsed, no index written
+    thread.join(30)
+    assert got and got[0].failed is None and got[0]._pos == 0
+    assert not path.with_name(path.name + ".ssidx").exists()
+    # A run that grows past the size catches up from its first byte.
+    path.write_bytes(data[:small])
+    thread, w, got = _follow_in_thread(path)
+    time.sleep(0.3)
+    with open(path, "ab") as f:
+        f.write(data[small:])
+    os.close(w)
+    thread.join(60)
+    assert got and got[0].failed is None and got[0]._pos == len(data)
+    assert_same_trace(load(path, sidecar=False, entries=True), load(path, entries=True))
 
 
 @pytest.mark.parametrize("fault", ["shrunk", "garbage"])

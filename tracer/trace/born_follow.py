@@ -26,6 +26,7 @@ import sys
 
 import orjson
 
+from tracer.trace import sidecar
 from tracer.trace.born import INTERVAL_S, BornIndex
 
 POLL_S = 0.2  # how often an idle trace is looked at again
@@ -41,6 +42,12 @@ def follow(path: str, *, interval_s: float = INTERVAL_S, stdin: int = 0, poll_s:
     pending = b""  # the start of a line not finished yet
     done = False
     try:
+        # No index is written for a file this small: a short run costs no parsing at all,
+        # and a long one catches up once it has passed that size.
+        while not done and os.fstat(fd).st_size < sidecar.MIN_SOURCE_BYTES:
+            done = _ended(stdin, parent, poll_s)
+        if os.fstat(fd).st_size < sidecar.MIN_SOURCE_BYTES:
+            return index
         while index.failed is None:
             chunk = os.pread(fd, CHUNK, offset + len(pending))
             if chunk:
