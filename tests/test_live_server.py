@@ -7,6 +7,7 @@ assertions read the trace it left behind.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -66,7 +67,9 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     }
 
 
-def _serve_and_trace(models: dict[str, Path], spec: dict[str, Any], tmp: Path, stream: bool = False) -> Run:
+def _serve_and_trace(
+    models: dict[str, Path], spec: dict[str, Any], tmp: Path, stream: bool = False, index: bool = False
+) -> Run:
     trace_path = tmp / "live.jsonl"
     args = [
         "--speculative-config", json.dumps(spec),
@@ -77,6 +80,8 @@ def _serve_and_trace(models: dict[str, Path], spec: dict[str, Any], tmp: Path, s
         "--shutdown-timeout", "10",
     ]  # fmt: skip
     env = {"SCHEDSCOPE_TRACE": str(trace_path)}
+    if index:  # the server's born index, for a run too short to get one by default
+        env[sidecar.ENV_MIN_BYTES] = "0"
     port = free_port() if stream else None
     metrics_port = free_port() if stream else None
     if port:
@@ -151,7 +156,7 @@ def _scrape_when_settled(url: str, timeout: float = 20.0) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def ngram_run(models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     spec = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
-    yield _serve_and_trace(models, spec, tmp_path_factory.mktemp("ngram"), stream=True)
+    yield _serve_and_trace(models, spec, tmp_path_factory.mktemp("ngram"), stream=True, index=True)
 
 
 @pytest.fixture(scope="module")
@@ -246,6 +251,38 @@ def test_a_saved_copy_of_the_live_stream_opens_from_its_born_index(
     mapped = reopen(saved)
     assert mapped is not None, "the saved copy's born index was not taken"
     parsed = load(saved, sidecar=False, entries=True)
+    assert len(mapped) == len(parsed) > 20 and mapped.footer == parsed.footer
+    for name in parsed.columns:
+        assert np.array_equal(mapped.columns[name], parsed.columns[name]), name
+    assert mapped.entries is not None and parsed.entries is not None
+    for name, values in parsed.entries.arrays().items():
+        assert np.array_equal(mapped.entries.arrays()[name], values), name
+
+
+def _cmdlines() -> Iterator[bytes]:
+    for path in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):  # gone meanwhile
+            yield path.read_bytes()
+
+
+def test_the_servers_trace_opens_from_the_born_index_its_follower_wrote(
+    ngram_run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Inside the server, the recorder started the process that follows its trace
+    (tracer.trace.born_follow); it indexed every record up to the footer and ended with the
+    server. The trace opens from that index as a parse of it does."""
+    from tests.test_born import _meta, _segments
+
+    monkeypatch.setattr(sidecar, "MIN_SOURCE_BYTES", 0)  # as the server had it
+    path = Path(ngram_run.trace.path)
+    index = path.with_name(path.name + sidecar.SUFFIX)
+    last = _meta(index.read_bytes(), _segments(index)[-1])
+    assert last["footer"] is not None and last["parsed_end"] == path.stat().st_size
+    followers = [cmd for cmd in _cmdlines() if b"born_follow" in cmd and str(path).encode() in cmd]
+    assert not followers, "the follower outlived the server"
+    mapped = reopen(path)
+    assert mapped is not None, "the born index was not taken"
+    parsed = load(path, sidecar=False, entries=True)
     assert len(mapped) == len(parsed) > 20 and mapped.footer == parsed.footer
     for name in parsed.columns:
         assert np.array_equal(mapped.columns[name], parsed.columns[name]), name

@@ -11,7 +11,8 @@ only knows the container and whether it still describes the source.
 The sidecar lives next to the trace; where that directory is not writable, in the
 cache directory ($XDG_CACHE_HOME/schedscope, else ~/.cache/schedscope), named after
 the trace's absolute path. Writing one never fails a load (logged at debug level).
-`SCHEDSCOPE_SIDECAR=off` neither reads nor writes one (a first open, measured as such).
+`SCHEDSCOPE_SIDECAR=off` neither reads nor writes one (a first open, measured as such);
+`SCHEDSCOPE_SIDECAR_MIN_BYTES` sets the size below which a trace gets none (16 MiB).
 A sidecar that is torn, of another version, for another or a changed file, or whose
 arrays are not what the reader expects is never trusted: the caller parses again.
 """
@@ -34,9 +35,21 @@ logger = logging.getLogger("schedscope.sidecar")
 MAGIC = b"SSIDX\x00\r\n"  # the \r\n catches a text-mode copy
 VERSION = 1
 SUFFIX = ".ssidx"
+ENV_MIN_BYTES = "SCHEDSCOPE_SIDECAR_MIN_BYTES"
+
+
+def _min_bytes(default: int = 16 << 20) -> int:
+    try:
+        return max(0, int(os.environ.get(ENV_MIN_BYTES, default)))
+    except ValueError:
+        logger.warning("schedscope: %s is not a number of bytes; using %d", ENV_MIN_BYTES, default)
+        return default
+
+
 # Below this a trace parses in well under a second: no sidecar is written or read for
-# it, so small traces (tests, sample traces, replays) leave no files behind.
-MIN_SOURCE_BYTES = 16 << 20
+# it, so small traces (tests, sample traces, replays) leave no files behind. The variable
+# sets another size for a process and what it starts (a server's born index included).
+MIN_SOURCE_BYTES = _min_bytes()
 _LEN = struct.Struct("<Q")
 _ALIGN = 64
 _HASHED = 64 << 10
