@@ -81,6 +81,19 @@ def test_lanes_are_bounded_and_say_so(live: Session) -> None:
         rl.MAX_WINDOW = old
     assert (short.end, short.rows_asked, short.clipped_window) == (4, 52, True)
     assert "4 of the 52 steps asked read" in lanes_note(short)
+    # A busy step counts for its requests: the window ends once they pass MAX_ENTRIES.
+    c = live.trace.columns
+    named = (c["n_running"] + c["n_new"] + c["n_resumed"])[:52].astype(int)
+    bound = int(named[:7].sum())  # exactly the first 7 steps' entries
+    old, rl.MAX_ENTRIES = rl.MAX_ENTRIES, bound
+    try:
+        busy = rl.request_lanes(live.trace, 0, 52)
+    finally:
+        rl.MAX_ENTRIES = old
+    assert (busy.end, busy.rows_asked, busy.clipped_window) == (7 + int((named[7:] == 0).argmin()), 52, True)
+    assert f"{busy.end} of the 52 steps asked read" in lanes_note(busy)
+    full = rl.request_lanes(live.trace, 0, 52)
+    assert [lane.id for lane in busy.lanes] == [lane.id for lane in full.lanes][: len(busy.lanes)]
 
 
 def test_lanes_show_preemptions_and_clips() -> None:

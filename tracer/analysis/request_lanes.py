@@ -3,9 +3,11 @@ Gantt and waiting-by-reason chart draw, derived once here from tracer.analysis.w
 
 - `request_lanes(trace, start, end)`: for a window of step rows, one lane per request seen in
   it, as segments (first step, last step, state, reason code): consecutive steps in the same
-  state for the same reason. The work is bounded: at most `MAX_WINDOW` steps are read (each
-  record is parsed, as `why --step` parses it) and at most `max_lanes` lanes are kept (in
-  order of first appearance); `RequestLanes` says how many requests and steps were left out.
+  state for the same reason. The work is bounded: at most `MAX_WINDOW` steps and
+  `MAX_ENTRIES` scheduled request-steps are read (each record is parsed, as `why --step`
+  parses it: a busy server's step of 256 running costs as much as 30 quiet ones), and at most
+  `max_lanes` lanes are kept (in order of first appearance); `RequestLanes` says how many
+  requests and steps were left out.
 - `waiting_by_reason(trace)`: per step, the waiting requests (request-steps) by the constraint
   that held them: a step's waiting requests are attributed to its binding constraint
   (tracer.analysis.why.bindings), as `summary`'s waiting-by-reason line counts them. Columnar:
@@ -24,6 +26,10 @@ from tracer.analysis.why import Config, bindings, step_why, waiting_weights
 from tracer.trace.reader import Trace
 
 MAX_WINDOW = 2000  # steps read for one set of lanes
+# Request entries (running, new and resumed) those steps may name: at 256 running about 190
+# steps, read in about 0.1 s (2,000 such steps took 1.3 s, holding the GIL a viewer's other
+# work needs: the web app's zoom waited on it).
+MAX_ENTRIES = 50_000
 MAX_LANES = 200  # requests kept
 
 # A request's state in a step, from the step's record and its reasons:
@@ -61,7 +67,7 @@ class RequestLanes:
     end: int  # one past the last step row read
     lanes: tuple[RequestLane, ...]
     requests: int  # distinct requests seen in the window (lanes kept: at most max_lanes)
-    rows_asked: int  # rows asked for (the window read is at most MAX_WINDOW of them)
+    rows_asked: int  # rows asked for (the window read is at most MAX_WINDOW of them, fewer past MAX_ENTRIES)
     unlisted: int  # most waiting requests in one step that the trace does not list
     first_step: int = 0  # the step numbers of rows start and end - 1 (0 when none read)
     last_step: int = 0
@@ -89,6 +95,9 @@ def request_lanes(
     start = max(0, min(int(start), end))
     asked = end - start
     end = min(end, start + MAX_WINDOW)
+    cols = trace.columns
+    named = np.cumsum(sum(cols[k][start:end].astype(np.int64) for k in ("n_running", "n_new", "n_resumed")))
+    end = start + min(end - start, max(1, int(np.searchsorted(named, MAX_ENTRIES, side="right"))))
     cfg = Config(trace)
     cells: dict[str, dict[int, tuple[int, str, str]]] = {}  # id -> row -> (step, state, code)
     seen: set[str] = set()
