@@ -240,9 +240,12 @@ def _frame(chart: Chart) -> dict[str, Any]:
     )
     fig.update_annotations(font_size=12)  # the subplot titles
     legends: dict[str, Any] = {}
+    # Every axis's type said, so plotly.js does not guess it from the data on each redraw (it
+    # tries each x value as a date: a few percent of a zoom's drawing).
+    fig.update_xaxes(type="linear")
     for p, panel in enumerate(chart.panels):
         axis = fig.layout["yaxis" if p == 0 else f"yaxis{p + 1}"]
-        axis.update(panel.yaxis)
+        axis.update({"type": "linear", **panel.yaxis})
         legends[_legend(p)] = {
             "x": 1.01,
             "y": axis.domain[1],

@@ -76,13 +76,29 @@ td.better { color: #2e7d32; font-weight: bold; } td.worse { color: #b00020; font
 .compare-body { padding: 0 16px 24px; }
 """
 
+# Dash serves @babel/polyfill 7.12 (core-js 2) first among its scripts. It swaps the browser's
+# own String.prototype.trim, parseInt and parseFloat for JavaScript ones, because core-js 2 still
+# counts U+180E as whitespace (Unicode 6.3 dropped it, so every current browser "fails" its
+# check). plotly.js calls them per point and per colour: about a tenth of the browser's time in
+# a zoom of the 200k-step timeline (docs/performance.md). The page keeps the native ones and puts
+# them back once the scripts have run, before the app starts.
+_NATIVE = ("String.prototype", "trim"), ("String.prototype", "trimStart"), ("String.prototype", "trimEnd")
+_NATIVE += ("window", "parseInt"), ("window", "parseFloat"), ("Number", "parseInt"), ("Number", "parseFloat")
+_KEPT = ",".join(f"[{o},'{k}',{o}.{k}]" for o, k in _NATIVE)
+KEEP_NATIVE = f"<script>window.__ssNative=[{_KEPT}];</script>"
+RESTORE_NATIVE = "<script>window.__ssNative.forEach(function(n){if(n[2]){n[0][n[1]]=n[2];}});</script>"
+
 INDEX = (
     """<!DOCTYPE html>
 <html>
 <head>{%metas%}<title>{%title%}</title>{%favicon%}{%css%}<style>"""
     + CSS
     + """</style></head>
-<body>{%app_entry%}<footer>{%config%}{%scripts%}{%renderer%}</footer></body>
+<body>{%app_entry%}<footer>{%config%}"""
+    + KEEP_NATIVE
+    + "{%scripts%}"
+    + RESTORE_NATIVE
+    + """{%renderer%}</footer></body>
 </html>"""
 )
 

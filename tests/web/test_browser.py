@@ -31,6 +31,12 @@ GRAPH_DATA_JS = """
 const gd = document.querySelector('#timeline .js-plotly-plot');
 return gd.data.map(t => ({name: t.name, type: t.type, x: Array.from(t.x || []), y: Array.from(t.y || [])}));
 """
+NATIVE_JS = """
+const kept = window.__ssNative;
+return [String.prototype.trim, String.prototype.trimStart, String.prototype.trimEnd, window.parseInt,
+        window.parseFloat, Number.parseInt, Number.parseFloat].map(
+  (f, i) => f === kept[i][2] && /\\[native code\\]/.test(Function.prototype.toString.call(f)));
+"""
 GANTT_TRACE_JS = """
 const gd = document.querySelector('#request-gantt .js-plotly-plot');
 const i = gd.data.findIndex(t => t.name === arguments[0]);
@@ -76,6 +82,8 @@ def test_timeline_flags_and_inspector(dash_duo: Any, artifacts: Path, apps: list
     # The lines are SVG paths (no WebGL canvas: web.chart says why).
     assert dash_duo.find_elements("#timeline .scatterlayer .trace.scatter path.js-line")
     assert not dash_duo.find_elements("#timeline canvas")
+    # Dash's polyfill replaced these with JavaScript ones (web.layout); the page put the browser's back.
+    assert dash_duo.driver.execute_script(NATIVE_JS) == [True] * 7
 
     # The flag markers (outlined in #222, unlike the lines' own points): one per withheld
     # prefill step, coloured by kind.
