@@ -2,7 +2,8 @@
 """Issue 21's limits for born-indexed traces, at 200,000 steps and 256 running requests.
 
 The trace is bench/gen_trace.py's, written through the recorder's own writer thread, so it
-is born with its index (`<trace>.ssidx`, tracer.trace.born); B is a copy of it (trace and
+is born with its index (`<trace>.ssidx`, written by the recorder's follower process,
+tracer.trace.born_follow); B is a copy of it (trace and
 index, mtimes kept) unless --b names another. Every figure is the command as a subprocess,
 from its start to its exit, peak RSS from the kernel (wait4):
 
@@ -137,11 +138,16 @@ def main() -> int:
         load = "import sys; from tracer.trace.reader import load; load(sys.argv[1])"
         for cmd, argv in (("load()", [load]), ("summary", [CLI, "summary"]), ("flags", [CLI, "flags"])):
             now, then = [], []
-            for _ in range(args.rounds):
+            for i in range(args.rounds):
                 # Each from its own tree's directory: `python -c` puts the working directory
-                # first on the path, so it must not be this tree's for the one before.
-                now.append(run([PY, "-c", *argv, str(a)], env=off_now)[0])
-                then.append(run([PY, "-c", *argv, str(a)], env=off_today, cwd=today)[0])
+                # first on the path, so it must not be this tree's for the one before. Which
+                # goes first alternates: with this tree always first, four runs of the bench gave
+                # 1.08-1.35x for `load()` where the same two trees alternated by hand were even.
+                for side in (0, 1) if i % 2 == 0 else (1, 0):
+                    if side == 0:
+                        now.append(run([PY, "-c", *argv, str(a)], env=off_now)[0])
+                    else:
+                        then.append(run([PY, "-c", *argv, str(a)], env=off_today, cwd=today)[0])
             ratio = sorted(x / y for x, y in zip(now, then, strict=True))[len(now) // 2]
             table.add(
                 f"`{cmd}`, first open without an index, against {args.today}",
