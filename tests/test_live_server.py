@@ -248,9 +248,13 @@ def test_a_saved_copy_of_the_live_stream_opens_from_its_born_index(
         saver.handle(StreamEvent("run" if i == 0 else "record", orjson.loads(line), line))
     saver.close()
     assert saved.read_bytes() == ngram_run.streamed
-    mapped = reopen(saved)
-    assert mapped is not None, "the saved copy's born index was not taken"
-    parsed = load(saved, sidecar=False, entries=True)
+    assert_opens_as_parsed(reopen(saved), saved)
+
+
+def assert_opens_as_parsed(mapped: Trace | None, path: Path) -> None:
+    """`mapped` (the trace from its born index) holds what a parse of `path` does."""
+    assert mapped is not None, "the born index was not taken"
+    parsed = load(path, sidecar=False, entries=True)
     assert len(mapped) == len(parsed) > 20 and mapped.footer == parsed.footer
     for name in parsed.columns:
         assert np.array_equal(mapped.columns[name], parsed.columns[name]), name
@@ -280,15 +284,7 @@ def test_the_servers_trace_opens_from_the_born_index_its_follower_wrote(
     assert last["footer"] is not None and last["parsed_end"] == path.stat().st_size
     followers = [cmd for cmd in _cmdlines() if b"born_follow" in cmd and str(path).encode() in cmd]
     assert not followers, "the follower outlived the server"
-    mapped = reopen(path)
-    assert mapped is not None, "the born index was not taken"
-    parsed = load(path, sidecar=False, entries=True)
-    assert len(mapped) == len(parsed) > 20 and mapped.footer == parsed.footer
-    for name in parsed.columns:
-        assert np.array_equal(mapped.columns[name], parsed.columns[name]), name
-    assert mapped.entries is not None and parsed.entries is not None
-    for name, values in parsed.entries.arrays().items():
-        assert np.array_equal(mapped.entries.arrays()[name], values), name
+    assert_opens_as_parsed(reopen(path), path)
 
 
 @pytest.mark.parametrize("run_name", ["ngram_run", "draft_run"])
