@@ -166,3 +166,23 @@ def test_gz_sink_reports_a_full_disk() -> None:
     writer.shutdown()
     assert writer.failed is not None and writer.dropped > 0
     assert writer.records_written + writer.dropped + writer.errors == 5_000
+
+
+def test_shutdown_keeps_its_bound_while_the_index_follower_lags(tmp_path: Path) -> None:
+    """A born index follower still behind (here a real process that never finishes) is left to
+    finish on its own: the writer's shutdown stays within the bound its caller gave."""
+    from tracer.record.indexer import IndexProcess
+
+    lagging = subprocess.Popen(["sleep", "30"], stdin=subprocess.PIPE, start_new_session=True)
+    try:
+        sink = open_sink(tmp_path / "t.jsonl")
+        writer = TraceWriter(sink, encode, interval_s=0.001, index=IndexProcess(lagging))
+        writer.emit({"a": 1})
+        t0 = time.monotonic()
+        writer.shutdown(timeout=0.5)
+        assert time.monotonic() - t0 < 2.0
+        assert lagging.poll() is None  # not killed: it finishes its index on its own
+        assert (tmp_path / "t.jsonl").read_bytes() == b'{"a":1}\n'
+    finally:
+        lagging.kill()
+        lagging.wait()

@@ -20,8 +20,6 @@ from tracer.trace import born
 
 logger = logging.getLogger("schedscope.writer")
 
-WAIT_S = 10.0  # at the end, for the index to catch up with the footer
-
 
 class IndexProcess:
     """The follower of one trace file; `close` once the writer closed the file."""
@@ -54,7 +52,7 @@ class IndexProcess:
             return None
         return cls(proc)
 
-    def close(self, timeout: float = WAIT_S) -> None:
+    def close(self, timeout: float) -> None:
         """The trace is closed: let the follower read to its end and write its last segment,
         waiting up to `timeout` (it finishes on its own after that)."""
         if self.proc.stdin is not None:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any, NamedTuple
 
-from tracer.record.indexer import WAIT_S, IndexProcess
+from tracer.record.indexer import IndexProcess
 
 logger = logging.getLogger("schedscope.writer")
 
@@ -188,6 +188,7 @@ class TraceWriter:
         if self._closed:
             return
         self._closed = True
+        deadline = time.monotonic() + timeout  # the whole shutdown, the index's wait included
         self._stop.set()
         self._wake.set()
         self._thread.join(timeout)
@@ -201,8 +202,9 @@ class TraceWriter:
         except OSError as exc:
             self._fail(exc)
         if self._index is not None:
-            # Its last segment: the footer's, or a torn file's last whole record's.
-            self._index.close(max(timeout, WAIT_S))
+            # Its last segment (the footer's, or a torn file's last whole record's) within what is
+            # left of `timeout`; a follower still behind finishes it on its own.
+            self._index.close(max(0.0, deadline - time.monotonic()))
         if self.dropped:
             logger.warning("schedscope: %d trace records dropped", self.dropped)
 
