@@ -16,7 +16,8 @@ import pytest
 
 from tests.live_support import abandon_streams, bench_serve, build_tiny_llama, renice_engine, start_server
 from tracer.cli import main
-from tracer.trace.reader import Trace, load
+from tracer.trace import sidecar
+from tracer.trace.reader import Trace, load, reopen
 from tracer.whatif.fidelity import check_fidelity, fidelity_lines
 
 pytestmark = pytest.mark.live  # a CPU `vllm serve`: not on the CUDA 0.33 environment
@@ -37,7 +38,8 @@ def _record(tmp: Path, scheduler: str, extra: list[str], bench: list[str]) -> tu
         "--max-num-batched-tokens", "256", "--max-num-seqs", "8", "--shutdown-timeout", "10",
         *TIGHT_KV, *extra,
     ]  # fmt: skip
-    env = {"SCHEDSCOPE_TRACE": str(trace_path)}
+    # The server's born index too, though the run is short of the 16 MiB it waits for.
+    env = {"SCHEDSCOPE_TRACE": str(trace_path), sidecar.ENV_MIN_BYTES: "0"}
     with start_server(model, extra_args=args, env=env, log_path=tmp / "server.log") as server:
         # The API server must keep up with its streams, or a client that hangs up after a few
         # chunks reads them only once its request has finished, and no abort reaches the
@@ -138,7 +140,6 @@ def test_what_a_big_live_trace_keeps_beside_it_reads_back_equal(
     from tests.test_derived import assert_latency_equals_the_loop, assert_same_pass
     from tests.test_entrypass import assert_equals_reference
     from tracer.analysis import entrypass, requests, steppass
-    from tracer.trace import sidecar
 
     trace, _ = request.getfixturevalue(run)
     assert_latency_equals_the_loop(trace)
@@ -159,6 +160,25 @@ def test_what_a_big_live_trace_keeps_beside_it_reads_back_equal(
     again = load(path)
     assert_same_pass(computed, steppass.step_pass(again))
     assert list(requests.request_index(again).events.items()) == list(index.events.items())
+
+
+@pytest.mark.parametrize("run", ["ngram_live", "async_live"])
+def test_the_servers_born_index_holds_what_a_parse_of_its_trace_does(
+    run: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The index the follower wrote beside these servers (vllm bench serve's clients, hang-ups,
+    prefix hits, preemptions under KV pressure, async scheduling) covers the trace to its
+    footer and opens as a parse of it does, entry columns included."""
+    from tests.test_born import _meta, _segments
+    from tests.test_live_server import assert_opens_as_parsed
+
+    trace, _ = request.getfixturevalue(run)
+    monkeypatch.setattr(sidecar, "MIN_SOURCE_BYTES", 0)  # as the server had it
+    path = Path(trace.path)
+    index = path.with_name(path.name + sidecar.SUFFIX)
+    last = _meta(index.read_bytes(), _segments(index)[-1])
+    assert last["footer"] is not None and last["parsed_end"] == path.stat().st_size
+    assert_opens_as_parsed(reopen(path), path)
 
 
 # The reasons each live configuration must show proven (tracer.whatif.probe, on the identity replay).
