@@ -18,7 +18,15 @@ from dash.exceptions import PreventUpdate
 
 from tracer.trace.source import Phase
 from web import layout as ids
-from web.chart import build_figure, extend_patch, figure_dict, range_patch, range_update, selected_shape
+from web.chart import (
+    build_figure,
+    extend_patch,
+    figure_dict,
+    range_patch,
+    range_update,
+    selected_shape,
+    whole_range,
+)
 from web.compare_view import compare_chart, headline, totals_children
 from web.decimate import MAX_POINTS, Range, parse_xrange
 from web.engines_view import engine_of_trace, engines_chart
@@ -148,7 +156,10 @@ class Handlers:
             held = self._figures.get(view.key)
             if held is None or held[0] is not view:
                 chart = timeline_chart(view)
-                fig = figure_dict(chart, None, self.max_points, uirevision=view.key)
+                # The whole run as an explicit range, not autorange: plotly.js fills in an
+                # autoranged axis's `rangemode`, which a zoom then drops, and that difference
+                # redraws the whole figure once more on the first zoom's sync.
+                fig = figure_dict(chart, whole_range(chart), self.max_points, uirevision=view.key)
                 lines = sum(len(panel.lines) for panel in chart.panels)  # the first traces (web.chart)
                 sent = max((len(t["x"]) for t in fig["data"][:lines]), default=0)
                 held = self._figures[view.key] = (view, fig, sent)
@@ -191,6 +202,8 @@ class Handlers:
         if x_range != state.get("range"):
             patch["layout"]["xaxis"]["range"] = x_range
             patch["layout"]["xaxis"]["autorange"] = False
+        elif x_range is None:  # the whole run shown (_full_figure): it now ends later
+            patch["layout"]["xaxis"]["range"] = whole_range(chart)
         first_marker = sum(len(p.lines) for p in chart.panels)
         for i, m in enumerate(chart.markers):  # legend counts
             patch["data"][first_marker + i]["name"] = m.name

@@ -17,6 +17,7 @@ Arrays reach the browser as JSON lists, not base64 typed arrays: Patch.extend
 from __future__ import annotations
 
 import html
+import itertools
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -136,6 +137,14 @@ def trace_data(chart: Chart, x_range: XRange = None, max_points: int = MAX_POINT
     return out
 
 
+def whole_range(chart: Chart) -> list[float] | None:
+    """The x range of every step of `chart`, as autorange would draw a step line (half a step
+    either side), or None for a chart with no step."""
+    if not len(chart.x):
+        return None
+    return [float(chart.x[0]) - 0.5, float(chart.x[-1]) + 0.5]
+
+
 def selected_shape(step: int | None) -> list[dict[str, Any]]:
     if step is None:
         return []
@@ -154,9 +163,8 @@ def selected_shape(step: int | None) -> list[dict[str, Any]]:
 
 
 def _axes(panel: int) -> dict[str, str]:
-    """The axes make_subplots gives row `panel` (0-based) of a one-column grid."""
-    n = str(panel + 1) if panel else ""
-    return {"xaxis": f"x{n}", "yaxis": f"y{n}"}
+    """Row `panel`'s (0-based) axes: its own y axis, the one x axis every row shares (_frame)."""
+    return {"xaxis": "x", "yaxis": f"y{panel + 1}" if panel else "y"}
 
 
 def _legend(panel: int) -> str:
@@ -211,6 +219,38 @@ def _light(color: str, amount: float = 0.55) -> str:
     return f"rgb({r},{g},{b})"
 
 
+# Every figure_dict and every Patch that changes a trace's arrays carries a new `datarevision`.
+# Given one, plotly.js compares it instead of the identity of every array in the figure. That
+# matters on a zoom: dcc.Graph copies the new axis range into its `figure` prop and re-plots
+# it, and Dash's copy of the layout shares no array with the one plotly holds, so without a
+# revision every array, and the template object, counts as changed and that copy is redrawn
+# in full: about as long as the zoom's own redraw (docs/performance.md).
+_revisions = itertools.count(1)
+
+
+def _revision() -> int:
+    return next(_revisions)
+
+
+# plotly_white, written into the layout itself: a `template` object is compared by identity
+# on each Plotly.react, so it would undo what the revision saves. Only what these figures use.
+_LOOK = {
+    "font": {"color": "#2a3f5f"},
+    "paper_bgcolor": "white",
+    "plot_bgcolor": "white",
+    "hoverlabel": {"align": "left"},
+    "autotypenumbers": "strict",
+}
+_AXIS_LOOK = {
+    "gridcolor": "#EBF0F8",
+    "linecolor": "#EBF0F8",
+    "zerolinecolor": "#EBF0F8",
+    "zerolinewidth": 2,
+    "ticks": "",
+    "automargin": True,
+}
+
+
 # The layout of each arrangement of panels, as plotly builds it. make_subplots and plotly's
 # validation of every property cost far more than a figure's data (about 0.5 s against 30 ms
 # for the 200k-step timeline), and a chart's arrangement is the same from one snapshot to the next.
@@ -223,7 +263,7 @@ def _frame(chart: Chart) -> dict[str, Any]:
     """The layout of `chart`'s panels (domains, titles, notes, legends, y axes), without data
     and without anything a call sets (range, selection, title, uirevision). Shared: not to be mutated."""
     panels = [(p.title, p.weight, p.note, p.yaxis, [line.name for line in p.lines]) for p in chart.panels]
-    key = repr((chart.height, panels, [(m.panel, m.name) for m in chart.markers]))
+    key = repr((panels, [(m.panel, m.name) for m in chart.markers]))
     with _frames_lock:
         layout = _FRAMES.get(key)
     if layout is not None:
@@ -240,12 +280,14 @@ def _frame(chart: Chart) -> dict[str, Any]:
     )
     fig.update_annotations(font_size=12)  # the subplot titles
     legends: dict[str, Any] = {}
-    # Every axis's type said, so plotly.js does not guess it from the data on each redraw (it
-    # tries each x value as a date: a few percent of a zoom's drawing).
-    fig.update_xaxes(type="linear")
     for p, panel in enumerate(chart.panels):
         axis = fig.layout["yaxis" if p == 0 else f"yaxis{p + 1}"]
-        axis.update({"type": "linear", **panel.yaxis})
+        # Every axis's type said, so plotly.js does not guess it from the data on each redraw (it
+        # tries each value as a date: a few percent of a zoom's drawing). `autorange` said too:
+        # plotly.js writes it into the layout it holds, and a figure Dash holds without it is
+        # redrawn in full on the first zoom's sync.
+        auto = {} if "range" in panel.yaxis else {"autorange": True}
+        axis.update({"type": "linear", **_AXIS_LOOK, **auto, **panel.yaxis})
         legends[_legend(p)] = {
             "x": 1.01,
             "y": axis.domain[1],
@@ -258,26 +300,47 @@ def _frame(chart: Chart) -> dict[str, Any]:
         if panel.note:
             fig.add_annotation(
                 text=panel.note,
-                xref=f"x{p + 1 if p else ''} domain",
+                xref="x domain",
                 yref=f"y{p + 1 if p else ''} domain",
                 x=0.5,
                 y=0.5,
                 showarrow=False,
                 font={"color": "#888"},
             )
-    fig.update_layout(
-        legends,
-        height=chart.height,
-        margin={"l": 70, "r": 230, "t": 30, "b": 40},
-        hovermode="x",
-        template="plotly_white",
-    )
-    fig.layout[f"xaxis{n if n > 1 else ''}"].title = "step"
-    layout = fig.to_dict()["layout"]  # a deep copy: plain dicts and lists
+    fig.update_layout(legends, margin={"l": 70, "r": 230, "t": 30, "b": 40}, hovermode="x")
+    layout = _one_x_axis(fig.to_dict()["layout"], n)  # to_dict: a deep copy, plain dicts and lists
+    layout.pop("template", None)
+    layout.update(_LOOK)
+    # Sized by its page (each dcc.Graph sets its height), so no height, and no `autosize`: given
+    # either, plotly.js sizes the plot again on a figure's re-plot, and the page's scroll bar,
+    # there since the first draw, makes that a full redraw on the first zoom's sync.
+    # build_figure gives a figure of its own the chart's height.
     with _frames_lock:
         if len(_FRAMES) >= _FRAMES_KEPT:
             _FRAMES.pop(next(iter(_FRAMES)))
         _FRAMES[key] = layout
+    return layout
+
+
+def _one_x_axis(layout: dict[str, Any], rows: int) -> dict[str, Any]:
+    """make_subplots' stacked rows with one x axis for all of them, drawn under the last row.
+
+    make_subplots gives each row an x axis of its own, matched to the last one. plotly.js then
+    draws all of them on every redraw, and a zoom's range, copied back by dcc.Graph into the
+    one axis the event names, differs from the other axes' and redraws them all again.
+    """
+    for r in range(2, rows + 1):
+        del layout[f"xaxis{r}"]
+    layout["xaxis"] = {
+        "anchor": f"y{rows}" if rows > 1 else "y",
+        "domain": [0.0, 1.0],
+        "type": "linear",
+        "title": {"text": "step"},
+        "autorange": True,
+        **_AXIS_LOOK,
+    }
+    for r in range(1, rows + 1):
+        layout[f"yaxis{r}" if r > 1 else "yaxis"]["anchor"] = "x"
     return layout
 
 
@@ -295,14 +358,14 @@ def figure_dict(
     orjson pass; a plotly Figure object has it walk every list in Python first."""
     layout = dict(_frame(chart))  # the frame's nested dicts are shared: replaced here, never changed
     layout["uirevision"] = uirevision
+    layout["datarevision"] = _revision()
     if selected is not None:
         layout["shapes"] = selected_shape(selected)
     if title:
         layout["title"] = {"text": title, "x": 0.01, "font": {"size": 14}}
         layout["margin"] = {**layout["margin"], "t": 60}
     if x_range is not None:
-        for name in [k for k in layout if k.startswith("xaxis")]:
-            layout[name] = {**layout[name], "range": list(x_range), "autorange": False}
+        layout["xaxis"] = {**layout["xaxis"], "range": list(x_range), "autorange": False}
     data = [
         _line_trace(item, d, panel) if isinstance(item, Line) else _marker_trace(item, d, panel)
         for (panel, item), d in zip(chart.traces(), trace_data(chart, x_range, max_points), strict=True)
@@ -320,10 +383,13 @@ def build_figure(
     uirevision: str = "chart",
 ) -> go.Figure:
     """figure_dict as a plotly Figure (validated), for what needs one: a download, the compare
-    and engines pages."""
-    return go.Figure(
+    and engines pages. Its template is plotly_white, as the look figure_dict writes out, and its
+    height the chart's."""
+    fig = go.Figure(
         figure_dict(chart, x_range, max_points, selected=selected, title=title, uirevision=uirevision)
     )
+    fig.update_layout(height=chart.height, template="plotly_white")
+    return fig
 
 
 def range_patch(
@@ -342,6 +408,7 @@ def range_update(
     for i, d in enumerate(data):
         for key, value in d.items():
             patch["data"][i][key] = value
+    patch["layout"]["datarevision"] = _revision()
     return patch, held_points(data)
 
 
@@ -370,4 +437,5 @@ def extend_patch(chart: Chart, old_rows: int, patch: Patch | None = None) -> Pat
             for key in ("x", "y", "hovertext"):
                 patch["data"][i][key].extend(d[key])
         i += 1
+    patch["layout"]["datarevision"] = _revision()
     return patch
