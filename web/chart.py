@@ -32,12 +32,12 @@ from web.decimate import MAX_POINTS, row_range, select_rows, thin
 
 XRange = tuple[float, float] | None
 MARKERS_MODE_BELOW = 200  # draw point markers on lines when this few points are visible
-# Flag markers per kind in a range: one per about five pixel columns of the timeline, where the
-# 12-pixel markers still overlap into a solid band (zoom in to reach each flag). Each marker is an
-# SVG node that plotly restyles on every redraw, and a zoom redraws three times (the relayout,
-# dcc.Graph's figure sync, the answer): at 1,000 a kind, 198k flags of one kind took about a
-# fifth of the browser's time per zoom (docs/performance.md).
-MAX_MARKERS = 250
+# Flag markers per kind in a range: one per about ten pixel columns of a 1,200-pixel timeline,
+# where the 12-pixel markers still overlap into a solid band (zoom in to reach each flag). Each
+# marker is an SVG node that plotly restyles on every redraw, and a zoom redraws twice (the
+# relayout, the answer): at 1,000 a kind, 198k flags of one kind took about a fifth of the
+# browser's time per zoom (docs/performance.md).
+MAX_MARKERS = 120
 
 
 @dataclass(frozen=True)

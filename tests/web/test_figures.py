@@ -9,7 +9,7 @@ from tracer.analysis.compare import compare
 from tracer.analysis.flags import ADDITIVE, KINDS
 from tracer.render.compare import headline_sentences
 from tracer.render.text import compare_totals
-from web.chart import build_figure, extend_patch, figure_dict, range_patch, trace_data
+from web.chart import MAX_MARKERS, build_figure, extend_patch, figure_dict, range_patch, trace_data
 from web.compare_view import compare_chart, headline, totals_table
 from web.model import TraceView
 from web.timeline import timeline_chart
@@ -60,6 +60,11 @@ def test_big_traces_send_at_most_4k_points_per_trace_and_zoom_re_decimates() -> 
     chart = timeline_chart(v)
     fig = build_figure(chart)
     assert max(len(t.x) for t in fig.data) <= 4000
+    # Flag markers are thinned evenly to MAX_MARKERS a kind (they overlap into a band beyond it).
+    marker_traces = fig.data[-len(chart.markers) :]
+    counts = [(len(m.rows), len(t.x)) for m, t in zip(chart.markers, marker_traces, strict=True)]
+    assert any(flags > MAX_MARKERS for flags, _ in counts)
+    assert all(shown == min(flags, MAX_MARKERS) for flags, shown in counts), counts
     patch = range_patch(chart, (30_000.0, 31_000.0)).to_plotly_json()
     xs = [op["params"]["value"] for op in patch["operations"] if op["location"][-1] == "x"]
     assert max(len(x) for x in xs) <= 1003 and min(xs[0]) >= 29_999 and max(xs[0]) <= 31_001
