@@ -234,14 +234,14 @@ def _revision() -> int:
 
 # plotly_white, written into the layout itself: a `template` object is compared by identity
 # on each Plotly.react, so it would undo what the revision saves. Only what these figures use.
-_LOOK = {
+LOOK = {
     "font": {"color": "#2a3f5f"},
     "paper_bgcolor": "white",
     "plot_bgcolor": "white",
     "hoverlabel": {"align": "left"},
     "autotypenumbers": "strict",
 }
-_AXIS_LOOK = {
+AXIS_LOOK = {
     "gridcolor": "#EBF0F8",
     "linecolor": "#EBF0F8",
     "zerolinecolor": "#EBF0F8",
@@ -287,7 +287,7 @@ def _frame(chart: Chart) -> dict[str, Any]:
         # plotly.js writes it into the layout it holds, and a figure Dash holds without it is
         # redrawn in full on the first zoom's sync.
         auto = {} if "range" in panel.yaxis else {"autorange": True}
-        axis.update({"type": "linear", **_AXIS_LOOK, **auto, **panel.yaxis})
+        axis.update({"type": "linear", **AXIS_LOOK, **auto, **panel.yaxis})
         legends[_legend(p)] = {
             "x": 1.01,
             "y": axis.domain[1],
@@ -310,7 +310,7 @@ def _frame(chart: Chart) -> dict[str, Any]:
     fig.update_layout(legends, margin={"l": 70, "r": 230, "t": 30, "b": 40}, hovermode="x")
     layout = _one_x_axis(fig.to_dict()["layout"], n)  # to_dict: a deep copy, plain dicts and lists
     layout.pop("template", None)
-    layout.update(_LOOK)
+    layout.update(LOOK)
     # Sized by its page (each dcc.Graph sets its height), so no height, and no `autosize`: given
     # either, plotly.js sizes the plot again on a figure's re-plot, and the page's scroll bar,
     # there since the first draw, makes that a full redraw on the first zoom's sync.
@@ -337,7 +337,7 @@ def _one_x_axis(layout: dict[str, Any], rows: int) -> dict[str, Any]:
         "type": "linear",
         "title": {"text": "step"},
         "autorange": True,
-        **_AXIS_LOOK,
+        **AXIS_LOOK,
     }
     for r in range(1, rows + 1):
         layout[f"yaxis{r}" if r > 1 else "yaxis"]["anchor"] = "x"

@@ -14,7 +14,6 @@ from __future__ import annotations
 import html as html_text
 from typing import Any
 
-import plotly.graph_objects as go
 from dash import Dash, Input, Output, State, dcc, html
 from dash.exceptions import PreventUpdate
 
@@ -29,6 +28,7 @@ from tracer.analysis.request_lanes import (
     RequestLanes,
 )
 from tracer.render.why import lanes_note, segment_text, state_label, story_lines
+from web.chart import AXIS_LOOK, LOOK
 from web.decimate import MAX_POINTS, parse_xrange, row_range, select_rows
 from web.model import TraceView
 from web.store import TraceStore
@@ -51,55 +51,63 @@ def lane_label(rid: str) -> str:
     return rid if len(rid) <= LABEL_CHARS else "…" + rid[-(LABEL_CHARS - 1) :]
 
 
-def waiting_figure(view: TraceView, x_range: XRange = None, max_points: int = MAX_POINTS) -> go.Figure:
-    """Waiting request-steps per step, stacked by the reason that held them."""
+def waiting_figure(view: TraceView, x_range: XRange = None, max_points: int = MAX_POINTS) -> dict[str, Any]:
+    """Waiting request-steps per step, stacked by the reason that held them. Plain dicts, as
+    web.chart's figures: plotly's objects cost more than the data (30-50 ms a call at 200k
+    steps), and both why views are redrawn on every zoom, beside the timeline's next answer."""
     series = view.session.waiting_by_reason
     steps = view.steps
     lo, hi = row_range(steps, *(x_range or (None, None)))
-    fig = go.Figure()
+    data: list[dict[str, Any]] = []
+    layout: dict[str, Any] = {
+        **LOOK,
+        "title": _title("waiting requests by the constraint that held them (request-steps)"),
+        "height": 260,
+        "margin": {"l": 70, "r": 230, "t": 40, "b": 40},
+        "hovermode": "x",
+        "legend": {"x": 1.01, "y": 1, "font": {"size": 11}},
+        "uirevision": view.key,
+        "xaxis": {"title": {"text": "step"}, **AXIS_LOOK},
+        "yaxis": {"title": {"text": "waiting"}, "rangemode": "tozero", **AXIS_LOOK},
+    }
     if series:
         rows = select_rows(list(series.values()), lo, hi, max_points)
         x = steps[rows].tolist()
         for code, values in series.items():
-            fig.add_trace(
-                go.Scatter(
-                    x=x,
-                    y=values[rows].tolist(),
-                    name=f"{label(code)} ({int(values.sum())})",
-                    mode="lines",
-                    stackgroup="waiting",
-                    line={"color": color(code), "width": 0.5, "shape": "hv"},
-                    fillcolor=color(code),
-                    hovertemplate=f"{html_text.escape(label(code))}: %{{y}}<extra></extra>",
-                )
+            data.append(
+                {
+                    "type": "scatter",
+                    "x": x,
+                    "y": values[rows].tolist(),
+                    "name": f"{label(code)} ({int(values.sum())})",
+                    "mode": "lines",
+                    "stackgroup": "waiting",
+                    "line": {"color": color(code), "width": 0.5, "shape": "hv"},
+                    "fillcolor": color(code),
+                    "hovertemplate": f"{html_text.escape(label(code))}: %{{y}}<extra></extra>",
+                }
             )
     else:
-        fig.add_annotation(
-            text="no request waited", showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5
-        )
-    fig.update_layout(
-        title={
-            "text": "waiting requests by the constraint that held them (request-steps)",
-            "font": {"size": 13},
-        },
-        height=260,
-        margin={"l": 70, "r": 230, "t": 40, "b": 40},
-        template="plotly_white",
-        hovermode="x",
-        legend={"x": 1.01, "y": 1, "font": {"size": 11}},
-        uirevision=view.key,
-    )
-    fig.update_xaxes(title="step")
-    fig.update_yaxes(title="waiting", rangemode="tozero")
+        layout["annotations"] = [
+            {
+                "text": "no request waited",
+                "showarrow": False,
+                "xref": "paper",
+                "yref": "paper",
+                "x": 0.5,
+                "y": 0.5,
+            }
+        ]
     if x_range is not None:
-        fig.update_xaxes(range=list(x_range), autorange=False)
+        layout["xaxis"].update(range=list(x_range), autorange=False)
     elif len(steps):
-        fig.update_xaxes(range=[float(steps[0]) - 0.5, float(steps[-1]) + 0.5])
-    return fig
+        layout["xaxis"]["range"] = [float(steps[0]) - 0.5, float(steps[-1]) + 0.5]
+    return {"data": data, "layout": layout}
 
 
-def gantt_figure(view: TraceView, lanes: RequestLanes) -> go.Figure:
-    """One lane per request; a bar per segment, coloured by reason, patterned by state."""
+def gantt_figure(view: TraceView, lanes: RequestLanes) -> dict[str, Any]:
+    """One lane per request; a bar per segment, coloured by reason, patterned by state (plain
+    dicts, as waiting_figure)."""
     labels = [lane_label(lane.id) for lane in lanes.lanes]
     groups: dict[tuple[str, str], dict[str, list[Any]]] = {}
     for lane, name in zip(lanes.lanes, labels, strict=True):
@@ -109,47 +117,52 @@ def gantt_figure(view: TraceView, lanes: RequestLanes) -> go.Figure:
             g["base"].append(seg.first - 0.5)
             g["y"].append(name)
             g["custom"].append([lane.id, segment_text(seg)])
-    fig = go.Figure()
     order = {s: i for i, s in enumerate(STATE_ORDER)}
-    for (state, code), g in sorted(groups.items(), key=lambda kv: (order[kv[0][0]], kv[0][1])):
-        fig.add_trace(
-            go.Bar(
-                orientation="h",
-                x=g["x"],
-                base=g["base"],
-                y=g["y"],
-                customdata=g["custom"],
-                name=state_label(state, code),
-                marker={
-                    "color": color(code),
-                    "pattern": {"shape": PATTERN[state], "fgcolor": "#333", "size": 6, "solidity": 0.3},
-                    "line": {"width": 0},
-                },
-                hovertemplate="%{customdata[0]}<br>%{customdata[1]}<extra></extra>",
-            )
-        )
+    data = [
+        {
+            "type": "bar",
+            "orientation": "h",
+            "x": g["x"],
+            "base": g["base"],
+            "y": g["y"],
+            "customdata": g["custom"],
+            "name": state_label(state, code),
+            "marker": {
+                "color": color(code),
+                "pattern": {"shape": PATTERN[state], "fgcolor": "#333", "size": 6, "solidity": 0.3},
+                "line": {"width": 0},
+            },
+            "hovertemplate": "%{customdata[0]}<br>%{customdata[1]}<extra></extra>",
+        }
+        for (state, code), g in sorted(groups.items(), key=lambda kv: (order[kv[0][0]], kv[0][1]))
+    ]
     note = lanes_note(lanes)
-    fig.update_layout(
-        title={
-            "text": f"requests: one lane each, by state and reason — {html_text.escape(note)}",
-            "font": {"size": 13},
-        },
-        barmode="overlay",
-        bargap=0.15,
-        height=120 + LANE_PX * max(1, len(labels)),
-        margin={"l": 170, "r": 230, "t": 40, "b": 40},
-        template="plotly_white",
-        legend={"x": 1.01, "y": 1, "font": {"size": 11}, "traceorder": "normal"},
-        hovermode="closest",
-        uirevision=view.key,
-    )
-    fig.update_yaxes(
-        categoryorder="array", categoryarray=labels[::-1], tickfont={"size": 10, "family": "monospace"}
-    )
-    fig.update_xaxes(title="step (click a lane: its why)")
+    xaxis: dict[str, Any] = {"title": {"text": "step (click a lane: its why)"}, **AXIS_LOOK}
     if lanes.lanes:
-        fig.update_xaxes(range=[lanes.first_step - 0.5, lanes.last_step + 0.5])
-    return fig
+        xaxis["range"] = [lanes.first_step - 0.5, lanes.last_step + 0.5]
+    layout = {
+        **LOOK,
+        "title": _title(f"requests: one lane each, by state and reason — {html_text.escape(note)}"),
+        "barmode": "overlay",
+        "bargap": 0.15,
+        "height": 120 + LANE_PX * max(1, len(labels)),
+        "margin": {"l": 170, "r": 230, "t": 40, "b": 40},
+        "legend": {"x": 1.01, "y": 1, "font": {"size": 11}, "traceorder": "normal"},
+        "hovermode": "closest",
+        "uirevision": view.key,
+        "xaxis": xaxis,
+        "yaxis": {
+            "categoryorder": "array",
+            "categoryarray": labels[::-1],
+            "tickfont": {"size": 10, "family": "monospace"},
+            **AXIS_LOOK,
+        },
+    }
+    return {"data": data, "layout": layout}
+
+
+def _title(text: str) -> dict[str, Any]:
+    return {"text": text, "font": {"size": 13}, "x": 0.05}  # plotly_white's title place
 
 
 def why_panel(view: TraceView | None, request_id: str | None) -> list[Any]:
@@ -190,7 +203,7 @@ class WhyHandlers:
         self.max_points = max_points
         self.max_lanes = max_lanes
 
-    def waiting(self, key: str | None, relayout: dict[str, Any] | None) -> go.Figure:
+    def waiting(self, key: str | None, relayout: dict[str, Any] | None) -> dict[str, Any]:
         view = self.store.get(key)
         if view is None:
             raise PreventUpdate
@@ -200,7 +213,7 @@ class WhyHandlers:
         lo, hi = row_range(view.steps, *(x_range or (None, None)))
         return view.session.request_lanes(lo, hi, max_lanes=self.max_lanes)
 
-    def gantt(self, key: str | None, relayout: dict[str, Any] | None) -> go.Figure:
+    def gantt(self, key: str | None, relayout: dict[str, Any] | None) -> dict[str, Any]:
         view = self.store.get(key)
         if view is None:
             raise PreventUpdate

@@ -3,6 +3,9 @@ Gantt and its click, on the bundled live sample (no browser)."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import plotly.graph_objects as go
 import pytest
 from dash.exceptions import PreventUpdate
 
@@ -15,6 +18,11 @@ from .helpers import LIVE_NGRAM, sample, view
 SAMPLE_ID = "cmpl-b451ef580968e36c-0-8e741a70"
 
 
+def _fig(d: dict[str, Any]) -> go.Figure:
+    """The why views' plain-dict figures, as plotly objects to read (validated by plotly)."""
+    return go.Figure(d)
+
+
 @pytest.fixture
 def h() -> WhyHandlers:
     store = TraceStore(max_upload=1 << 20)
@@ -23,7 +31,7 @@ def h() -> WhyHandlers:
 
 
 def test_waiting_area_stacks_max_num_seqs_at_steps_3_to_19() -> None:
-    fig = waiting_figure(view(LIVE_NGRAM))
+    fig = _fig(waiting_figure(view(LIVE_NGRAM)))
     by_name = {t.name: t for t in fig.data}
     assert list(by_name) == ["max_num_seqs (79)", "target token budget (6)"]
     seqs = by_name["max_num_seqs (79)"]
@@ -37,7 +45,7 @@ def test_waiting_area_stacks_max_num_seqs_at_steps_3_to_19() -> None:
 
 
 def test_waiting_area_follows_the_timeline_zoom(h: WhyHandlers) -> None:
-    fig = h.waiting("live", {"xaxis.range[0]": 5, "xaxis.range[1]": 10})
+    fig = _fig(h.waiting("live", {"xaxis.range[0]": 5, "xaxis.range[1]": 10}))
     assert list(fig.layout.xaxis.range) == [5, 10]
     assert min(fig.data[0].x) >= 4 and max(fig.data[0].x) <= 11  # one row of margin each side
     with pytest.raises(PreventUpdate):
@@ -46,7 +54,7 @@ def test_waiting_area_follows_the_timeline_zoom(h: WhyHandlers) -> None:
 
 def test_gantt_lanes_are_coloured_by_reason_and_patterned_by_state() -> None:
     v = view(LIVE_NGRAM)
-    fig = gantt_figure(v, v.session.request_lanes())
+    fig = _fig(gantt_figure(v, v.session.request_lanes()))
     names = [t.name for t in fig.data]
     assert "waiting: max_num_seqs" in names and "scheduled in full" in names
     waiting = fig.data[names.index("waiting: max_num_seqs")]
@@ -66,7 +74,7 @@ def test_gantt_lanes_are_coloured_by_reason_and_patterned_by_state() -> None:
 
 
 def test_gantt_follows_the_zoom_and_its_click_opens_the_why(h: WhyHandlers) -> None:
-    fig = h.gantt("live", {"xaxis.range[0]": 30, "xaxis.range[1]": 40})
+    fig = _fig(h.gantt("live", {"xaxis.range[0]": 30, "xaxis.range[1]": 40}))
     assert all(b >= 28.5 for t in fig.data for b in t.base)  # steps 29..41 read (a row of margin)
     click = {"points": [{"customdata": [SAMPLE_ID, "steps 3–23 waiting: max_num_seqs"]}]}
     panel = h.why(click, "live")
@@ -76,3 +84,13 @@ def test_gantt_follows_the_zoom_and_its_click_opens_the_why(h: WhyHandlers) -> N
     with pytest.raises(PreventUpdate):
         h.why(None, "live")
     assert "No request nobody" in h.why({"points": [{"customdata": ["nobody", ""]}]}, "live")[0].children
+
+
+@pytest.mark.parametrize("zoom", [None, {"xaxis.range[0]": 5, "xaxis.range[1]": 30}])
+def test_the_why_figures_are_what_plotly_makes_of_them(h: WhyHandlers, zoom: dict[str, Any] | None) -> None:
+    """Built as plain dicts (no plotly objects on a zoom's path); plotly's own validation must
+    give each back exactly (no property it would drop, rename or coerce)."""
+    for fig in (h.waiting("live", zoom), h.gantt("live", zoom)):
+        made = go.Figure(fig).to_dict()
+        made["layout"].pop("template")  # plotly.py adds its default; the page gets none
+        assert made == fig
