@@ -43,6 +43,10 @@ const i = gd.data.findIndex(t => t.name === arguments[0]);
 const t = gd.data[i];
 return {index: i, color: t.marker.color, bars: t.x.length, base: Array.from(t.base), x: Array.from(t.x)};
 """
+X_RANGE_JS = """
+const gd = document.querySelector('#timeline .js-plotly-plot');
+return gd._fullLayout.xaxis.range;
+"""
 # Record the callback responses, to see what each tick sent.
 SPY_JS = """
 window.__responses = [];
@@ -219,6 +223,8 @@ def test_live_follow_adds_steps_with_patches(
     while len(_graph(dash_duo)[0]["x"]) < 5 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _graph(dash_duo)[0]["x"] == [1, 2, 3, 4, 5]
+    # The whole run is an explicit x range (web.callbacks), and it grew with the run.
+    assert dash_duo.driver.execute_script(X_RANGE_JS) == [0.5, 5.5]
     print(f"live: appended steps shown after {seen_after:.2f} s")
     # ~0.1 s poll + 0.3 s tick: 0.6-0.8 s when run alone; inside the whole web suite on a 2-core
     # host the browser has taken 1.7 s (idle) and 2.4 s (loaded). The bound catches a stalled
