@@ -166,7 +166,17 @@ def _timeline_tab(options: list[dict[str, Any]], default: str | None, live: bool
             html.Div(controls, className="bar"),
             html.Div(id=SUMMARY),
             dcc.Graph(
-                id=GRAPH, config={"displaylogo": False, "scrollZoom": True}, style={"height": "1250px"}
+                id=GRAPH,
+                # The figure gives the whole run as an explicit x range (web.callbacks), which a
+                # followed or still-loading trace then moves: plotly.js's "reset" would go back to
+                # the first one. A double-click and the modebar autoscale instead.
+                config={
+                    "displaylogo": False,
+                    "scrollZoom": True,
+                    "doubleClick": "autosize",
+                    "modeBarButtonsToRemove": ["resetScale2d"],
+                },
+                style={"height": "1250px"},
             ),
             *why_section(),  # waiting by reason, the request Gantt and its why (web.why_view)
             html.Div([html.Div(id=INSPECTOR), flags], className="columns"),

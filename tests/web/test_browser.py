@@ -225,6 +225,17 @@ def test_live_follow_adds_steps_with_patches(
     assert _graph(dash_duo)[0]["x"] == [1, 2, 3, 4, 5]
     # The whole run is an explicit x range (web.callbacks), and it grew with the run.
     assert dash_duo.driver.execute_script(X_RANGE_JS) == [0.5, 5.5]
+    # A double-click after a zoom shows the whole run as it is now, not as it first was.
+    dash_duo.driver.execute_script(
+        "Plotly.relayout(document.querySelector('#timeline .js-plotly-plot'), {'xaxis.range': [2, 3]});"
+    )
+    drag = dash_duo.find_element("#timeline .nsewdrag")
+    ActionChains(dash_duo.driver).double_click(drag).perform()
+    deadline = time.monotonic() + 5
+    while dash_duo.driver.execute_script(X_RANGE_JS)[1] < 5 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    low, high = dash_duo.driver.execute_script(X_RANGE_JS)
+    assert low <= 1 and high >= 5, (low, high)
     print(f"live: appended steps shown after {seen_after:.2f} s")
     # ~0.1 s poll + 0.3 s tick: 0.6-0.8 s when run alone; inside the whole web suite on a 2-core
     # host the browser has taken 1.7 s (idle) and 2.4 s (loaded). The bound catches a stalled
