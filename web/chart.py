@@ -284,8 +284,7 @@ def _frame(chart: Chart) -> dict[str, Any]:
         axis = fig.layout["yaxis" if p == 0 else f"yaxis{p + 1}"]
         # Every axis's type said, so plotly.js does not guess it from the data on each redraw (it
         # tries each value as a date: a few percent of a zoom's drawing). `autorange` said too:
-        # plotly.js writes it into the layout it holds, and a figure Dash holds without it is
-        # redrawn in full on the first zoom's sync.
+        # plotly.js writes it into the layout it holds, so the figure Dash holds stays alike.
         auto = {} if "range" in panel.yaxis else {"autorange": True}
         axis.update({"type": "linear", **AXIS_LOOK, **auto, **panel.yaxis})
         legends[_legend(p)] = {
@@ -311,10 +310,9 @@ def _frame(chart: Chart) -> dict[str, Any]:
     layout = _one_x_axis(fig.to_dict()["layout"], n)  # to_dict: a deep copy, plain dicts and lists
     layout.pop("template", None)
     layout.update(LOOK)
-    # Sized by its page (each dcc.Graph sets its height), so no height, and no `autosize`: given
-    # either, plotly.js sizes the plot again on a figure's re-plot, and the page's scroll bar,
-    # there since the first draw, makes that a full redraw on the first zoom's sync.
-    # build_figure gives a figure of its own the chart's height.
+    # Sized by its page (each dcc.Graph sets its height), so no `height`: plotly.js drops it for
+    # `autosize` at its first resize, and a figure Dash holds with one differs from plotly's and
+    # is redrawn in full on a zoom's sync. build_figure gives a figure of its own the chart's height.
     with _frames_lock:
         if len(_FRAMES) >= _FRAMES_KEPT:
             _FRAMES.pop(next(iter(_FRAMES)))
