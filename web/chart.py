@@ -310,9 +310,9 @@ def _frame(chart: Chart) -> dict[str, Any]:
     layout = _one_x_axis(fig.to_dict()["layout"], n)  # to_dict: a deep copy, plain dicts and lists
     layout.pop("template", None)
     layout.update(LOOK)
-    # Sized by its page (each dcc.Graph sets its height), so no `height`: plotly.js drops it for
-    # `autosize` at its first resize, and a figure Dash holds with one differs from plotly's and
-    # is redrawn in full on a zoom's sync. build_figure gives a figure of its own the chart's height.
+    # Sized by its page (each dcc.Graph sets its height), so no `height`, which plotly.js would
+    # drop for `autosize` at its first resize anyway. build_figure gives its own figure the
+    # chart's height.
     with _frames_lock:
         if len(_FRAMES) >= _FRAMES_KEPT:
             _FRAMES.pop(next(iter(_FRAMES)))
