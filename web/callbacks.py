@@ -159,7 +159,7 @@ class Handlers:
                 # The whole run as an explicit range, not autorange: plotly.js fills in an
                 # autoranged axis's `rangemode`, which a zoom then drops, and that difference
                 # redraws the whole figure once more on the first zoom's sync.
-                fig = figure_dict(chart, whole_range(chart), self.max_points, uirevision=view.key)
+                fig = figure_dict(chart, whole_range(chart.x), self.max_points, uirevision=view.key)
                 lines = sum(len(panel.lines) for panel in chart.panels)  # the first traces (web.chart)
                 sent = max((len(t["x"]) for t in fig["data"][:lines]), default=0)
                 held = self._figures[view.key] = (view, fig, sent)
@@ -203,7 +203,7 @@ class Handlers:
             patch["layout"]["xaxis"]["range"] = x_range
             patch["layout"]["xaxis"]["autorange"] = False
         elif x_range is None:  # the whole run shown (_full_figure): it now ends later
-            patch["layout"]["xaxis"]["range"] = whole_range(chart)
+            patch["layout"]["xaxis"]["range"] = whole_range(chart.x)
         first_marker = sum(len(p.lines) for p in chart.panels)
         for i, m in enumerate(chart.markers):  # legend counts
             patch["data"][first_marker + i]["name"] = m.name

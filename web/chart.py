@@ -137,12 +137,12 @@ def trace_data(chart: Chart, x_range: XRange = None, max_points: int = MAX_POINT
     return out
 
 
-def whole_range(chart: Chart) -> list[float] | None:
-    """The x range of every step of `chart`, as autorange would draw a step line (half a step
-    either side), or None for a chart with no step."""
-    if not len(chart.x):
+def whole_range(steps: np.ndarray) -> list[float] | None:
+    """The x range of every step in `steps` (ascending), as autorange would draw a step line
+    (half a step either side), or None for no step."""
+    if not len(steps):
         return None
-    return [float(chart.x[0]) - 0.5, float(chart.x[-1]) + 0.5]
+    return [float(steps[0]) - 0.5, float(steps[-1]) + 0.5]
 
 
 def selected_shape(step: int | None) -> list[dict[str, Any]]:

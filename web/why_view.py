@@ -28,7 +28,7 @@ from tracer.analysis.request_lanes import (
     RequestLanes,
 )
 from tracer.render.why import lanes_note, segment_text, state_label, story_lines
-from web.chart import AXIS_LOOK, LOOK
+from web.chart import AXIS_LOOK, LOOK, whole_range
 from web.decimate import MAX_POINTS, parse_xrange, row_range, select_rows
 from web.model import TraceView
 from web.store import TraceStore
@@ -101,7 +101,7 @@ def waiting_figure(view: TraceView, x_range: XRange = None, max_points: int = MA
     if x_range is not None:
         layout["xaxis"].update(range=list(x_range), autorange=False)
     elif len(steps):
-        layout["xaxis"]["range"] = [float(steps[0]) - 0.5, float(steps[-1]) + 0.5]
+        layout["xaxis"]["range"] = whole_range(steps)
     return {"data": data, "layout": layout}
 
 
