@@ -123,8 +123,10 @@ def baseline_scheduler(ref: str, workdir: Path) -> type:
         tar.extractall(tree, filter="data")
     (tree / "tracer").rename(tree / "tracer_before")
     own = re.compile(r"\b(from|import) tracer\b|\"tracer\.")
+    # A bare `import tracer` keeps its name: its module reads `tracer.__file__` (record/indexer).
+    bare = re.compile(r"^import tracer$", re.MULTILINE)
     for module in (tree / "tracer_before").rglob("*.py"):
-        text = module.read_text()
+        text = bare.sub("import tracer_before as tracer", module.read_text())
         module.write_text(own.sub(lambda m: m.group(0).replace("tracer", "tracer_before"), text))
     sys.path.insert(0, str(tree))
     from tracer_before.scheduler import TracingScheduler  # type: ignore[import-not-found]
