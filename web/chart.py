@@ -28,7 +28,7 @@ import plotly.graph_objects as go
 from dash import Patch
 from plotly.subplots import make_subplots
 
-from web.decimate import MAX_POINTS, row_range, select_rows, thin
+from web.decimate import MAX_POINTS, row_range, select_rows, step_points, thin
 
 XRange = tuple[float, float] | None
 MARKERS_MODE_BELOW = 200  # draw point markers on lines when this few points are visible
@@ -103,11 +103,19 @@ def _marker_rows(m: Markers, lo: int, hi: int, max_points: int) -> np.ndarray:
     return thin(np.arange(a, b), max_points)
 
 
-def _line_data(
-    chart: Chart, panel: Panel, lo: int, hi: int, max_points: int
-) -> tuple[list[Any], list[list[Any]]]:
+def _line_data(chart: Chart, panel: Panel, lo: int, hi: int, max_points: int) -> list[dict[str, Any]]:
+    """Per line of `panel`, its points in rows [lo, hi): the group's decimated rows, less the
+    ones inside a run of equal values (step_points) when drawn as a plain line."""
     rows = select_rows([line.y for line in panel.lines], lo, hi, max_points)
-    return chart.x[rows].tolist(), [_values(line, rows) for line in panel.lines]
+    x = chart.x[rows]
+    mode = "lines+markers" if len(rows) <= MARKERS_MODE_BELOW else "lines"
+    out = []
+    for line in panel.lines:
+        own = rows
+        if mode == "lines" and not line.markers_only:  # a marker at each point is what it shows
+            own = rows[step_points(x, line.y[rows])]
+        out.append({"x": chart.x[own].tolist(), "y": _values(line, own), "mode": mode})
+    return out
 
 
 def _marker_data(chart: Chart, m: Markers, idx: np.ndarray) -> dict[str, list[Any]]:
@@ -129,9 +137,7 @@ def trace_data(chart: Chart, x_range: XRange = None, max_points: int = MAX_POINT
     for panel in chart.panels:
         if not panel.lines:
             continue
-        x, ys = _line_data(chart, panel, lo, hi, max_points)
-        mode = "lines+markers" if len(x) <= MARKERS_MODE_BELOW else "lines"
-        out += [{"x": x, "y": y, "mode": mode} for y in ys]
+        out += _line_data(chart, panel, lo, hi, max_points)
     for m in chart.markers:
         out.append(_marker_data(chart, m, _marker_rows(m, lo, hi, min(max_points, MAX_MARKERS))))
     return out

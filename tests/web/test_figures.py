@@ -11,6 +11,7 @@ from tracer.render.compare import headline_sentences
 from tracer.render.text import compare_totals
 from web.chart import MAX_MARKERS, build_figure, extend_patch, figure_dict, range_patch, trace_data
 from web.compare_view import compare_chart, headline, totals_table
+from web.decimate import HOVER_CELLS, select_rows
 from web.model import TraceView
 from web.timeline import timeline_chart
 
@@ -73,6 +74,23 @@ def test_big_traces_send_at_most_4k_points_per_trace_and_zoom_re_decimates() -> 
     assert {tuple(op["location"]) for op in patch["operations"] if op["location"][0] != "data"} == {
         ("layout", "datarevision")
     }
+
+
+def test_a_decimated_line_shows_every_step_of_its_group_and_a_cap_line_sends_a_point_a_cell() -> None:
+    v = TraceView.build("big", "big", tiled(60_000))
+    chart = timeline_chart(v)
+    fig = figure_dict(chart)
+    by_name = {t["name"]: t for t in fig["data"]}
+    budget, used = by_name["target budget"], by_name["target used"]
+    assert len(budget["x"]) <= HOVER_CELLS + 2 < len(used["x"])  # the cap never moves
+    # Each line, drawn as plotly.js draws it ("hv": a value holds until the next point), shows
+    # the value of every row its group's decimation chose.
+    rows = select_rows([line.y for line in chart.panels[1].lines], 0, len(chart.x))
+    for line in chart.panels[1].lines:
+        t = by_name[line.name]
+        assert t["line"]["shape"] == "hv"
+        drawn = np.asarray(t["y"])[np.searchsorted(t["x"], chart.x[rows], "right") - 1]
+        assert np.array_equal(drawn, line.y[rows]), line.name
 
 
 def test_extend_patch_appends_only_new_steps() -> None:
