@@ -147,6 +147,37 @@ def test_timeline_flags_and_inspector(dash_duo: Any, artifacts: Path, apps: list
     _no_console_errors(dash_duo)
 
 
+# Each tick label, axis title and legend entry of the timeline: how far it lies outside the figure's
+# own box, in pixels (the margins are fixed: web.chart.MARGIN).
+OUTSIDE_JS = """
+const svg = document.querySelector('#timeline .main-svg').getBoundingClientRect();
+const out = [];
+for (const el of document.querySelectorAll('#timeline text')) {
+  const kind = (el.parentNode.getAttribute('class') || '') + ' ' + (el.getAttribute('class') || '');
+  if (!/^(x|y\\d*)tick |xtitle|legend\\d*text/.test(kind)) continue;
+  const r = el.getBoundingClientRect();
+  if (!r.width) continue;
+  const over = Math.max(svg.left - r.left, r.right - svg.right, svg.top - r.top, r.bottom - svg.bottom);
+  out.push([el.textContent, Math.round(over)]);
+}
+return out;
+"""
+
+
+def test_the_timeline_labels_fit_its_fixed_margins(dash_duo: Any, apps: list[Dash]) -> None:
+    """No automargin (web.chart.FRAME_AXIS): the margins hold every flag kind's name, the y tick
+    numbers, the x axis's title and the legends."""
+    apps.append(make_app(sample("live_cpu_ngram.jsonl")))
+    dash_duo.start_server(apps[0])
+    dash_duo.wait_for_element("#timeline .js-plotly-plot .ytick", timeout=10)
+    labels = dash_duo.driver.execute_script(OUTSIDE_JS)
+    names = {text for text, _ in labels}
+    wanted = {"shared overflow", "limit holds", "step", "KV usage %", "−0.5", "of which target rows"}
+    assert wanted <= names
+    assert [(text, px) for text, px in labels if px > 0] == []
+    _no_console_errors(dash_duo)
+
+
 def test_a_zoom_redraws_the_timeline_once_with_its_answer(dash_duo: Any, apps: list[Dash]) -> None:
     """dcc.Graph re-plots the figure it copied a zoom's range into before it asks for the new
     data. That re-plot must find nothing to draw (web.chart: one x axis, a data revision, no
