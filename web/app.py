@@ -11,6 +11,7 @@ from tracer.analysis.engines import Run
 from tracer.trace.reader import Trace
 from tracer.trace.source import TraceSource
 from web import layout as ui
+from web import plotlyjs
 from web.callbacks import LIVE, Handlers, register
 from web.chart import build_figure
 from web.decimate import MAX_POINTS
@@ -79,7 +80,8 @@ def make_app(
         pair = (default, None)
 
     app = Dash(__name__, title="schedscope", update_title=None)
-    app.index_string = ui.INDEX
+    # The page's plotly.js: the cartesian bundle, asked for from the head (web.plotlyjs).
+    app.index_string = ui.INDEX.replace("<head>", "<head>" + plotlyjs.install(app), 1)
     # Uploads travel base64-encoded in a callback request: cap it, with room for the JSON around.
     app.server.config["MAX_CONTENT_LENGTH"] = max_upload * 4 // 3 + (1 << 20)
     app.layout = ui.layout(

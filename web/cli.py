@@ -68,6 +68,10 @@ def cmd_web(args: argparse.Namespace) -> int:
     app = make_app(
         trace_a, trace_b, follow=inputs.source, max_upload=args.max_upload_mb << 20, sweep=sweep, engines=run
     )
+    from web.plotlyjs import fallback
+
+    if reason := fallback():
+        print(f"schedscope web: note: {reason}", file=sys.stderr)
     host = f"[{args.host}]" if ":" in args.host else args.host
     print(f"schedscope web: http://{host}:{args.port}/  (Ctrl-C to stop)", flush=True)
     try:

@@ -21,6 +21,7 @@ from tests.stream_support import records
 from tracer.analysis.compare import compare
 from tracer.analysis.reasons import color
 from tracer.render.compare import headline_sentences
+from web import plotlyjs
 from web.app import make_app
 
 from .helpers import ADDITIVE, LIVE_NGRAM, SEPARATE, sample, tiled_lines
@@ -101,8 +102,22 @@ def _graph(dash_duo: Any) -> list[dict[str, Any]]:
     return dash_duo.driver.execute_script(GRAPH_DATA_JS)
 
 
+# Trace types plotly.js does not have: the page's plotly.js is the cartesian bundle (web.plotlyjs),
+# and plotly.js draws a trace of a type it lacks as a scatter, without a word.
+UNDRAWN_JS = """
+const out = [];
+for (const gd of document.querySelectorAll('.js-plotly-plot')) {
+  for (const t of gd._fullData || []) {
+    if ((t._input.type || 'scatter') !== t.type) { out.push(t._input.type); }
+  }
+}
+return out;
+"""
+
+
 def _no_console_errors(dash_duo: Any) -> None:
     assert dash_duo.get_logs() == []
+    assert dash_duo.driver.execute_script(UNDRAWN_JS) == []
 
 
 def test_timeline_flags_and_inspector(dash_duo: Any, artifacts: Path, apps: list[Dash]) -> None:
@@ -113,6 +128,12 @@ def test_timeline_flags_and_inspector(dash_duo: Any, artifacts: Path, apps: list
     # The lines are SVG paths (no WebGL canvas: web.chart says why).
     assert dash_duo.find_elements("#timeline .scatterlayer .trace.scatter path.js-line")
     assert not dash_duo.find_elements("#timeline canvas")
+    # plotly.js's cartesian bundle, the plotly package's version (web.plotlyjs).
+    version, types = dash_duo.driver.execute_script(
+        "return [Plotly.version, Object.keys(Plotly.PlotSchema.get().traces)]"
+    )
+    assert version == plotlyjs.plotly_version() and "scatter" in types
+    assert ("scatter3d" in types) == (plotlyjs.fallback() is not None)
     # Dash's polyfill replaced these with JavaScript ones (web.layout); the page put the browser's back.
     assert dash_duo.driver.execute_script(NATIVE_JS) == [True] * 7
 
