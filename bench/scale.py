@@ -257,6 +257,10 @@ def web_figures(path: Path, zooms: int, *, born: bool = False) -> dict[str, Any]
                 raise SystemExit("no figure drawn in 10 minutes")
             time.sleep(0.01)
         drawn = time.perf_counter() - t0
+        bundle = driver.execute_script(
+            "return 'plotly.js ' + Plotly.version + "
+            "(Plotly.PlotSchema.get().traces.scatter3d ? ' (full)' : ' (cartesian)')"
+        )
         # Let the page's other first callbacks finish (Dash titles the page "Updating..." meanwhile).
         quiet = time.perf_counter()
         while time.perf_counter() - quiet < 1.0:
@@ -283,6 +287,7 @@ def web_figures(path: Path, zooms: int, *, born: bool = False) -> dict[str, Any]
         return {
             "served": served,
             "drawn": drawn,
+            "bundle": bundle,
             "loaded": loaded,
             "zoom_ms": times,
             "answer_ms": answers,
@@ -308,7 +313,7 @@ def add_web_figures(table: Table, big: Path, zooms: int, size: str, *, born: boo
         f"web first figure drawn in chromium from `schedscope web`'s start ({size})",
         "≤ 2 s",
         f"{web['drawn']:.2f} s (server listening at {web['served']:.2f} s; every step shown at "
-        f"{web['loaded']:.1f} s)",
+        f"{web['loaded']:.1f} s; {web['bundle']})",
         web["drawn"] <= 2.0,
     )
     table.add(
