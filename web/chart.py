@@ -259,7 +259,9 @@ AXIS_LOOK = {
 # every tick label once a figure is drawn and, when a margin should move, draws it all again.
 # That was about half of the first figure's drawing (210 ms of a 200k-step timeline's
 # Plotly.newPlot, 100 ms without), and on a zoom the new y ranges' labels are measured again.
-FRAME_AXIS = {**AXIS_LOOK, "automargin": False}
+# For the same reason no tick label is measured to hide one past the figure's edge (the margins
+# hold them: "allow"), nor the x axis's to choose their angle (level: 0).
+FRAME_AXIS = {**AXIS_LOOK, "automargin": False, "ticklabeloverflow": "allow"}
 # Room for the flag kinds' names at the left, the legends at the right, the x axis's title below.
 MARGIN = {"l": 100, "r": 230, "t": 30, "b": 45}
 
@@ -347,6 +349,7 @@ def _one_x_axis(layout: dict[str, Any], rows: int) -> dict[str, Any]:
         "domain": [0.0, 1.0],
         "type": "linear",
         "title": {"text": "step"},
+        "tickangle": 0,
         "autorange": True,
         **FRAME_AXIS,
     }

@@ -7,6 +7,7 @@ are written to artifacts/web/.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -179,7 +180,7 @@ for (const el of document.querySelectorAll('#timeline text')) {
   const r = el.getBoundingClientRect();
   if (!r.width) continue;
   const over = Math.max(svg.left - r.left, r.right - svg.right, svg.top - r.top, r.bottom - svg.bottom);
-  out.push([el.textContent, Math.round(over)]);
+  out.push([el.textContent, Math.round(over), kind.startsWith('xtick') ? [r.left, r.right] : null]);
 }
 return out;
 """
@@ -192,10 +193,13 @@ def test_the_timeline_labels_fit_its_fixed_margins(dash_duo: Any, apps: list[Das
     dash_duo.start_server(apps[0])
     dash_duo.wait_for_element("#timeline .js-plotly-plot .ytick", timeout=10)
     labels = dash_duo.driver.execute_script(OUTSIDE_JS)
-    names = {text for text, _ in labels}
+    names = {text for text, _, _ in labels}
     wanted = {"shared overflow", "limit holds", "step", "KV usage %", "−0.5", "of which target rows"}
     assert wanted <= names
-    assert [(text, px) for text, px in labels if px > 0] == []
+    assert [(text, px) for text, px, _ in labels if px > 0] == []
+    # The step numbers stand level (tickangle 0: plotly.js measures none to choose an angle), apart.
+    xs = sorted(span for _, _, span in labels if span)
+    assert len(xs) >= 4 and all(a[1] < b[0] for a, b in itertools.pairwise(xs))
     _no_console_errors(dash_duo)
 
 
