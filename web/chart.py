@@ -247,21 +247,22 @@ LOOK = {
     "hoverlabel": {"align": "left"},
     "autotypenumbers": "strict",
 }
+# Every chart's axes leave their margins as set (MARGIN here, the why views' own): plotly.js's
+# automargin measures every tick label once a figure is drawn and, when a margin should move,
+# draws it all again. That was about half of the first figure's drawing (210 ms of a 200k-step
+# timeline's Plotly.newPlot, 100 ms without), and a zoom's new y ranges were measured again. For
+# the same reason no tick label is measured to hide one past the figure's edge (the margins hold
+# them: "allow"), nor an x axis's to choose their angle (level: XAXIS_LOOK).
 AXIS_LOOK = {
     "gridcolor": "#EBF0F8",
     "linecolor": "#EBF0F8",
     "zerolinecolor": "#EBF0F8",
     "zerolinewidth": 2,
     "ticks": "",
-    "automargin": True,
+    "automargin": False,
+    "ticklabeloverflow": "allow",
 }
-# The stacked charts' axes leave their margins as set (MARGIN): plotly.js's automargin measures
-# every tick label once a figure is drawn and, when a margin should move, draws it all again.
-# That was about half of the first figure's drawing (210 ms of a 200k-step timeline's
-# Plotly.newPlot, 100 ms without), and on a zoom the new y ranges' labels are measured again.
-# For the same reason no tick label is measured to hide one past the figure's edge (the margins
-# hold them: "allow"), nor the x axis's to choose their angle (level: 0).
-FRAME_AXIS = {**AXIS_LOOK, "automargin": False, "ticklabeloverflow": "allow"}
+XAXIS_LOOK = {**AXIS_LOOK, "tickangle": 0}
 # Room for the flag kinds' names at the left, the legends at the right, the x axis's title below.
 MARGIN = {"l": 100, "r": 230, "t": 30, "b": 45}
 
@@ -301,7 +302,7 @@ def _frame(chart: Chart) -> dict[str, Any]:
         # tries each value as a date: a few percent of a zoom's drawing). `autorange` said too:
         # plotly.js writes it into the layout it holds, so the figure Dash holds stays alike.
         auto = {} if "range" in panel.yaxis else {"autorange": True}
-        axis.update({"type": "linear", **FRAME_AXIS, **auto, **panel.yaxis})
+        axis.update({"type": "linear", **AXIS_LOOK, **auto, **panel.yaxis})
         legends[_legend(p)] = {
             "x": 1.01,
             "y": axis.domain[1],
@@ -349,9 +350,8 @@ def _one_x_axis(layout: dict[str, Any], rows: int) -> dict[str, Any]:
         "domain": [0.0, 1.0],
         "type": "linear",
         "title": {"text": "step"},
-        "tickangle": 0,
         "autorange": True,
-        **FRAME_AXIS,
+        **XAXIS_LOOK,
     }
     for r in range(1, rows + 1):
         layout[f"yaxis{r}" if r > 1 else "yaxis"]["anchor"] = "x"

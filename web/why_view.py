@@ -28,7 +28,7 @@ from tracer.analysis.request_lanes import (
     RequestLanes,
 )
 from tracer.render.why import lanes_note, segment_text, state_label, story_lines
-from web.chart import AXIS_LOOK, LOOK, whole_range
+from web.chart import AXIS_LOOK, LOOK, MARGIN, XAXIS_LOOK, whole_range
 from web.decimate import MAX_POINTS, parse_xrange, row_range, select_rows
 from web.model import TraceView
 from web.store import TraceStore
@@ -63,11 +63,11 @@ def waiting_figure(view: TraceView, x_range: XRange = None, max_points: int = MA
         **LOOK,
         "title": _title("waiting requests by the constraint that held them (request-steps)"),
         "height": 260,
-        "margin": {"l": 70, "r": 230, "t": 40, "b": 40},
+        "margin": {**MARGIN, "t": 40},  # the timeline's, so the step axes line up
         "hovermode": "x",
         "legend": {"x": 1.01, "y": 1, "font": {"size": 11}},
         "uirevision": view.key,
-        "xaxis": {"title": {"text": "step"}, **AXIS_LOOK},
+        "xaxis": {"title": {"text": "step"}, **XAXIS_LOOK},
         "yaxis": {"title": {"text": "waiting"}, "rangemode": "tozero", **AXIS_LOOK},
     }
     if series:
@@ -137,7 +137,7 @@ def gantt_figure(view: TraceView, lanes: RequestLanes) -> dict[str, Any]:
         for (state, code), g in sorted(groups.items(), key=lambda kv: (order[kv[0][0]], kv[0][1]))
     ]
     note = lanes_note(lanes)
-    xaxis: dict[str, Any] = {"title": {"text": "step (click a lane: its why)"}, **AXIS_LOOK}
+    xaxis: dict[str, Any] = {"title": {"text": "step (click a lane: its why)"}, **XAXIS_LOOK}
     if lanes.lanes:
         xaxis["range"] = [lanes.first_step - 0.5, lanes.last_step + 0.5]
     layout = {

@@ -172,11 +172,12 @@ def test_timeline_flags_and_inspector(dash_duo: Any, artifacts: Path, apps: list
 # Each tick label, axis title and legend entry of the timeline: how far it lies outside the figure's
 # own box, in pixels (the margins are fixed: web.chart.MARGIN).
 OUTSIDE_JS = """
-const svg = document.querySelector('#timeline .main-svg').getBoundingClientRect();
+const graph = arguments[0];
+const svg = document.querySelector(graph + ' .main-svg').getBoundingClientRect();
 const out = [];
-for (const el of document.querySelectorAll('#timeline text')) {
+for (const el of document.querySelectorAll(graph + ' text')) {
   const kind = (el.parentNode.getAttribute('class') || '') + ' ' + (el.getAttribute('class') || '');
-  if (!/^(x|y\\d*)tick |xtitle|legend\\d*text/.test(kind)) continue;
+  if (!/^(x|y\\d*)tick |[xy]title|legend\\d*text/.test(kind)) continue;
   const r = el.getBoundingClientRect();
   if (!r.width) continue;
   const over = Math.max(svg.left - r.left, r.right - svg.right, svg.top - r.top, r.bottom - svg.bottom);
@@ -187,12 +188,12 @@ return out;
 
 
 def test_the_timeline_labels_fit_its_fixed_margins(dash_duo: Any, apps: list[Dash]) -> None:
-    """No automargin (web.chart.FRAME_AXIS): the margins hold every flag kind's name, the y tick
+    """No automargin (web.chart.AXIS_LOOK): the margins hold every flag kind's name, the y tick
     numbers, the x axis's title and the legends."""
     apps.append(make_app(sample("live_cpu_ngram.jsonl")))
     dash_duo.start_server(apps[0])
     dash_duo.wait_for_element("#timeline .js-plotly-plot .ytick", timeout=10)
-    labels = dash_duo.driver.execute_script(OUTSIDE_JS)
+    labels = dash_duo.driver.execute_script(OUTSIDE_JS, "#timeline")
     names = {text for text, _, _ in labels}
     wanted = {"shared overflow", "limit holds", "step", "KV usage %", "−0.5", "of which target rows"}
     assert wanted <= names
@@ -411,4 +412,10 @@ def test_why_views_on_the_live_sample(dash_duo: Any, artifacts: Path, apps: list
     dash_duo.wait_for_contains_text("#request-why-text", "waiting            needs", timeout=10)
     assert "max_num_seqs=8" in dash_duo.find_element("#request-why-text").text
     dash_duo.driver.save_screenshot(str(artifacts / "why-views.png"))
+    # Their margins are fixed too (web.chart.AXIS_LOOK), and hold their labels.
+    titles = {"#waiting-by-reason": "waiting", "#request-gantt": "step (click a lane: its why)"}
+    for graph, title in titles.items():
+        labels = dash_duo.driver.execute_script(OUTSIDE_JS, graph)
+        assert title in {text for text, _, _ in labels} and len(labels) > 8, graph
+        assert [(text, px) for text, px, _ in labels if px > 0] == [], graph
     _no_console_errors(dash_duo)
