@@ -26,7 +26,6 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 from dash import Patch
-from plotly.subplots import make_subplots
 
 from web.decimate import MAX_POINTS, row_range, select_rows, step_points, thin
 
@@ -267,45 +266,99 @@ XAXIS_LOOK = {**AXIS_LOOK, "tickangle": 0}
 MARGIN = {"l": 100, "r": 230, "t": 30, "b": 45}
 
 
-# The layout of each arrangement of panels, as plotly builds it. make_subplots and plotly's
-# validation of every property cost far more than a figure's data (about 0.5 s against 30 ms
-# for the 200k-step timeline), and a chart's arrangement is the same from one snapshot to the next.
+# The layout of each arrangement of panels, kept: a chart's arrangement is the same from one
+# snapshot to the next.
 _FRAMES: dict[str, dict[str, Any]] = {}
 _FRAMES_KEPT = 16
 _frames_lock = threading.Lock()
 
 
 def _frame(chart: Chart) -> dict[str, Any]:
-    """The layout of `chart`'s panels (domains, titles, notes, legends, y axes), without data
+    """The layout of `chart`'s panels (domains, titles, notes, legends, axes), without data
     and without anything a call sets (range, selection, title, uirevision). Shared: not to be mutated."""
     panels = [(p.title, p.weight, p.note, p.yaxis, [line.name for line in p.lines]) for p in chart.panels]
     key = repr((panels, [(m.panel, m.name) for m in chart.markers]))
     with _frames_lock:
         layout = _FRAMES.get(key)
-    if layout is not None:
-        return layout
-    n = len(chart.panels)
-    weights = [p.weight for p in chart.panels]
-    fig = make_subplots(
-        rows=n,
-        cols=1,
-        shared_xaxes=True,
-        vertical_spacing=0.035 if n < 8 else 0.028,
-        row_heights=[w / sum(weights) for w in weights],
-        subplot_titles=[p.title for p in chart.panels],
-    )
-    fig.update_annotations(font_size=12)  # the subplot titles
-    legends: dict[str, Any] = {}
-    for p, panel in enumerate(chart.panels):
-        axis = fig.layout["yaxis" if p == 0 else f"yaxis{p + 1}"]
+    if layout is None:
+        layout = _stacked_layout(chart.panels)
+        with _frames_lock:
+            if len(_FRAMES) >= _FRAMES_KEPT:
+                _FRAMES.pop(next(iter(_FRAMES)))
+            _FRAMES[key] = layout
+    return layout
+
+
+def _domains(weights: Sequence[float]) -> list[list[float]]:
+    """Each row's y domain, top row first: heights in proportion to `weights`, a fixed gap
+    between rows (make_subplots' arithmetic, tests/web/test_figures.py)."""
+    n = len(weights)
+    gap = 0.035 if n < 8 else 0.028
+    heights = [(1.0 - gap * (n - 1)) * (w / float(sum(weights))) for w in weights]
+    out = []
+    for p in range(n):
+        below = heights[p + 1 :]
+        y0 = sum(below) + len(below) * gap
+        out.append([y0, y0 + heights[p]])
+    return out
+
+
+def _stacked_layout(panels: Sequence[Panel]) -> dict[str, Any]:
+    """Rows of panels under one x axis, drawn under the last row; each row its own y axis, title
+    and legend. Written as plain dicts: make_subplots and plotly's validation of each property
+    took 0.12 s (0.27 s under a profiler) for the timeline, on the server's source thread while
+    the page's first figure was owed, where the figure's data takes 30 ms.
+
+    One x axis for every row, not make_subplots' one per row matched to the last: plotly.js
+    then drew all of them on every redraw, and a zoom's range, copied back by dcc.Graph into the
+    one axis the event names, made the others differ and redrew them all again.
+    """
+    n = len(panels)
+    layout: dict[str, Any] = {
+        **LOOK,
+        "margin": MARGIN,
+        "hovermode": "x",
+        "annotations": [],
+        "xaxis": {
+            "anchor": f"y{n}" if n > 1 else "y",
+            "domain": [0.0, 1.0],
+            "type": "linear",
+            "title": {"text": "step"},
+            "autorange": True,
+            **XAXIS_LOOK,
+        },
+    }
+    notes = []
+    for p, (panel, domain) in enumerate(zip(panels, _domains([q.weight for q in panels]), strict=True)):
+        y = f"y{p + 1}" if p else "y"
         # Every axis's type said, so plotly.js does not guess it from the data on each redraw (it
         # tries each value as a date: a few percent of a zoom's drawing). `autorange` said too:
         # plotly.js writes it into the layout it holds, so the figure Dash holds stays alike.
         auto = {} if "range" in panel.yaxis else {"autorange": True}
-        axis.update({"type": "linear", **AXIS_LOOK, **auto, **panel.yaxis})
-        legends[_legend(p)] = {
+        layout[f"yaxis{p + 1}" if p else "yaxis"] = {
+            "anchor": "x",
+            "domain": domain,
+            "type": "linear",
+            **AXIS_LOOK,
+            **auto,
+            **panel.yaxis,
+        }
+        layout["annotations"].append(
+            {
+                "font": {"size": 12},
+                "showarrow": False,
+                "text": panel.title,
+                "x": 0.5,
+                "xanchor": "center",
+                "xref": "paper",
+                "y": domain[1],
+                "yanchor": "bottom",
+                "yref": "paper",
+            }
+        )
+        layout[_legend(p)] = {
             "x": 1.01,
-            "y": axis.domain[1],
+            "y": domain[1],
             "yanchor": "top",
             "xanchor": "left",
             "font": {"size": 11},
@@ -313,48 +366,21 @@ def _frame(chart: Chart) -> dict[str, Any]:
             "traceorder": "normal",
         }
         if panel.note:
-            fig.add_annotation(
-                text=panel.note,
-                xref="x domain",
-                yref=f"y{p + 1 if p else ''} domain",
-                x=0.5,
-                y=0.5,
-                showarrow=False,
-                font={"color": "#888"},
+            notes.append(
+                {
+                    "font": {"color": "#888"},
+                    "showarrow": False,
+                    "text": panel.note,
+                    "x": 0.5,
+                    "xref": "x domain",
+                    "y": 0.5,
+                    "yref": f"{y} domain",
+                }
             )
-    fig.update_layout(legends, margin=MARGIN, hovermode="x")
-    layout = _one_x_axis(fig.to_dict()["layout"], n)  # to_dict: a deep copy, plain dicts and lists
-    layout.pop("template", None)
-    layout.update(LOOK)
+    layout["annotations"] += notes  # after every title, as make_subplots adds them
     # Sized by its page (each dcc.Graph sets its height), so no `height`, which plotly.js would
     # drop for `autosize` at its first resize anyway. build_figure gives its own figure the
     # chart's height.
-    with _frames_lock:
-        if len(_FRAMES) >= _FRAMES_KEPT:
-            _FRAMES.pop(next(iter(_FRAMES)))
-        _FRAMES[key] = layout
-    return layout
-
-
-def _one_x_axis(layout: dict[str, Any], rows: int) -> dict[str, Any]:
-    """make_subplots' stacked rows with one x axis for all of them, drawn under the last row.
-
-    make_subplots gives each row an x axis of its own, matched to the last one. plotly.js then
-    draws all of them on every redraw, and a zoom's range, copied back by dcc.Graph into the
-    one axis the event names, differs from the other axes' and redraws them all again.
-    """
-    for r in range(2, rows + 1):
-        del layout[f"xaxis{r}"]
-    layout["xaxis"] = {
-        "anchor": f"y{rows}" if rows > 1 else "y",
-        "domain": [0.0, 1.0],
-        "type": "linear",
-        "title": {"text": "step"},
-        "autorange": True,
-        **XAXIS_LOOK,
-    }
-    for r in range(1, rows + 1):
-        layout[f"yaxis{r}" if r > 1 else "yaxis"]["anchor"] = "x"
     return layout
 
 

@@ -3,13 +3,30 @@
 from __future__ import annotations
 
 import numpy as np
+import plotly.graph_objects as go
 import pytest
+from plotly.subplots import make_subplots
 
 from tracer.analysis.compare import compare
 from tracer.analysis.flags import ADDITIVE, KINDS
 from tracer.render.compare import headline_sentences
 from tracer.render.text import compare_totals
-from web.chart import MAX_MARKERS, build_figure, extend_patch, figure_dict, range_patch, trace_data
+from web.chart import (
+    AXIS_LOOK,
+    LOOK,
+    MARGIN,
+    MAX_MARKERS,
+    XAXIS_LOOK,
+    Chart,
+    Line,
+    Panel,
+    _stacked_layout,
+    build_figure,
+    extend_patch,
+    figure_dict,
+    range_patch,
+    trace_data,
+)
 from web.compare_view import compare_chart, headline, totals_table
 from web.decimate import HOVER_CELLS, select_rows
 from web.model import TraceView
@@ -197,3 +214,89 @@ def test_the_timeline_answers_go_through_dash_in_one_json_pass(monkeypatch: pyte
     patch, *_ = h.timeline(ids.GRAPH, "a", {"xaxis.range[0]": 10, "xaxis.range[1]": 900}, None, state, None)
     for answer in (fig, patch):
         assert to_json({"multi": True, "response": {ids.GRAPH: {"figure": wire(answer)}}})
+
+
+def _subplots_layout(chart: Chart) -> dict:
+    """The stacked layout as plotly's make_subplots builds it (what web.chart wrote before it
+    wrote the arithmetic itself), made one x axis: the reference for _stacked_layout."""
+    n = len(chart.panels)
+    weights = [p.weight for p in chart.panels]
+    fig = make_subplots(
+        rows=n,
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.035 if n < 8 else 0.028,
+        row_heights=[w / sum(weights) for w in weights],
+        subplot_titles=[p.title for p in chart.panels],
+    )
+    fig.update_annotations(font_size=12)
+    for p, panel in enumerate(chart.panels):
+        axis = fig.layout["yaxis" if p == 0 else f"yaxis{p + 1}"]
+        auto = {} if "range" in panel.yaxis else {"autorange": True}
+        axis.update({"type": "linear", **AXIS_LOOK, **auto, **panel.yaxis})
+        fig.layout[f"legend{p + 1}" if p else "legend"] = {
+            "x": 1.01,
+            "y": axis.domain[1],
+            "yanchor": "top",
+            "xanchor": "left",
+            "font": {"size": 11},
+            "bgcolor": "rgba(255,255,255,0)",
+            "traceorder": "normal",
+        }
+        if panel.note:
+            fig.add_annotation(
+                text=panel.note,
+                xref="x domain",
+                yref=f"y{p + 1 if p else ''} domain",
+                x=0.5,
+                y=0.5,
+                showarrow=False,
+                font={"color": "#888"},
+            )
+    fig.update_layout(margin=MARGIN, hovermode="x", **LOOK)
+    layout = fig.to_dict()["layout"]
+    layout.pop("template")
+    for r in range(2, n + 1):
+        del layout[f"xaxis{r}"]
+    layout["xaxis"] = {
+        "anchor": f"y{n}" if n > 1 else "y",
+        "domain": [0.0, 1.0],
+        "type": "linear",
+        "title": {"text": "step"},
+        "autorange": True,
+        **XAXIS_LOOK,
+    }
+    for r in range(1, n + 1):
+        layout[f"yaxis{r}" if r > 1 else "yaxis"]["anchor"] = "x"
+    return layout
+
+
+def _charts() -> list[Chart]:
+    c = compare(view().session, view("dflash_k7_separate.jsonl").session)
+    return [
+        timeline_chart(view("live_cpu_ngram.jsonl")),  # a panel note
+        timeline_chart(view()),
+        compare_chart(c),
+        Chart(x=np.arange(3), panels=(Panel("one", (Line("a", np.ones(3), "#000000"),)),)),
+    ]
+
+
+@pytest.mark.parametrize("chart", _charts(), ids=["timeline-notes", "timeline", "compare", "one-panel"])
+def test_the_stacked_layout_is_make_subplots_one_x_axis(chart: Chart) -> None:
+    ours = _stacked_layout(chart.panels)
+    assert _close(ours, _subplots_layout(chart))
+    assert _close(go.Layout(ours).to_plotly_json(), ours)  # plotly takes it as it is
+
+
+def _close(a: object, b: object, path: str = "layout") -> bool:
+    if isinstance(a, dict) and isinstance(b, dict):
+        assert a.keys() == b.keys(), (path, sorted(a.keys() ^ b.keys()))
+        return all(_close(a[k], b[k], f"{path}.{k}") for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        assert len(a) == len(b), path
+        return all(_close(x, y, f"{path}[{i}]") for i, (x, y) in enumerate(zip(a, b, strict=True)))
+    if isinstance(a, float) or isinstance(b, float):
+        assert a == pytest.approx(b, abs=1e-12), (path, a, b)
+        return True
+    assert a == b, (path, a, b)
+    return True
