@@ -133,9 +133,10 @@ class Handlers:
             return self._select(view, state, step), {**state, "selected": step}, no_update, status
         if trigger == ids.TICK:
             changed, x_range = parse_xrange(relayout)
-            if changed and not follow_tail and x_range != state.get("zoomed"):
+            if changed and x_range != state.get("zoomed"):
                 # Dash drops an answer once a newer request for its output is out: a tick asked
-                # while a zoom's answer was on its way superseded it, so the tick zooms.
+                # while a zoom's answer was on its way superseded it, so the tick zooms (the
+                # tail, if followed, from the next tick on, at the zoom's width).
                 return self._zoom(view, state, x_range, status)
             return self._tick(view, state, bool(follow_tail), status)
         raise PreventUpdate
@@ -441,6 +442,18 @@ function(contents, filename, limit) {
 """
 
 
+# What the timeline's answer is for when inputs fired together: Dash sends a zoom that comes while
+# a live tick is waiting to go out as one request, and `ctx.triggered_id` then named the tick, so
+# the zoom was answered as a tick (with "follow tail" on, not at all). A new trace comes first,
+# then the user's zoom and selection, then the tick.
+_TIMELINE_ORDER = (ids.TRACE, ids.GRAPH, ids.SELECTED, ids.TICK)
+
+
+def timeline_trigger(fired: Sequence[Any]) -> str | None:
+    """The input a timeline request answers, of the component ids that fired in it."""
+    return next((cid for cid in _TIMELINE_ORDER if cid in fired), None)
+
+
 def register(app: Dash, h: Handlers) -> None:
     from dash import ctx
     from flask import request
@@ -466,7 +479,8 @@ def register(app: Dash, h: Handlers) -> None:
         State(ids.FOLLOW_TAIL, "value"),
     )
     def _timeline(key, relayout, selected, _tick, state, follow_tail):  # type: ignore[no-untyped-def]
-        figure, *rest = h.timeline(trig(), key, relayout, selected, state, follow_tail)
+        trigger = timeline_trigger(list(ctx.triggered_prop_ids.values()))
+        figure, *rest = h.timeline(trigger, key, relayout, selected, state, follow_tail)
         return (wire(figure), *rest)
 
     @app.callback(

@@ -17,7 +17,7 @@ from dash.exceptions import PreventUpdate
 from tracer.analysis.budget import arithmetic
 from tracer.cli import main
 from web import layout as ids
-from web.callbacks import Handlers
+from web.callbacks import Handlers, timeline_trigger
 from web.decimate import parse_xrange
 from web.flagtable import JUMP
 from web.store import TraceStore
@@ -72,8 +72,8 @@ def test_timeline_first_render_then_zoom_patches(h: Handlers) -> None:
 
 def test_a_tick_that_superseded_a_zoom_zooms(h: Handlers) -> None:
     """Dash drops an answer once a newer request for its output is out: a tick asked while the
-    zoom's answer was on its way carries the zoom; a jump, a stale range from before the
-    figure, or following the tail is never taken for one."""
+    zoom's answer was on its way carries the zoom, with the tail followed or not; a jump or a
+    stale range from before the figure is never taken for one."""
     zoom = {"xaxis.range[0]": 1.5, "xaxis.range[1]": 3.5}
     _, state, *_ = h.timeline(None, "a", None, None, None, None)
     h.timeline(ids.GRAPH, "a", zoom, None, state, None)  # its answer never lands: the page keeps `state`
@@ -86,7 +86,23 @@ def test_a_tick_that_superseded_a_zoom_zooms(h: Handlers) -> None:
     assert h.timeline(ids.TICK, "a", zoom, None, jumped, None)[0] is no_update  # the jump stays
     _, fresh, *_ = h.timeline(ids.TRACE, "a", zoom, None, None, None)  # a new figure; the old range held
     assert h.timeline(ids.TICK, "a", zoom, None, fresh, None)[0] is no_update
-    assert h.timeline(ids.TICK, "a", zoom, None, state, ["on"])[0] is no_update  # the tail is followed
+    # Following the tail too: the zoom the tick superseded is drawn (it had been lost).
+    patch, tailed, *_ = h.timeline(ids.TICK, "a", zoom, None, state, ["on"])
+    assert isinstance(patch, Patch) and tailed["range"] == [1.5, 3.5]
+
+
+def test_a_zoom_sent_with_a_tick_is_answered_as_the_zoom(h: Handlers) -> None:
+    """Dash sends inputs that fired before its request went out as one request: a zoom beside a
+    waiting live tick is a zoom, with "follow tail" on too (it had been answered as a tick, and
+    with the tail followed, not at all)."""
+    assert timeline_trigger([ids.TICK, ids.GRAPH]) == ids.GRAPH
+    assert timeline_trigger([ids.GRAPH, ids.TRACE]) == ids.TRACE
+    assert timeline_trigger([ids.TICK, ids.SELECTED]) == ids.SELECTED
+    assert timeline_trigger([ids.TICK]) == ids.TICK and timeline_trigger([]) is None
+    zoom = {"xaxis.range[0]": 1.5, "xaxis.range[1]": 3.5}
+    _, state, *_ = h.timeline(None, "a", None, None, None, None)
+    patch, zoomed, *_ = h.timeline(timeline_trigger([ids.TICK, ids.GRAPH]), "a", zoom, None, state, ["on"])
+    assert isinstance(patch, Patch) and zoomed["range"] == [1.5, 3.5]
 
 
 def test_a_page_that_ticks_before_its_first_figure_arrived_gets_the_same_figure(
