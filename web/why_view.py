@@ -3,10 +3,10 @@ held them (a stacked area per reason), and a request Gantt (one lane per request
 state and reason, tracer.analysis.reasons.Reason.color: the TUI's requests view's colours) whose
 click opens that request's `why` (tracer.render.why.story_lines) in a panel beside it.
 
-Both follow the timeline's zoom. The series are tracer.analysis.request_lanes'
-(Session.waiting_by_reason, decimated as the timeline is); the lanes are read for the visible
-steps, bounded (request_lanes.MAX_WINDOW steps, MAX_LANES lanes; the Gantt's title says what was
-left out).
+Both follow the timeline's zoom, once it has stood still for WHY_DELAY_MS. The series are
+tracer.analysis.request_lanes' (Session.waiting_by_reason, decimated as the timeline is); the
+lanes are read for the visible steps, bounded (request_lanes.MAX_WINDOW steps, MAX_LANES lanes;
+the Gantt's title says what was left out).
 """
 
 from __future__ import annotations
@@ -37,6 +37,27 @@ from web.store import TraceStore
 WAITING_GRAPH = "waiting-by-reason"
 GANTT = "request-gantt"
 WHY_PANEL = "request-why"
+WHY_RANGE = "why-range"  # the timeline's relayoutData, once the zoom has stood still
+
+# The why views follow a zoom this long after it, and not at all if another comes first. Their
+# answers (a Gantt's lanes cost 0.2-0.3 s of the server's time at 256 running, and its redraw
+# 50-120 ms of the page's) otherwise landed in the middle of the next zoom, which waited behind
+# them: the timeline, which the user is looking at, comes first (docs/performance.md).
+WHY_DELAY_MS = 300
+WHY_RANGE_JS = """
+function(relayout) {
+    const pending = window.__schedscopeWhyRange;
+    if (pending) { clearTimeout(pending.timer); pending.resolve(window.dash_clientside.no_update); }
+    return new Promise(resolve => {
+        const entry = {resolve: resolve};
+        entry.timer = setTimeout(() => {
+            window.__schedscopeWhyRange = null;
+            resolve(relayout === undefined ? null : relayout);
+        }, DELAY);
+        window.__schedscopeWhyRange = entry;
+    });
+}
+""".replace("DELAY", str(WHY_DELAY_MS))
 
 # A state's bar pattern (the colour is the reason's).
 PATTERN = {SCHEDULED: "", CLIPPED: "", UNSCHEDULED: ".", WAITING: "/", PREEMPTED: "x"}
@@ -185,6 +206,7 @@ def why_section() -> list[Any]:
         dcc.Graph(id=WAITING_GRAPH, config={"displaylogo": False}, style={"height": "260px"}),
         dcc.Graph(id=GANTT, config={"displaylogo": False}),
         html.Div(why_panel(None, None), id=WHY_PANEL, style={"padding": "0 16px"}),
+        dcc.Store(id=WHY_RANGE),
     ]
 
 
@@ -231,11 +253,13 @@ def register_why(app: Dash, h: WhyHandlers, *, trace: str, version: str, graph: 
     """The why views' callbacks; `trace`, `version` and `graph` are the page's trace menu, its
     version store and the timeline graph (web.layout's ids: layout lays this module out)."""
 
+    app.clientside_callback(WHY_RANGE_JS, Output(WHY_RANGE, "data"), Input(graph, "relayoutData"))
+
     @app.callback(
         Output(WAITING_GRAPH, "figure"),
         Input(trace, "value"),
         Input(version, "data"),
-        Input(graph, "relayoutData"),
+        Input(WHY_RANGE, "data"),
     )
     def _waiting(key, _version, relayout):  # type: ignore[no-untyped-def]
         return h.waiting(key, relayout)
@@ -244,7 +268,7 @@ def register_why(app: Dash, h: WhyHandlers, *, trace: str, version: str, graph: 
         Output(GANTT, "figure"),
         Input(trace, "value"),
         Input(version, "data"),
-        Input(graph, "relayoutData"),
+        Input(WHY_RANGE, "data"),
     )
     def _gantt(key, _version, relayout):  # type: ignore[no-untyped-def]
         return h.gantt(key, relayout)

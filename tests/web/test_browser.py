@@ -419,3 +419,37 @@ def test_why_views_on_the_live_sample(dash_duo: Any, artifacts: Path, apps: list
         assert title in {text for text, _, _ in labels} and len(labels) > 8, graph
         assert [(text, px) for text, px, _ in labels if px > 0] == [], graph
     _no_console_errors(dash_duo)
+
+
+# The figure requests each why view sent since SPY_JS, and its x range now.
+WHY_ASKED_JS = """
+const asked = window.__responses.filter(r => r.includes('"' + arguments[0] + '"')).length;
+const gd = document.querySelector('#' + arguments[0] + ' .js-plotly-plot');
+return [asked, gd.layout.xaxis.range];
+"""
+
+
+def test_the_why_views_follow_a_zoom_once_it_stands_still(dash_duo: Any, apps: list[Dash]) -> None:
+    """Two zooms 50 ms apart: the why views are asked once, for the second, WHY_DELAY_MS after it
+    (their answers no longer land in the middle of the next zoom: web.why_view)."""
+    apps.append(make_app(sample("live_cpu_ngram.jsonl")))
+    dash_duo.start_server(apps[0])
+    dash_duo.wait_for_contains_text("#request-gantt .legend", "waiting: max_num_seqs", timeout=10)
+    time.sleep(1.0)  # the page's first answers are in
+    dash_duo.driver.execute_script(SPY_JS)
+    relayout = "Plotly.relayout(document.querySelector('#timeline .js-plotly-plot'), {'xaxis.range': %s});"
+    dash_duo.driver.execute_script(relayout % "[5, 30]")
+    time.sleep(0.05)
+    dash_duo.driver.execute_script(relayout % "[10, 20]")
+    time.sleep(0.15)  # well inside the delay: nothing asked yet
+    assert dash_duo.driver.execute_script(WHY_ASKED_JS, "waiting-by-reason")[0] == 0
+    deadline = time.monotonic() + 5
+    while dash_duo.driver.execute_script(WHY_ASKED_JS, "request-gantt")[0] < 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    time.sleep(0.5)
+    asked, x_range = dash_duo.driver.execute_script(WHY_ASKED_JS, "waiting-by-reason")
+    assert asked == 1 and x_range == [10, 20]
+    asked, x_range = dash_duo.driver.execute_script(WHY_ASKED_JS, "request-gantt")
+    assert asked == 1 and 8.5 <= x_range[0] < x_range[1] <= 21.5, x_range  # lanes of steps 9-21
+    _no_console_errors(dash_duo)
