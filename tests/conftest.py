@@ -22,21 +22,26 @@ def trace_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def probe_schedule(sched: Any) -> tuple[Any, dict[str, int]]:
     """Call sched.schedule() and read vLLM's own final `token_budget` and
-    `input_budget` locals as Scheduler.schedule returns: the ground truth that
-    recorded budgets must equal."""
+    `input_budget` locals (and the draft-budget policy's `draft_budget`) as
+    Scheduler.schedule returns: the ground truth that recorded budgets must equal."""
     from vllm.v1.core.sched.scheduler import Scheduler
 
-    code = Scheduler.schedule.__code__
+    from tracer import draft_budget
+    from tracer.policies import _schedule_with_draft_budget
+
+    codes = (Scheduler.schedule.__code__, _schedule_with_draft_budget().__code__)
     seen: dict[str, int] = {}
 
     def local(frame: Any, event: str, arg: Any) -> Callable | None:
         if event == "return":
             seen["token_budget"] = frame.f_locals["token_budget"]
             seen["input_budget"] = frame.f_locals["input_budget"]
+            if draft_budget.BUDGET in frame.f_locals:
+                seen["draft_budget"] = frame.f_locals[draft_budget.BUDGET]
         return local
 
     def global_(frame: Any, event: str, arg: Any) -> Callable | None:
-        return local if frame.f_code is code else None
+        return local if frame.f_code in codes else None
 
     old = sys.gettrace()
     sys.settrace(global_)

@@ -694,7 +694,7 @@ arrival, and the way back to the client.""",
     p.add_argument("source", help="a trace (.jsonl[.gz]) or a workload file (.json/.yaml)")
     p.add_argument(
         "--policy",
-        choices=["stock", "additive", "cap", "separate"],
+        choices=["stock", "additive", "cap", "separate", "draft-budget"],
         help="policy to replay under (default: the one the trace was recorded with)",
     )
     p.add_argument("-o", "--output", help="trace to write")

@@ -7,17 +7,21 @@ Policies (draft slots charged per scheduled request; admission cap):
   draft_model 1); no cap beyond max_num_seqs.
 - `cap`: vLLM 0.33's rule: 0 slots for DFlash/DSpark, others as additive;
   admission capped at B // num_lookahead_tokens for DFlash/DSpark.
-- `separate`: the fix: 0 slots for DFlash/DSpark, whose query rows come from a
-  separate query budget; others as additive; admission bounded at B // q,
-  q = K+1 (DFlash) or K (DSpark).
+- `separate`: 0 slots for DFlash/DSpark, whose query rows come from a separate
+  query budget, approximated by an admission bound at B // q, q = K+1 (DFlash)
+  or K (DSpark); others as additive.
+- `draft-budget`: the fork's fix itself (vllm#52996 and its DFlash extension):
+  0 slots for DFlash/DSpark, whose q rows per scheduled request come from a
+  second per-step budget of B rows that both of `schedule()`'s loops stop on;
+  others as additive; no cap beyond max_num_seqs (tracer/draft_budget.py).
 
 Each layer changes two things vLLM reads and nothing else: the draft slots
 `schedule()` takes from `speculative_config.max_num_new_slots_for_drafting`
 (through a view of the config), and `max_num_active_reqs`, the waiting loop's
 admission cap. vLLM's own loop does the rest, preemption restores included.
 
-Where the layer differs from the fix's contract: vLLM keeps its budgets in
-locals of `schedule()`, so `separate` cannot keep a per-step query budget. It
+Where `separate` differs from the fix's contract: vLLM keeps its budgets in
+locals of `schedule()`, so a layer cannot keep a per-step query budget. It
 bounds admission instead (running ≤ B // q), which guarantees n·q ≤ B for the
 n requests scheduled in any step. The two agree whenever every running request
 is scheduled in a step; they differ when running requests sit a step out (async
@@ -25,15 +29,21 @@ scheduling near max_tokens, pipeline parallelism, an exhausted encoder budget):
 there the fork could admit another request and this layer cannot. The query
 budget is recorded per step as n·q against B. See docs/policies.md and
 tests/test_policies.py::test_separate_bounds_running_not_scheduled.
+`draft-budget` is the fork's budget exactly: it runs vLLM's own `schedule()`
+with the budget's lines added (tracer/draft_budget.py).
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
+import vllm
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 
+from tracer import draft_budget
 from tracer.scheduler import TracingMixin
 from tracer.trace.methods import (
     additive_draft_slots,
@@ -109,12 +119,46 @@ class SeparateMixin(PolicyMixin):
 
     def policy_budget(self, vcfg: Any, method: str | None, k: int, parallel: bool) -> tuple[int, int | None]:
         slots = shared_draft_slots(method, k, parallel)
-        if not is_separate_pass(method):
-            return slots, None
-        draft_hf = getattr(getattr(vcfg.speculative_config, "draft_model_config", None), "hf_config", None)
-        anchor = bool(getattr(draft_hf, "sample_from_anchor", True))
-        q = query_rows_per_request(method, k, sample_from_anchor=anchor)
-        return slots, vcfg.scheduler_config.max_num_batched_tokens // q
+        q = _query_rows(vcfg, method, k)
+        return slots, (vcfg.scheduler_config.max_num_batched_tokens // q if q else None)
+
+
+def _query_rows(vcfg: Any, method: str | None, k: int) -> int:
+    """Rows each request takes in the separate drafter pass (0 for shared-buffer methods)."""
+    if not is_separate_pass(method):
+        return 0
+    draft_hf = getattr(getattr(vcfg.speculative_config, "draft_model_config", None), "hf_config", None)
+    anchor = bool(getattr(draft_hf, "sample_from_anchor", True))
+    return query_rows_per_request(method, k, sample_from_anchor=anchor)
+
+
+@functools.cache
+def _schedule_with_draft_budget() -> Callable[..., Any]:
+    return draft_budget.with_draft_budget(Scheduler.schedule, f"vLLM {vllm.__version__}")
+
+
+class DraftBudgetMixin(PolicyMixin):
+    """The fork's separate draft-input budget: vLLM's own schedule() plus its lines."""
+
+    SCHEDSCOPE_POLICY = "draft-budget"
+    schedscope_draft_budget = 0  # rows the drafter pass may take in a step (B)
+    schedscope_draft_rows = 0  # rows each scheduled request takes from it (q; 0: never binds)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        _schedule_with_draft_budget()  # an unsupported vLLM is refused here, by name, not mid-serve
+        super().__init__(*args, **kwargs)
+        vcfg = self.vllm_config  # type: ignore[attr-defined]
+        spec = getattr(vcfg, "speculative_config", None)
+        self.schedscope_draft_budget = int(self.scheduler_config.max_num_batched_tokens)  # type: ignore[attr-defined]
+        if spec is not None:
+            k = int(getattr(spec, "num_speculative_tokens", 0) or 0)
+            self.schedscope_draft_rows = _query_rows(vcfg, getattr(spec, "method", None), k)
+
+    def policy_budget(self, vcfg: Any, method: str | None, k: int, parallel: bool) -> tuple[int, int | None]:
+        return shared_draft_slots(method, k, parallel), None
+
+    def schedule(self, *args: Any, **kwargs: Any) -> Any:
+        return _schedule_with_draft_budget()(self, *args, **kwargs)
 
 
 # TracingMixin first: it builds its recorder after the policy has been applied.
@@ -127,7 +171,11 @@ class CapScheduler(TracingMixin, CapMixin, Scheduler):
 
 
 class SeparateScheduler(TracingMixin, SeparateMixin, Scheduler):
-    """The fix: DFlash/DSpark query rows from a separate budget (as an admission bound)."""
+    """DFlash/DSpark query rows from a separate budget, approximated by an admission bound."""
+
+
+class DraftBudgetScheduler(TracingMixin, DraftBudgetMixin, Scheduler):
+    """The fork's fix: DFlash/DSpark query rows from a per-step draft-input budget."""
 
 
 class AdditiveAsyncScheduler(TracingMixin, AdditiveMixin, AsyncScheduler):
@@ -142,10 +190,15 @@ class SeparateAsyncScheduler(TracingMixin, SeparateMixin, AsyncScheduler):
     pass
 
 
+class DraftBudgetAsyncScheduler(TracingMixin, DraftBudgetMixin, AsyncScheduler):
+    pass
+
+
 POLICIES: dict[str, tuple[type, type]] = {
     "additive": (AdditiveScheduler, AdditiveAsyncScheduler),
     "cap": (CapScheduler, CapAsyncScheduler),
     "separate": (SeparateScheduler, SeparateAsyncScheduler),
+    "draft-budget": (DraftBudgetScheduler, DraftBudgetAsyncScheduler),
 }
 
 

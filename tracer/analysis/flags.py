@@ -322,7 +322,7 @@ def _additive(trace: Trace, a: BudgetAnalysis) -> list[_Batch]:
         f" draft slots against the target input budget, but its {m.q} query rows per request run in a "
         "separate pass with their own buffer: this withheld "
     )
-    advice = "Keep a separate query budget (policy 'separate') instead of the additive reservation."
+    advice = "Keep a separate draft-input budget (policy 'draft-budget') instead of the additive reservation."
 
     def sentences(
         withheld: list[int], excess: list[int], used: list[int], exact: list[bool], *_: Any

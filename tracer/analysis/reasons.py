@@ -24,13 +24,14 @@ class Reason:
     color: str = "#777777"
 
 
-_BUDGET_OR_SEPARATE = "--max-num-batched-tokens, or policy 'separate'"
+_BUDGET_OR_SEPARATE = "--max-num-batched-tokens, or policy 'draft-budget'"
 _ALL = (
     Reason("none", "nothing held back", ""),
     Reason("preemption", "a preemption in this step", "more KV blocks (--num-gpu-blocks-override, memory)"),
     Reason("paused", "scheduler paused", "resume the engine"),
     Reason("target_budget", "target token budget", "--max-num-batched-tokens"),
     Reason("input_budget", "input budget after draft-slot reservations", _BUDGET_OR_SEPARATE),
+    Reason("draft_budget", "draft-input budget (drafter rows)", "--max-num-batched-tokens (drafter rows)"),
     Reason("max_num_seqs", "max_num_seqs", "--max-num-seqs", limit=True),
     Reason("max_num_active_seqs", "max_num_active_seqs (B // lookahead)", _BUDGET_OR_SEPARATE, limit=True),
     Reason("kv_blocks", "KV blocks", "more KV blocks (--num-gpu-blocks-override, --gpu-memory-utilization)"),
@@ -56,6 +57,7 @@ _COLORS = {
     "paused": "#999933",
     "target_budget": "#009E73",
     "input_budget": "#0072B2",
+    "draft_budget": "#4477AA",
     "max_num_seqs": "#E69F00",
     "max_num_active_seqs": "#CC79A7",
     "kv_blocks": "#D55E00",

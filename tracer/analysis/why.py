@@ -164,6 +164,9 @@ class Config:
         self.threshold = int(cfg.get("long_prefill_token_threshold") or 0)
         self.adaptive = cfg.get("adaptive_long_prefill_threshold")
         self.input_cap = int(cfg.get("max_num_batched_tokens") or 0)
+        # The draft-budget policy's per-step budget of drafter rows, q of them per scheduled request.
+        self.q = int(cfg.get("query_rows_per_req") or 0)
+        self.draft_budget = int(cfg.get("draft_budget") or 0) if self.q else 0
         self.chunked = cfg.get("enable_chunked_prefill")
         self.padding = cfg.get("spec_padding")
         self.loras = cfg.get("max_loras")
@@ -172,6 +175,12 @@ class Config:
         self.policy = str(cfg.get("scheduling_policy") or "fcfs")
         self.async_ = bool(cfg.get("async_scheduling"))
         self.max_model_len = cfg.get("max_model_len")
+
+    def draft_left(self, rec: dict[str, Any]) -> int | None:
+        """The draft-input budget left after the step (None: this policy keeps none)."""
+        if not self.draft_budget:
+            return None
+        return self.draft_budget - int((rec.get("query") or {}).get("rows") or 0)
 
     def cap_code(self) -> str:
         if self.active and self.seqs and self.active < self.seqs:
@@ -263,6 +272,10 @@ def _admission(rec: dict[str, Any], cfg: Config, scheduled: bool | None = None) 
             **also,
         }
         return Cause("input_budget", exact, numbers), None
+    draft_left = cfg.draft_left(rec)
+    if draft_left is not None and draft_left < cfg.q:
+        numbers = {"cap": cfg.draft_budget, "left": draft_left, "rows_per_request": cfg.q, **also}
+        return Cause("draft_budget", exact, numbers), None
     if cfg.active and running >= cfg.active:
         numbers = {
             "cap": int(cfg.active),
@@ -414,13 +427,21 @@ def _running(rec: dict[str, Any], cfg: Config) -> list[RequestWhy]:
                 cause = Cause(alternatives[0], LIKELY, numbers, alternatives[1:])
             out.append(RequestWhy(rid, "clipped", int(demand), int(tokens), cause))
     # Running requests left out: the loop ended on a spent budget, or skipped them.
-    spent = target["left"] <= 0 or inp["left"] <= ds
+    draft_left = cfg.draft_left(rec)
+    draft_spent = draft_left is not None and draft_left < cfg.q
+    spent = target["left"] <= 0 or inp["left"] <= ds or draft_spent
     gone = set(rec.get("preempted") or ())
     for rid, demand in rec.get("unscheduled") or ():
         if rid in gone:
             continue
         if spent:
-            code = "target_budget" if target["left"] <= 0 else "input_budget"
+            code = (
+                "target_budget"
+                if target["left"] <= 0
+                else "input_budget"
+                if inp["left"] <= ds
+                else "draft_budget"
+            )
             certainty = LIKELY if cfg.async_ else cfg.exact
             cause = Cause(code, certainty, {}, ("async_done",) if cfg.async_ else ())
         elif cfg.async_:
@@ -512,6 +533,8 @@ def bindings(trace: Trace) -> np.ndarray:
     undecided &= ~idle
     decide(col["target_left"] <= 0, "target_budget")
     decide(col["input_left"] <= cfg.draft_slots, "input_budget")
+    if cfg.draft_budget:
+        decide(cfg.draft_budget - col["query_rows"] < cfg.q, "draft_budget")
     if cfg.active:
         decide(col["num_running"] >= int(cfg.active), cfg.cap_code())
     rest = np.flatnonzero(undecided | idle)

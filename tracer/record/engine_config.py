@@ -53,6 +53,9 @@ def describe_scheduler(sched: Any) -> dict[str, Any]:
         "num_speculative_tokens": k,
         "draft_slots": draft_slots,
         "query_rows_per_req": query_rows_per_request(method, k, sample_from_anchor=anchor),
+        # The draft-budget policy's per-step budget of drafter rows (tracer.policies); absent
+        # under every other scheduler, whose drafter rows are bounded otherwise or not at all.
+        **({"draft_budget": int(sched.schedscope_draft_budget)} if _draft_budget_kept(sched) else {}),
         "num_lookahead_tokens": lookahead,
         # The model runner sizes input_ids/positions (and the drafters their own
         # buffers) to max_num_batched_tokens rows.
@@ -72,6 +75,12 @@ def describe_scheduler(sched: Any) -> dict[str, Any]:
         # read with a default and left null when this vLLM does not say.
         **why_config(sched, scfg),
     }
+
+
+def _draft_budget_kept(sched: Any) -> bool:
+    return bool(getattr(sched, "schedscope_draft_rows", 0)) and bool(
+        getattr(sched, "schedscope_draft_budget", 0)
+    )
 
 
 def why_config(sched: Any, scfg: Any) -> dict[str, Any]:

@@ -55,6 +55,11 @@ def cause_text(cause: Cause) -> str:
                 f"{n.get('draft_slots')} draft slots a request reserves; "
                 f"reservations took {n.get('reserved')}"
             )
+    elif code == "draft_budget":
+        text = (
+            f"draft-input budget: {n.get('left')} of {n.get('cap')} drafter rows left, fewer than the "
+            f"{n.get('rows_per_request')} a scheduled request takes"
+        )
     elif code in ("max_num_seqs", "max_num_active_seqs"):
         kv = n.get("kv_usage")
         free_kv = f" and {_pct(1 - kv)} of KV" if isinstance(kv, int | float) else ""

@@ -34,7 +34,7 @@ OBJECTIVES: dict[str, tuple[str, str, str, bool]] = {
     "ttft_p99": ("ttft_p99_ms", "TTFT p99", "ms", False),
     "drain": ("drain_ms", "time to drain", "ms", False),
 }
-POLICIES = ("stock", "additive", "cap", "separate")
+POLICIES = ("stock", "additive", "cap", "separate", "draft-budget")
 
 
 @dataclass(frozen=True)
