@@ -22,6 +22,8 @@ SAMPLES: dict[str, tuple[str, str, str]] = {
     "dflash_k7_separate.jsonl": ("dflash_k7", "separate", "0.32"),
     "dspark_k4_additive.jsonl": ("dspark_k4", "stock", "0.32"),
     "dspark_k4_separate.jsonl": ("dspark_k4", "separate", "0.32"),
+    "dflash_k7_draft_budget.jsonl": ("dflash_k7", "draft-budget", "0.32"),
+    "dspark_k4_draft_budget.jsonl": ("dspark_k4", "draft-budget", "0.32"),
     "ngram_preempt.jsonl": ("ngram_preempt", "stock", "0.32"),
     "priority_preempt.jsonl": ("priority_preempt", "stock", "0.32"),
     "draft_model.jsonl": ("draft_model", "stock", "0.32"),

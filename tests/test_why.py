@@ -274,3 +274,20 @@ def test_session_keeps_one_binding_pass() -> None:
     assert session.bindings is session.bindings
     assert session.waiting_summary.by_reason["max_num_seqs"] > 0
     assert session.report.counts().get("limit-holds-waiting", 0) >= 17
+
+
+def test_the_draft_budget_holds_the_fifth_one_token_dspark_request() -> None:
+    """Under the draft-budget policy, four one-token DSpark requests take the 16 drafter rows
+    (4 each) while 12 target tokens sit idle: the waiting loop stopped on the draft-input
+    budget, exactly, and the vectorised pass agrees with the step's own answer everywhere."""
+    trace = load(SAMPLES / "dspark_k4_draft_budget.jsonl")
+    answer = why.step_why(trace, 3)
+    assert answer.binding.code == "draft_budget"
+    assert answer.binding.certainty == EXACT
+    assert answer.binding.numbers == {"cap": 16, "left": 0, "rows_per_request": 4}
+    assert [(r.id, r.cause.code) for r in answer.waiting] == [("o4", "draft_budget")]
+    assert answer.facts["target_left"] == 12 and answer.facts["admission_cap"] == 8
+    steps = trace.columns["step"].tolist()
+    assert _codes(trace) == {steps[row]: why.step_why(trace, row).binding.code for row in range(len(trace))}
+    # The same workload under `separate` is held by its cap on running requests instead.
+    assert why.step_why(load(SAMPLES / "dspark_k4_separate.jsonl"), 3).binding.code == "max_num_active_seqs"
