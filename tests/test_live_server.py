@@ -68,12 +68,17 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def _serve_and_trace(
-    models: dict[str, Path], spec: dict[str, Any], tmp: Path, stream: bool = False, index: bool = False
+    models: dict[str, Path],
+    spec: dict[str, Any],
+    tmp: Path,
+    stream: bool = False,
+    index: bool = False,
+    scheduler_cls: str = "tracer.scheduler.TracingScheduler",
 ) -> Run:
     trace_path = tmp / "live.jsonl"
     args = [
         "--speculative-config", json.dumps(spec),
-        "--scheduler-cls", "tracer.scheduler.TracingScheduler",
+        "--scheduler-cls", scheduler_cls,
         "--max-num-batched-tokens", "256",
         # Let EngineCore shut down (and the tracer write its footer) before the
         # API server's process manager force-kills it; 0 kills at once.
@@ -162,7 +167,10 @@ def ngram_run(models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory)
 @pytest.fixture(scope="module")
 def draft_run(models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     spec = {"method": "draft_model", "model": str(models["draft"]), "num_speculative_tokens": 2}
-    yield _serve_and_trace(models, spec, tmp_path_factory.mktemp("draft"))
+    # Served by the draft-budget policy (the fork's fix), whose rewritten schedule() must load in a
+    # real EngineCore; draft_model shares the target's buffer, so it keeps its additive slot.
+    policy = "tracer.policies.DraftBudgetScheduler"
+    yield _serve_and_trace(models, spec, tmp_path_factory.mktemp("draft"), scheduler_cls=policy)
 
 
 @pytest.mark.parametrize("run_name", ["ngram_run", "draft_run"])
@@ -215,6 +223,8 @@ def test_ngram_spec_tokens_recorded(ngram_run: Run) -> None:
 
 def test_draft_model_reserves_a_slot_per_request_and_runs_a_draft_pass(draft_run: Run) -> None:
     trace = draft_run.trace
+    assert trace.header["policy"] == "draft-budget"
+    assert "draft_budget" not in trace.config  # an ordinary method: no drafter rows to budget
     assert (trace.config["spec_method"], trace.config["draft_slots"]) == ("draft_model", 1)
     col = trace.columns
     n_sched = col["n_new"] + col["n_resumed"] + col["n_running"]
