@@ -21,7 +21,7 @@ from tests.conftest import ROOT
 from tests.stream_support import records, wait_for
 from tracer.cli import main
 from tracer.live.stream import StreamHub, StreamServer
-from tracer.trace import sidecar
+from tracer.trace import index_files, sidecar
 from tracer.trace.attach import RunSaver, StreamEvent, StreamFollower, link_status, run_path
 from tracer.trace.reader import Trace, TraceError, load, reopen
 from tracer.trace.source import TraceSource
@@ -392,7 +392,7 @@ def test_a_saved_copy_is_born_with_its_index(tmp_path: Path, serve: Callable[...
     saver.close()
     assert copy.read_bytes() == source.read_bytes()
     assert copy.stat().st_size >= sidecar.MIN_SOURCE_BYTES
-    index = copy.with_name(copy.name + sidecar.SUFFIX)
+    index = copy.with_name(copy.name + index_files.SUFFIX)
     assert index.exists()
     mapped = reopen(copy)
     assert mapped is not None, "the copy's index was not taken"

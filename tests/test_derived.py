@@ -19,7 +19,7 @@ import pytest
 from tests.conftest import ROOT
 from tracer.analysis import clock, requests, steppass, timing
 from tracer.analysis.throughput import LatencyTracker
-from tracer.trace import sidecar
+from tracer.trace import index_files, sidecar
 from tracer.trace.reader import Trace, load
 
 SAMPLES = sorted((ROOT / "sample_traces").glob("*.jsonl"))
@@ -192,7 +192,7 @@ def test_no_kept_pass_for_a_part_of_a_trace_or_with_sidecars_off(
     assert part.fingerprint is None
     steppass.step_pass(part)
     assert not _derived(big).exists()
-    monkeypatch.setenv(sidecar.ENV_SIDECAR, "off")
+    monkeypatch.setenv(index_files.ENV_SIDECAR, "off")
     steppass.step_pass(load(big))
     assert not _derived(big).exists() and not list((big.parent / "cache").glob("**/*.ssidx"))
 

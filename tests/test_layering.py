@@ -39,6 +39,26 @@ def test_vllm_side_imports_no_ui() -> None:
     assert not roots & set(FORBIDDEN)
 
 
+# What a tracing scheduler may load into EngineCore: the recorder, its servers and the format's
+# constants, never the reader, its sidecars and stores, analysis, what-if, render or a view.
+ENGINE_CORE_MODULES = {
+    "tracer", "tracer.scheduler", "tracer.policies", "tracer.draft_budget",
+    "tracer.record", "tracer.record.engine_config", "tracer.record.indexer", "tracer.record.recorder",
+    "tracer.record.runner_hook", "tracer.record.writer",
+    "tracer.live", "tracer.live.net", "tracer.live.stream",
+    "tracer.trace", "tracer.trace.index_files", "tracer.trace.methods", "tracer.trace.schema",
+}  # fmt: skip
+
+
+def test_engine_core_loads_only_what_records() -> None:
+    """`--scheduler-cls tracer.scheduler.TracingScheduler` (or a policy's class) imports the
+    recorder and nothing of the viewer side: every module it loads is on the list above."""
+    mods = _modules_after("import tracer.scheduler, tracer.policies")
+    loaded = {m for m in mods if m.split(".")[0] == "tracer"}
+    assert loaded - ENGINE_CORE_MODULES == set()
+    assert {"tracer.record.recorder", "tracer.record.writer", "tracer.policies"} <= loaded
+
+
 def _imported_names(path: Path) -> set[str]:
     tree = ast.parse(path.read_text(), filename=str(path))
     names: set[str] = set()

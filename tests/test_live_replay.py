@@ -16,7 +16,7 @@ import pytest
 
 from tests.live_support import abandon_streams, bench_serve, build_tiny_llama, renice_engine, start_server
 from tracer.cli import main
-from tracer.trace import sidecar
+from tracer.trace import index_files, sidecar
 from tracer.trace.reader import Trace, load, reopen
 from tracer.whatif.fidelity import check_fidelity, fidelity_lines
 
@@ -175,7 +175,7 @@ def test_the_servers_born_index_holds_what_a_parse_of_its_trace_does(
     trace, _ = request.getfixturevalue(run)
     monkeypatch.setattr(sidecar, "MIN_SOURCE_BYTES", 0)  # as the server had it
     path = Path(trace.path)
-    index = path.with_name(path.name + sidecar.SUFFIX)
+    index = path.with_name(path.name + index_files.SUFFIX)
     last = _meta(index.read_bytes(), _segments(index)[-1])
     assert last["footer"] is not None and last["parsed_end"] == path.stat().st_size
     assert_opens_as_parsed(reopen(path), path)

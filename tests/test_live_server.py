@@ -26,7 +26,7 @@ from tests.live_support import REPO_ROOT, build_tiny_llama, free_port, start_ser
 from tests.test_metrics import assert_totals_equal, scrape
 from tracer.analysis import timing
 from tracer.doctor import fetch_metrics, per_request
-from tracer.trace import sidecar
+from tracer.trace import index_files, sidecar
 from tracer.trace.attach import RunSaver, StreamEvent, StreamFollower
 from tracer.trace.reader import Trace, load, reopen
 
@@ -289,7 +289,7 @@ def test_the_servers_trace_opens_from_the_born_index_its_follower_wrote(
 
     monkeypatch.setattr(sidecar, "MIN_SOURCE_BYTES", 0)  # as the server had it
     path = Path(ngram_run.trace.path)
-    index = path.with_name(path.name + sidecar.SUFFIX)
+    index = path.with_name(path.name + index_files.SUFFIX)
     last = _meta(index.read_bytes(), _segments(index)[-1])
     assert last["footer"] is not None and last["parsed_end"] == path.stat().st_size
     followers = [cmd for cmd in _cmdlines() if b"born_follow" in cmd and str(path).encode() in cmd]

@@ -14,7 +14,7 @@ from tests.conftest import ROOT
 from tracer.analysis import pair
 from tracer.analysis.compare import compare
 from tracer.render.compare import diff_lines
-from tracer.trace import sidecar
+from tracer.trace import index_files, sidecar
 from tracer.trace.errors import TraceError
 
 
@@ -27,7 +27,7 @@ def _older(out: Path, seed: int) -> Path:
         check=True,
         capture_output=True,
     )
-    out.with_name(out.name + sidecar.SUFFIX).unlink()
+    out.with_name(out.name + index_files.SUFFIX).unlink()
     assert out.stat().st_size >= sidecar.MIN_SOURCE_BYTES
     return out
 
@@ -39,7 +39,7 @@ def older(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 def _sidecars(d: Path) -> list[str]:
-    return sorted(p.name for p in d.iterdir() if p.name.endswith(sidecar.SUFFIX))
+    return sorted(p.name for p in d.iterdir() if p.name.endswith(index_files.SUFFIX))
 
 
 @pytest.fixture
@@ -62,10 +62,10 @@ def test_b_is_parsed_in_a_child_and_the_diff_is_the_same(
     for src, dst in zip(older, (a, b), strict=True):
         dst.hardlink_to(src)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.setenv(sidecar.ENV_SIDECAR, "off")
+    monkeypatch.setenv(index_files.ENV_SIDECAR, "off")
     reference = list(diff_lines(compare(*pair.load_pair(a, b))))  # as before: two threads, no sidecar
     assert spawned == [None] and _sidecars(tmp_path) == []
-    monkeypatch.delenv(sidecar.ENV_SIDECAR)
+    monkeypatch.delenv(index_files.ENV_SIDECAR)
 
     sa, sb = pair.load_pair(a, b)
     child = spawned[-1]

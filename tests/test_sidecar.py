@@ -18,7 +18,7 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.test_store import SAMPLES, members_gz
-from tracer.trace import reader, sidecar
+from tracer.trace import index_files, reader, sidecar
 from tracer.trace.reader import Trace, TraceError, load
 
 
@@ -285,7 +285,7 @@ def test_read_only_directory_uses_the_cache_dir(tmp_path: Path) -> None:
     assert not side(path).exists()
     made = list(cache.glob("schedscope/*.ssidx"))
     assert len(made) == 1 and made[0].name.startswith("t.jsonl.")
-    assert made == [sidecar.locations(path)[1]]
+    assert made == [index_files.locations(path)[1]]
 
 
 def test_sidecar_layout_is_magic_meta_and_aligned_arrays(tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ from tests.stream_support import records, wait_for
 from tracer.doctor import record_verdicts
 from tracer.live.stream import StreamHub, StreamServer
 from tracer.render.summary import summary_lines
-from tracer.trace import reader, sidecar
+from tracer.trace import index_files, reader, sidecar
 from tracer.trace.ingest import load_bytes
 from tracer.trace.reader import Trace, TraceBuilder, TraceError, TraceOrderError, load, open_builder
 from tracer.trace.source import TraceSource
@@ -189,7 +189,7 @@ def sidecars(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _sidecar_of(path: Path) -> Path:
-    return path.with_name(path.name + sidecar.SUFFIX)
+    return path.with_name(path.name + index_files.SUFFIX)
 
 
 def _checks(path: Path) -> int:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from tracer.analysis.compare import prepare
 from tracer.analysis.session import Session
-from tracer.trace import codec, sidecar
+from tracer.trace import codec, index_files, sidecar
 from tracer.trace.reader import Progress, entries_of, reopen
 
 
@@ -78,7 +78,7 @@ def _opened(path: str | Path, session: Session | None, strict: bool, progress: P
 
 def _child(path: str | Path, strict: bool) -> subprocess.Popen[bytes] | None:
     """A child process opening `path` as a first open does, when its sidecars can hand it over."""
-    if not sidecar.locations(Path(path)):  # sidecars off: nothing to hand over
+    if not index_files.locations(Path(path)):  # sidecars off: nothing to hand over
         return None
     try:
         with open(path, "rb", buffering=0) as f:

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import tracer
-from tracer.trace import born
+from tracer.trace.index_files import BORN_INTERVAL_S, born_wanted
 
 logger = logging.getLogger("schedscope.writer")
 
@@ -28,10 +28,10 @@ class IndexProcess:
         self.proc = proc
 
     @classmethod
-    def start(cls, path: str | Path | None, *, interval_s: float = born.INTERVAL_S) -> IndexProcess | None:
+    def start(cls, path: str | Path | None, *, interval_s: float = BORN_INTERVAL_S) -> IndexProcess | None:
         """Follow `path` (already created by the writer), or None where no index is wanted
-        (`born.wanted`) or the process could not start."""
-        if not born.wanted(path):
+        (`born_wanted`) or the process could not start."""
+        if not born_wanted(path):
             return None
         assert path is not None
         # The package's own location first: the server may have found it some other way.

@@ -27,7 +27,6 @@ valid for the prefix they describe.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import time
@@ -36,8 +35,10 @@ from typing import Any
 
 import orjson
 
-from tracer.trace import schema, sidecar
+from tracer.trace import index_files, schema, sidecar
 from tracer.trace.entries import EntryCollector
+from tracer.trace.index_files import BORN_INTERVAL_S as INTERVAL_S
+from tracer.trace.index_files import born_wanted
 from tracer.trace.reader import (
     SIDECAR_CHECKS,
     TraceBuilder,
@@ -48,25 +49,10 @@ from tracer.trace.reader import (
 
 logger = logging.getLogger("schedscope.born")
 
-INTERVAL_S = 10.0  # a segment at most this often (and at the footer)
-
-
-def wanted(path: str | Path | None) -> bool:
-    """Whether a trace written to `path` gets a born index: not for no file, a gzip trace
-    (its sidecar also needs the member index, which only a read makes) or
-    SCHEDSCOPE_SIDECAR=off. When it does, an earlier run's index beside the same path is
-    removed now (unlinked, not truncated: a reader may have it mapped)."""
-    if path is None or Path(path).suffix in (".gz", ".zst") or not sidecar.locations(Path(path)):
-        return False
-    for stale in sidecar.locations(Path(path)):
-        with contextlib.suppress(OSError):
-            stale.unlink(missing_ok=True)
-    return True
-
 
 def born_index(path: str | Path | None, *, interval_s: float = INTERVAL_S) -> BornIndex | None:
-    """The born index for a trace written to `path` in this process, or None (`wanted`)."""
-    return BornIndex(path, interval_s=interval_s) if wanted(path) else None
+    """The born index for a trace written to `path` in this process, or None (`born_wanted`)."""
+    return BornIndex(path, interval_s=interval_s) if born_wanted(path) else None
 
 
 class BornIndex:
@@ -228,7 +214,7 @@ class BornIndex:
         left there by an earlier run of the same path is removed first (unlinked, not
         truncated: a reader may have it mapped)."""
         errors = []
-        for target in sidecar.locations(self.trace):
+        for target in index_files.locations(self.trace):
             try:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 if target.exists():

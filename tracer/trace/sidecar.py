@@ -30,11 +30,12 @@ from typing import Any
 import numpy as np
 import orjson
 
+from tracer.trace.index_files import locations
+
 logger = logging.getLogger("schedscope.sidecar")
 
 MAGIC = b"SSIDX\x00\r\n"  # the \r\n catches a text-mode copy
 VERSION = 1
-SUFFIX = ".ssidx"
 ENV_MIN_BYTES = "SCHEDSCOPE_SIDECAR_MIN_BYTES"
 
 
@@ -57,25 +58,6 @@ _HASHED = 64 << 10
 
 class Torn(ValueError):
     """A sidecar (or its first segment) shorter than its own meta says: cut short."""
-
-
-def cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "schedscope"
-
-
-ENV_SIDECAR = "SCHEDSCOPE_SIDECAR"
-
-
-def locations(source: Path, name: str = "") -> list[Path]:
-    """Where a sidecar for `source` may be: next to it, then in the cache directory (none
-    with SCHEDSCOPE_SIDECAR=off). `name`: a derived one's (`<trace>.<name>.ssidx`)."""
-    if os.environ.get(ENV_SIDECAR, "").strip().lower() == "off":
-        return []
-    source = Path(os.path.abspath(source))
-    key = hashlib.blake2b(os.fsencode(source), digest_size=12).hexdigest()
-    suffix = f".{name}{SUFFIX}" if name else SUFFIX
-    return [source.with_name(source.name + suffix), cache_dir() / f"{source.name}.{key}{suffix}"]
 
 
 def _hash(fd: int, start: int, end: int) -> str:
