@@ -142,3 +142,21 @@ def test_main_help_lists_the_requests_key() -> None:
         assert "Requests view: lanes by state and reason" in plain
 
     drive(make_app(LIVE), body)
+
+
+def test_inspector_names_the_draft_input_budget_under_the_draft_budget_policy() -> None:
+    """The fork's policy in the TUI: its header names it, and at step 4 the inspector says the
+    fifth one-token DSpark request waits on the draft-input budget, with its numbers."""
+
+    async def body(pilot: Pilot) -> None:
+        screen = main_screen(pilot)
+        engine = str(screen.query_one("#engine").render())
+        assert "draft budget 16 rows" in engine
+        screen.set_cursor(3)
+        await pilot.pause()
+        inspector = screen.query_one("#inspector", TextView).plain
+        assert "draft-input budget: 0 of 16 drafter rows left" in inspector
+        waiting = inspector.split("Waiting, not admitted (1)")[1].splitlines()[2]
+        assert "draft-input budget" in waiting and waiting.rstrip().endswith("o4")
+
+    drive(make_app(SAMPLES / "dspark_k4_draft_budget.jsonl"), body)

@@ -94,3 +94,13 @@ def test_the_why_figures_are_what_plotly_makes_of_them(h: WhyHandlers, zoom: dic
         made = go.Figure(fig).to_dict()
         made["layout"].pop("template")  # plotly.py adds its default; the page gets none
         assert made == fig
+
+
+def test_waiting_area_names_the_draft_input_budget_under_the_draft_budget_policy() -> None:
+    """The fork's policy in the web app: the one waiting request-step of step 4 is stacked under
+    the draft-input budget, in that reason's colour."""
+    fig = _fig(waiting_figure(view("dspark_k4_draft_budget.jsonl")))
+    by_name = {t.name: t for t in fig.data}
+    held = by_name["draft-input budget (drafter rows) (1)"]
+    assert held.fillcolor == color("draft_budget")
+    assert dict(zip(held.x, held.y, strict=True))[4] == 1

@@ -34,6 +34,7 @@ def engine_parts(config: dict[str, Any]) -> list[str]:
         spec_label(config),
         f"draft slots {config.get('draft_slots')}",
         f"query rows/req {q}" if q else "",
+        f"draft budget {config['draft_budget']} rows" if config.get("draft_budget") else "",
         f"B {config.get('max_num_batched_tokens')}",
         f"target cap {config.get('max_num_scheduled_tokens')}",
         f"max seqs {seqs}" + (f" (active cap {cap})" if cap and cap != seqs else ""),
