@@ -149,8 +149,11 @@ def with_draft_budget(schedule: Callable[..., Any], version: str = "this vLLM") 
 
     The result reads `self.schedscope_draft_budget` (rows the drafter pass may take in a step)
     and `self.schedscope_draft_rows` (rows each scheduled request takes; 0 never stops a loop)."""
-    path = inspect.getsourcefile(schedule) or "<vllm scheduler>"
-    lines, first = inspect.getsourcelines(schedule)
+    try:
+        path = inspect.getsourcefile(schedule) or "<vllm scheduler>"
+        lines, first = inspect.getsourcelines(schedule)
+    except (OSError, TypeError) as exc:
+        raise RewriteError(f"the draft-budget policy needs {version}'s schedule() source: {exc}") from exc
     tree = ast.parse(textwrap.dedent("".join(lines)))
     ast.increment_lineno(tree, first - 1)
     adder = _AddDraftBudget()
