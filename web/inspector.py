@@ -1,6 +1,6 @@
 """The step inspector: one step's requests and tokens, its budget arithmetic, its flags.
 
-The arithmetic lines are tracer.analysis.budget.arithmetic's, verbatim; the requests are the
+The arithmetic lines are tracer.render.step.arithmetic's, verbatim; the requests are the
 step record's, typed by tracer.analysis.session.step_requests.
 """
 
@@ -10,8 +10,8 @@ from typing import Any
 
 from dash import html
 
-from tracer.analysis.budget import arithmetic
 from tracer.analysis.session import StepRequests, step_requests
+from tracer.render.step import arithmetic, schedule_time, step_status
 from web.model import TraceView
 
 SEVERITY_CLASS = {"error": "sev-error", "warning": "sev-warning", "info": "sev-info"}
@@ -71,11 +71,7 @@ def inspector(view: TraceView | None, step: int | None) -> list[Any]:
     waiting = [f"{d.id} ({d.demand})" for d in reqs.waiting]
     parts: list[Any] = [
         html.H4(f"Step {step}", id="inspector-title"),
-        html.Div(
-            f"{rec['num_running']} running, {rec['num_waiting']} waiting, KV {100 * rec['kv_usage']:.1f}%, "
-            f"schedule() {rec['sched_us']:.0f} µs",
-            className="muted",
-        ),
+        html.Div(f"{step_status(rec)} · {schedule_time(rec)}", className="muted", id="inspector-status"),
         html.H5("Budget arithmetic"),
         html.Pre("\n".join(lines), id="inspector-arithmetic"),
         html.H5(f"Flags ({len(flags)})"),

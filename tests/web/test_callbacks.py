@@ -14,8 +14,8 @@ import pytest
 from dash import Patch, no_update
 from dash.exceptions import PreventUpdate
 
-from tracer.analysis.budget import arithmetic
 from tracer.cli import main
+from tracer.render.step import arithmetic
 from web import layout as ids
 from web.callbacks import Handlers, timeline_trigger
 from web.decimate import parse_xrange

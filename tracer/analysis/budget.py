@@ -278,24 +278,3 @@ def simulate_many(
 
 
 _ID, _TOKENS, _SPEC, _DEMAND = itemgetter(0), itemgetter(1), itemgetter(2), itemgetter(3)
-
-
-def arithmetic(trace: Trace, i: int, analysis: BudgetAnalysis | None = None) -> list[str]:
-    """The budget arithmetic of step row i written out, one line per budget."""
-    col = trace.columns
-    n = int(col["n_new"][i] + col["n_resumed"][i] + col["n_running"][i])
-    used, reserved = int(col["input_used"][i]), int(col["input_reserved"][i])
-    slots = (reserved // n) if n else 0
-    lines = [
-        f"target {int(col['target_used'][i])} of {int(col['target_cap'][i])} "
-        f"({int(col['target_left'][i])} left)",
-        f"input {used} = {used - reserved} target + {n}×{slots} reserved draft slots "
-        f"(of {int(col['input_cap'][i])}, {int(col['input_left'][i])} left)",
-    ]
-    if col["query_per_req"][i]:
-        q = int(col["query_per_req"][i])
-        lines.append(f"query {n}×{q} = {int(col['query_rows'][i])} rows of {int(col['query_cap'][i])}")
-    if analysis is not None and analysis.withheld[i]:
-        kind = "exactly" if analysis.exact[i] else "at most"
-        lines.append(f"withheld {kind} {int(analysis.withheld[i])} target tokens by the excess reservation")
-    return lines

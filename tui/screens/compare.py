@@ -12,9 +12,9 @@ from textual.containers import Horizontal, Vertical
 from textual.markup import escape
 from textual.widgets import Footer, ProgressBar, Static
 
-from tracer.analysis.budget import arithmetic
 from tracer.analysis.pair import load_pair
 from tracer.render.compare import headline_sentences, performance_note, performance_rows
+from tracer.render.step import arithmetic
 from tracer.render.text import compare_totals
 from tracer.trace.reader import TraceError
 from tui.bins import Window

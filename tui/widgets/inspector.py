@@ -1,7 +1,7 @@
 """Text panels: the step inspector, a request's lifetime, and the engine config line.
 
 They format what tracer returns (a step record and its typed requests,
-tracer.analysis.budget.arithmetic, the flags, a RequestLife, tracer.render.text's lines); the
+tracer.render.step.arithmetic, the flags, a RequestLife, tracer.render.text's lines); the
 sentences about budgets are tracer's own.
 """
 
@@ -12,11 +12,11 @@ from typing import Any
 from textual.markup import escape
 from textual.widgets import Static
 
-from tracer.analysis.budget import arithmetic
 from tracer.analysis.flags import glyph
 from tracer.analysis.requests import RequestLife
 from tracer.analysis.session import StepRequests, step_requests
 from tracer.analysis.why import StepWhy
+from tracer.render.step import arithmetic, schedule_time, step_status
 from tracer.render.text import RunLine, engine_parts
 from tracer.render.why import cause_text, reason_cell
 from tui.data import TraceModel
@@ -87,7 +87,7 @@ class Inspector(TextView):
         when = f" · t +{rec['t'] - t0:.3f} s" if isinstance(t0, (int, float)) else ""
         out = [
             f"[b]Step {rec['step']}[/b] [$text-muted](row {row + 1} of {len(trace)}{when} · "
-            f"schedule() {rec.get('sched_us', 0):.0f} µs)[/]",
+            f"{schedule_time(rec)})[/]",
             "[b $primary]Budget[/]",
         ]
         for line in arithmetic(trace, row, model.report.analysis):
@@ -103,10 +103,7 @@ class Inspector(TextView):
                 passes.append(f"{name} pass {int(run[rows][row])}/{int(run[cap][row])} rows")
         if passes:
             out.append(f"  buffers: {' · '.join(passes)}")
-        out.append(
-            f"  after the step: {rec['num_running']} running · {rec['num_waiting']} waiting · "
-            f"KV {100 * float(rec['kv_usage']):.1f}%"
-        )
+        out.append(f"  {escape(step_status(rec))}")
         # Flags before requests: why the step was flagged is the first thing to read.
         flags = model.flags_at(row)
         out.append(f"[b $primary]Flags[/] ({len(flags)})" if flags else "[b $primary]Flags[/] none")

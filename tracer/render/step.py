@@ -1,0 +1,43 @@
+"""One step's sentences, as both inspectors and the compare view print them: its status once
+schedule() returned, and its budget arithmetic written out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tracer.analysis.budget import BudgetAnalysis
+from tracer.trace.reader import Trace
+
+
+def step_status(rec: dict[str, Any]) -> str:
+    """A step's state once schedule() returned, as both inspectors print it."""
+    return (
+        f"after the step: {rec['num_running']} running · {rec['num_waiting']} waiting · "
+        f"KV {100 * float(rec['kv_usage']):.1f}%"
+    )
+
+
+def schedule_time(rec: dict[str, Any]) -> str:
+    """How long the step's schedule() call took, for a step's heading."""
+    return f"schedule() {rec.get('sched_us', 0):.0f} µs"
+
+
+def arithmetic(trace: Trace, i: int, analysis: BudgetAnalysis | None = None) -> list[str]:
+    """The budget arithmetic of step row i written out, one line per budget."""
+    col = trace.columns
+    n = int(col["n_new"][i] + col["n_resumed"][i] + col["n_running"][i])
+    used, reserved = int(col["input_used"][i]), int(col["input_reserved"][i])
+    slots = (reserved // n) if n else 0
+    lines = [
+        f"target {int(col['target_used'][i])} of {int(col['target_cap'][i])} "
+        f"({int(col['target_left'][i])} left)",
+        f"input {used} = {used - reserved} target + {n}×{slots} reserved draft slots "
+        f"(of {int(col['input_cap'][i])}, {int(col['input_left'][i])} left)",
+    ]
+    if col["query_per_req"][i]:
+        q = int(col["query_per_req"][i])
+        lines.append(f"query {n}×{q} = {int(col['query_rows'][i])} rows of {int(col['query_cap'][i])}")
+    if analysis is not None and analysis.withheld[i]:
+        kind = "exactly" if analysis.exact[i] else "at most"
+        lines.append(f"withheld {kind} {int(analysis.withheld[i])} target tokens by the excess reservation")
+    return lines
