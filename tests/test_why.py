@@ -291,3 +291,12 @@ def test_the_draft_budget_holds_the_fifth_one_token_dspark_request() -> None:
     assert _codes(trace) == {steps[row]: why.step_why(trace, row).binding.code for row in range(len(trace))}
     # The same workload under `separate` is held by its cap on running requests instead.
     assert why.step_why(load(SAMPLES / "dspark_k4_separate.jsonl"), 3).binding.code == "max_num_active_seqs"
+
+
+def test_why_checks_its_arguments_before_it_reads_the_trace(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Neither a request nor --step: a usage error at once, not after reading (here: failing
+    to read) the trace."""
+    assert main(["why", str(tmp_path / "not-there.jsonl")]) == 2
+    assert capsys.readouterr().err.strip() == "schedscope: error: give a REQUEST_ID or --step N (one of them)"

@@ -142,10 +142,10 @@ def cmd_why(args: argparse.Namespace) -> int:
     from tracer.analysis.session import Session
     from tracer.render.why import step_lines, story_lines
 
-    session = Session(_load(args))
-    if (args.request is None) == (args.step is None):
+    if (args.request is None) == (args.step is None):  # before the trace is read, which may take long
         print("schedscope: error: give a REQUEST_ID or --step N (one of them)", file=sys.stderr)
         return 2
+    session = Session(_load(args))
     if args.step is not None:
         row = session.row_of(args.step)
         if row is None:
