@@ -87,10 +87,10 @@ def cmd_step(args: argparse.Namespace) -> int:
 
 
 def cmd_flags(args: argparse.Namespace) -> int:
-    import numpy as np
     import orjson
 
     from tracer.analysis.engines import Run
+    from tracer.render.flags import flag_lines
     from tracer.render.text import RunLine, run_totals_line
 
     run = Run.of(_sessions(args))
@@ -112,21 +112,7 @@ def cmd_flags(args: argparse.Namespace) -> int:
             )
             continue
         where = f"{engine.label}  " if several else ""
-        # Sentences in bulk, not Flag objects: a busy server's trace can flag every step.
-        listed = report.flags
-        kinds, severities = listed.kinds, np.asarray(listed.severities(), dtype=object)
-        heads = np.empty(len(listed), dtype=object)  # "  warn     kind: ", made once per kind
-        for kind in set(kinds.tolist()):
-            of_kind = kinds == kind
-            for severity in set(severities[of_kind].tolist()):
-                heads[of_kind & (severities == severity)] = f"  {severity:<7}  {kind}: "
-        columns = (listed.steps.tolist(), heads.tolist(), listed.messages())
-        if len(wanted) < len(listed):
-            columns = tuple([c[i] for i in wanted.tolist()] for c in columns)
-        lead = f"{where}step "
-        sys.stdout.write(
-            "".join([f"{lead}{step:>6}{head}{text}\n" for step, head, text in zip(*columns, strict=True)])
-        )
+        sys.stdout.write(flag_lines(report, wanted, where))
         print(f"{where}{RunLine.of(trace, report).text}")
     if args.json:
         doc = docs[0] if not several else {"engines": docs}
