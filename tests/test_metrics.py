@@ -167,6 +167,21 @@ def test_grafana_panel_and_readme_name_real_metrics() -> None:
         assert re.search(rf"^(# TYPE )?{name}[{{ ]", served, re.M), name
 
 
+def test_docs_metrics_names_every_served_series_and_no_other() -> None:
+    """docs/metrics.md's table has a row for every series the registry serves, and names none
+    it does not serve."""
+    import re
+
+    from tracer.live.metrics import TraceMetrics
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "metrics.md").read_text()
+    rows = [line.split("|")[1] for line in doc.splitlines() if line.startswith("| `schedscope_")]
+    documented = {name for row in rows for name in re.findall(r"`(schedscope_[a-z_]+)[`{]", row)}
+    served = set(re.findall(r"^# TYPE (schedscope_[a-z_]+) ", TraceMetrics().render().decode(), re.M))
+    assert documented == served
+    assert set(re.findall(r"(schedscope_[a-z_]+)", doc)) <= served
+
+
 def test_stream_serves_metrics_unless_turned_off(trace_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """With SCHEDSCOPE_STREAM alone the stream server answers /metrics; SCHEDSCOPE_METRICS=off
     turns the counting off altogether (the stream then answers 404 there)."""
