@@ -22,6 +22,7 @@ from tracer.analysis import why
 from tracer.analysis.reasons import CODES, DERIVED, EXACT, REASONS
 from tracer.analysis.session import Session
 from tracer.cli import main
+from tracer.trace import schema
 from tracer.trace.reader import load
 
 SAMPLES = ROOT / "sample_traces"
@@ -118,7 +119,7 @@ def test_priority_preemptions_name_trigger_lost_work_and_cost(tmp_path: Path) ->
     pytest.importorskip("vllm")
     path, computed = _record_priority(tmp_path)
     trace = load(path)
-    assert trace.header["schema"] == "1.3"
+    assert trace.header["schema"] == schema.SCHEMA_VERSION
     seen = 0
     for row in np.flatnonzero(trace.columns["n_preempted"] > 0).tolist():
         w = why.step_why(trace, row)
@@ -254,8 +255,16 @@ def test_a_skipped_request_gets_its_own_reason_and_the_next_one_is_the_head(tmp_
         {"waiting_status": ["WAITING"]},
         {"preemptions": [["a", "b"]]},
         {"cached": {"x": "y"}},
+        {"kv_free": [5, 2049]},  # more free blocks than the header's pool of 2048
     ],
-    ids=["kv_free-type", "kv_free-short", "status-type", "preemption-short", "cached-type"],
+    ids=[
+        "kv_free-type",
+        "kv_free-short",
+        "status-type",
+        "preemption-short",
+        "cached-type",
+        "kv_free-over-pool",
+    ],
 )
 def test_torn_why_fields_are_a_named_error(tmp_path: Path, bad: dict[str, Any]) -> None:
     from tracer.trace.errors import TraceError

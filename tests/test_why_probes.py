@@ -15,6 +15,7 @@ the original untouched).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
@@ -161,6 +162,26 @@ _DFLASH = (
     [RequestSpec(f"d{i}", 6, 30) for i in range(12)],
 )
 
+# DFlash K=3, a 64-token budget and a 40-block KV cache (640 tokens): prompts longer than the
+# budget, whose first chunk fits the free blocks while the whole prompt does not (issue 32).
+_WHOLE_PROMPT = EngineSpec(
+    method="dflash",
+    num_speculative_tokens=3,
+    max_num_batched_tokens=64,
+    num_kv_blocks=40,
+    max_model_len=1024,
+)
+
+
+def _long_prompts(prefix: str, *, priority: bool = False) -> list[RequestSpec]:
+    return [
+        RequestSpec(
+            f"{prefix}{i}", 150 + 40 * i, 20, arrival_step=1 + 2 * i, priority=i % 3 if priority else 0
+        )
+        for i in range(6)
+    ]
+
+
 # name -> (engine, requests, the reasons that must be proven, per vLLM minor ("*": any))
 SCENARIOS: dict[str, tuple[EngineSpec, list[RequestSpec], dict[str, tuple[str, ...]]]] = {
     "max_num_seqs": (
@@ -213,6 +234,18 @@ SCENARIOS: dict[str, tuple[EngineSpec, list[RequestSpec], dict[str, tuple[str, .
         ),
         _spread(6, 90, 8, every=0),
         {"*": ("chunked_prefill_off",)},
+    ),
+    "kv_whole_prompt": (_WHOLE_PROMPT, _long_prompts("w"), {"*": ("kv_blocks",)}),
+    "kv_whole_prompt_priority": (
+        dataclasses.replace(_WHOLE_PROMPT, scheduling_policy="priority"),
+        _long_prompts("p", priority=True),
+        {"*": ("kv_blocks",)},
+    ),
+    # A tenth of the pool (4 blocks) kept free while any request runs: vLLM's KV watermark.
+    "kv_watermark": (
+        EngineSpec(max_num_batched_tokens=64, num_kv_blocks=40, max_model_len=1024, kv_watermark=0.1),
+        [RequestSpec(f"m{i}", 60 + 30 * i, 30, arrival_step=1 + 2 * i) for i in range(6)],
+        {"*": ("kv_blocks",)},
     ),
     "priority_preempt": (
         EngineSpec(
@@ -342,3 +375,129 @@ def test_exact_on_a_trace_the_replay_cannot_re_make_is_an_error(
     step = next(w.step for w in steps_why(bad, range(len(bad))) if w.binding.code == "max_num_seqs")
     assert main(["why", str(tmp_path / "bad12.jsonl"), "--step", str(step), "--exact"]) == 2
     assert f"the replay diverged from the record at step {step}" in capsys.readouterr().err
+
+
+def _kv_rows(trace: Trace, decides: str) -> list[int]:
+    """Rows whose head request waited for KV blocks its first chunk alone would have found
+    (`decides` "prompt": the whole prompt's blocks did not fit; "watermark": the prompt's
+    did, not with the watermark's beside them); each such reason must be exact."""
+    from tracer.analysis.why import step_why
+
+    rows = []
+    for row in range(len(trace)):
+        b = step_why(trace, row).binding
+        if b.code != "kv_blocks":
+            continue
+        n = b.numbers
+        free, watermark = n["kv_free"], n.get("kv_watermark_blocks", 0)
+        need = max(n["kv_chunk_blocks"], n.get("kv_prompt_blocks", 0))
+        if decides == "prompt":
+            hit = n["kv_chunk_blocks"] + watermark <= free < n["kv_prompt_blocks"] + watermark
+        else:
+            hit = need <= free < need + watermark
+        if hit:
+            assert b.certainty == EXACT, (row, b)
+            rows.append(row)
+    return rows
+
+
+def _without_admission_keys(src: Path, dst: Path) -> Trace:
+    """The trace as a 1.3 recorder wrote it: no reserve_full_isl or watermark in its header."""
+    import orjson
+
+    lines = src.read_bytes().splitlines()
+    header = orjson.loads(lines[0])
+    header["schema"] = "1.3"
+    for key in ("scheduler_reserve_full_isl", "kv_watermark", "kv_watermark_blocks"):
+        header["config"].pop(key)
+    dst.write_bytes(b"\n".join([orjson.dumps(header), *lines[1:]]) + b"\n")
+    return load(dst)
+
+
+@pytest.mark.parametrize(
+    "name, decides",
+    [("kv_whole_prompt", "prompt"), ("kv_whole_prompt_priority", "prompt"), ("kv_watermark", "watermark")],
+)
+def test_kv_admission_counts_the_whole_prompt_and_the_watermark(
+    name: str, decides: str, tmp_path: Path
+) -> None:
+    """Where the head's first chunk fits the free blocks but its whole prompt (vLLM's
+    scheduler_reserve_full_isl) or the watermark beside it does not, the KV cache is the
+    exact reason, with those numbers, and more KV blocks alone admit it. A trace without the
+    two settings (1.3) says `likely` (the prompt) or leaves KV as an alternative (the watermark)."""
+    from tracer.analysis.reasons import LIKELY
+    from tracer.analysis.why import step_why
+    from tracer.render.why import cause_text
+
+    spec, requests, _ = SCENARIOS[name]
+    trace = record(spec, requests, tmp_path / "t.jsonl")
+    assert trace.config["scheduler_reserve_full_isl"] is True
+    assert trace.config["kv_watermark_blocks"] == (4 if decides == "watermark" else 0)
+    rows = _kv_rows(trace, decides)
+    assert rows, f"{name}: no step where the {decides} decides the KV cache"
+    report = check_reasons(trace, rows)
+    assert not report.failures, "\n".join(report.failures[:5])
+    assert report.proven["kv_blocks"] >= len(rows)
+    first = step_why(trace, rows[0]).binding
+    text, n = cause_text(first), first.numbers
+    assert f"{n['kv_free']} free" in text and "whole prompt" in text
+    assert ("watermark keeps 4 free" in text) == (decides == "watermark")
+    old = _without_admission_keys(tmp_path / "t.jsonl", tmp_path / "old.jsonl")
+    for row in rows:
+        b = step_why(old, row).binding
+        if decides == "prompt":
+            assert b.code == "kv_blocks" and b.certainty == LIKELY and "unknown" in b.alternatives
+        else:
+            assert b.code == "unknown" and "kv_blocks" in b.alternatives
+
+
+def test_exact_settles_the_whole_prompt_on_a_trace_without_the_setting(tmp_path: Path) -> None:
+    """`why --exact` replays a 1.3 trace with vLLM's default (the whole prompt reserved), and
+    its probes prove the likely KV reason."""
+    from tracer.analysis.why import step_why
+    from tracer.whatif.probe import settle
+
+    spec, requests, _ = SCENARIOS["kv_whole_prompt"]
+    trace = record(spec, requests, tmp_path / "t.jsonl")
+    row = _kv_rows(trace, "prompt")[0]
+    old = _without_admission_keys(tmp_path / "t.jsonl", tmp_path / "old.jsonl")
+    settled = settle(old, step_why(old, row)).binding
+    assert settled.code == "kv_blocks" and settled.certainty == EXACT and settled.numbers["proven"] == "probe"
+
+
+def test_without_the_whole_prompt_reservation_the_first_chunk_decides(tmp_path: Path) -> None:
+    """With --no-scheduler-reserve-full-isl vLLM admits a prompt whose first chunk fits: a KV
+    reason then counts the chunk alone, and more KV blocks admit the head."""
+    from tracer.analysis.why import step_why
+
+    spec = dataclasses.replace(_WHOLE_PROMPT, num_kv_blocks=24, scheduler_reserve_full_isl=False)
+    requests = [RequestSpec(f"o{i}", 150 + 20 * i, 20, arrival_step=1 + 2 * i) for i in range(6)]
+    trace = record(spec, requests, tmp_path / "t.jsonl")
+    assert trace.config["scheduler_reserve_full_isl"] is False
+    causes = {row: step_why(trace, row).binding for row in range(len(trace))}
+    rows = [row for row, b in causes.items() if b.code == "kv_blocks"]
+    assert rows
+    for row in rows:
+        n = causes[row].numbers
+        assert "kv_prompt_blocks" not in n and n["kv_free"] < n["kv_chunk_blocks"] == n["kv_needed_at_most"]
+    report = check_reasons(trace, rows)
+    assert not report.failures, "\n".join(report.failures[:5])
+    assert report.proven["kv_blocks"] >= len(rows)
+
+
+def test_the_header_records_vllms_admission_settings(tmp_path: Path) -> None:
+    """scheduler_reserve_full_isl and the watermark in the header are what vLLM's scheduler
+    and KV cache manager hold, with vLLM's defaults and with both changed."""
+    from tracer.whatif.offline import build_scheduler
+
+    for full, watermark in ((None, 0.0), (False, 0.25)):
+        spec = EngineSpec(num_kv_blocks=40, scheduler_reserve_full_isl=full, kv_watermark=watermark)
+        trace = record(spec, [RequestSpec("a", 20, 2)], tmp_path / f"{full}.jsonl")
+        sched = build_scheduler(spec)
+        try:
+            assert trace.config["scheduler_reserve_full_isl"] is sched.scheduler_reserve_full_isl
+            assert trace.config["kv_watermark"] == sched.scheduler_config.watermark == watermark
+            assert trace.config["kv_watermark_blocks"] == sched.kv_cache_manager.watermark_blocks
+        finally:
+            sched.shutdown()
+    assert trace.config["scheduler_reserve_full_isl"] is False and trace.config["kv_watermark_blocks"] == 10

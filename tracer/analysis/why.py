@@ -175,6 +175,11 @@ class Config:
         self.policy = str(cfg.get("scheduling_policy") or "fcfs")
         self.async_ = bool(cfg.get("async_scheduling"))
         self.max_model_len = cfg.get("max_model_len")
+        # 1.4: how the waiting loop's allocation admits (None: unknown, an older trace).
+        self.full_isl = cfg.get("scheduler_reserve_full_isl")
+        self.watermark = cfg.get("kv_watermark_blocks")
+        if self.watermark is None and cfg.get("kv_watermark") is not None and self.blocks:
+            self.watermark = int(float(cfg["kv_watermark"]) * int(self.blocks))  # as vLLM sizes it
 
     def draft_left(self, rec: dict[str, Any]) -> int | None:
         """The draft-input budget left after the step (None: this policy keeps none)."""
@@ -308,7 +313,34 @@ def _kv_binds_too(rec: dict[str, Any], cfg: Config, statuses: dict[str, str]) ->
     need = 1
     if cfg.cfg.get("enable_prefix_caching") is False:
         need = math.ceil((int(head[1]) + cfg.lookahead) / cfg.block)
+    if int(rec.get("num_running") or 0):  # the watermark's blocks stay free beside it
+        need += int(cfg.watermark or 0)
     return int(kv_free[1]) < need
+
+
+def kv_need(cfg: Config, demand: int, room: int, running: int) -> dict[str, Any]:
+    """The most KV blocks the head request's `allocate_slots` can ask for, counted as vLLM
+    counts them (kv_cache_manager.py, 0.31-0.34): its first chunk's blocks with the lookahead
+    slots; with `scheduler_reserve_full_isl`, the whole prompt's (`min(num_tokens,
+    max_model_len)`, checked first); plus, while any request runs, the watermark's blocks,
+    which must stay free. A prefix-cache hit can only lower it, but a hit that ends inside a
+    block costs one block more (copy-on-write): one more where prefix caching may be on. The
+    head waits with its whole prompt still to compute, so its demand is `num_tokens`."""
+    block = int(cfg.block)
+    longest = int(cfg.max_model_len) if cfg.max_model_len else demand + cfg.lookahead
+    partial = 0 if cfg.cfg.get("enable_prefix_caching") is False else 1
+    chunk = max(1, min(demand, room))
+    most = math.ceil(min(chunk + cfg.lookahead, longest) / block) + partial
+    out: dict[str, Any] = {"kv_chunk_blocks": most}
+    if cfg.full_isl is not False:  # vLLM's default, and an older trace's likely setting
+        out["kv_prompt_blocks"] = math.ceil(min(demand, longest) / block) + partial
+        out["reserve_full_isl"] = cfg.full_isl
+        most = max(most, out["kv_prompt_blocks"])
+    watermark = int(cfg.watermark or 0) if running else 0
+    if watermark:
+        out["kv_watermark_blocks"] = watermark
+    out["kv_needed_at_most"] = most + watermark
+    return out
 
 
 def _head_cause(rec: dict[str, Any], cfg: Config, rid: str, demand: int, scheduled: bool) -> Cause:
@@ -317,11 +349,17 @@ def _head_cause(rec: dict[str, Any], cfg: Config, rid: str, demand: int, schedul
     room = min(target["left"], inp["left"] - cfg.draft_slots)
     numbers: dict[str, Any] = {"request": rid, "demand": demand, "room": room}
     kv_free = rec.get("kv_free")
+    # The free blocks at the head's turn: the loop stopped there, so none moved after it.
     free_after = kv_free[1] if kv_free else None
-    # Blocks the head's chunk would take at most (no prefix hit, a fresh partial block).
-    chunk = max(1, min(demand, room))
-    need_max = math.ceil((chunk + cfg.lookahead) / cfg.block) + 1 if cfg.block else None
+    need = kv_need(cfg, demand, room, int(rec.get("num_running") or 0)) if cfg.block else {}
+    need_max = need.get("kv_needed_at_most")
     kv_ruled_out = free_after is not None and need_max is not None and free_after >= need_max
+    # Only the whole prompt's reservation keeps the KV cache in, and the trace does not say
+    # whether vLLM made it (a trace before 1.4): likely, not exact.
+    chunk_only = need.get("kv_chunk_blocks", 0) + need.get("kv_watermark_blocks", 0)
+    prompt_unsure = (
+        cfg.full_isl is None and free_after is not None and bool(need) and free_after >= chunk_only
+    )
     alternatives: list[str] = []
     padded = cfg.padding is not False and cfg.k > 0 and demand == 1 and scheduled
     if padded and 1 + cfg.k > room:
@@ -341,12 +379,13 @@ def _head_cause(rec: dict[str, Any], cfg: Config, rid: str, demand: int, schedul
     if cfg.chunked is None:
         others.append("chunked_prefill_off")
     if kv_ruled_out:
-        numbers.update(kv_free=free_after, kv_needed_at_most=need_max)
-        return Cause(
-            "unknown", UNKNOWN, numbers, tuple(alternatives + others + ["encoder_budget", "deferred"])
-        )
+        numbers.update(kv_free=free_after, **need)
+        # A trace before 1.4 does not say the watermark, which can hold any count of blocks.
+        unsaid = ["kv_blocks"] if cfg.watermark is None else []
+        rest = alternatives + others + unsaid + ["encoder_budget", "deferred"]
+        return Cause("unknown", UNKNOWN, numbers, tuple(rest))
     if free_after is not None:
-        numbers.update(kv_free=free_after, kv_needed_at_most=need_max)
+        numbers.update(kv_free=free_after, **need)
     else:
         numbers["kv_usage"] = rec.get("kv_usage")
     if alternatives:
@@ -355,7 +394,7 @@ def _head_cause(rec: dict[str, Any], cfg: Config, rid: str, demand: int, schedul
         return Cause(
             alternatives[0], LIKELY, numbers, tuple(dict.fromkeys([*alternatives[1:], "kv_blocks", *others]))
         )
-    if free_after is not None:
+    if free_after is not None and not prompt_unsure:
         return Cause("kv_blocks", LIKELY if others else EXACT, numbers, tuple(others))
     return Cause("kv_blocks", LIKELY, numbers, tuple(dict.fromkeys([*others, "unknown"])))
 

@@ -104,6 +104,25 @@ def why_config(sched: Any, scfg: Any) -> dict[str, Any]:
         ),
         "adaptive_long_prefill_threshold": None if adaptive is None else bool(adaptive),
         "max_num_encoder_input_tokens": None if encoder is None else int(encoder),
+        **kv_admission_config(sched, scfg),
+    }
+
+
+def kv_admission_config(sched: Any, scfg: Any) -> dict[str, Any]:
+    """How the waiting loop's `allocate_slots` admits a request (1.4): with
+    `scheduler_reserve_full_isl` the whole prompt must fit the free blocks, not only its
+    first chunk, and the watermark's blocks must stay free beside it while any request runs.
+    vLLM 0.31-0.34 keep both on the SchedulerConfig (the flag also on the scheduler); null
+    where this vLLM does not say."""
+    full = getattr(sched, "scheduler_reserve_full_isl", None)
+    if full is None:
+        full = getattr(scfg, "scheduler_reserve_full_isl", None)
+    watermark = getattr(scfg, "watermark", None)
+    blocks = getattr(getattr(sched, "kv_cache_manager", None), "watermark_blocks", None)
+    return {
+        "scheduler_reserve_full_isl": None if full is None else bool(full),
+        "kv_watermark": None if watermark is None else float(watermark),
+        "kv_watermark_blocks": None if blocks is None else int(blocks),
     }
 
 

@@ -6,6 +6,7 @@ app take their words from here (tracer.analysis.why decides; this module only wo
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from tracer.analysis.reasons import DERIVED, EXACT, LIKELY, REASONS, label
 from tracer.analysis.request_lanes import RequestLanes, Segment
@@ -69,11 +70,7 @@ def cause_text(cause: Cause) -> str:
         )
     elif code == "kv_blocks":
         if n.get("kv_free") is not None:
-            chunk = min(n.get("demand", 0), n.get("room", 0))
-            text = (
-                f"KV blocks: {n['kv_free']} free; {n.get('request')}'s next {chunk} tokens need "
-                f"up to {n.get('kv_needed_at_most')}"
-            )
+            text = f"KV blocks: {n['kv_free']} free; " + _kv_need_text(n)
         elif "why" in n:
             text = f"KV blocks ({n['why']})"
         else:
@@ -101,6 +98,28 @@ def cause_text(cause: Cause) -> str:
         alts = ", ".join(label(a) for a in cause.alternatives)
         return f"likely {text} (or: {alts})"
     return text + ("" if cause.certainty in (EXACT, LIKELY) else f" ({cause.certainty})")
+
+
+def _kv_need_text(n: dict[str, Any]) -> str:
+    """What the head request's allocation needs, as tracer.analysis.why.kv_need counts it."""
+    rid, chunk = n.get("request"), min(n.get("demand", 0), n.get("room", 0))
+    prompt = n.get("kv_prompt_blocks")
+    if prompt is not None and prompt > n.get("kv_chunk_blocks", 0):
+        # The whole prompt, not the chunk, decides: vLLM's scheduler_reserve_full_isl.
+        said = (
+            ""
+            if n.get("reserve_full_isl")
+            else " if vLLM reserved it, as by default (the trace does not say)"
+        )
+        text = f"{rid}'s whole prompt ({n.get('demand')} tokens) needs up to {prompt}{said}"
+    else:
+        text = (
+            f"{rid}'s next {chunk} tokens need up to {n.get('kv_chunk_blocks', n.get('kv_needed_at_most'))}"
+        )
+    watermark = n.get("kv_watermark_blocks")
+    if watermark:
+        text += f", and the watermark keeps {watermark} free: {n.get('kv_needed_at_most')} in all"
+    return text
 
 
 def request_line(r: RequestWhy) -> str:

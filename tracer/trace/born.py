@@ -44,6 +44,7 @@ from tracer.trace.reader import (
     TraceBuilder,
     fast_runner_row,
     fast_step_row,
+    kv_pool,
     row_arrays,
 )
 
@@ -116,7 +117,8 @@ class BornIndex:
             return
         end = offset + len(line)
         if kind == schema.STEP:
-            row = fast_step_row(value, offset, end - 1, self._last) if self._footer is None else None
+            pool = kv_pool(self._header)
+            row = fast_step_row(value, offset, end - 1, self._last, pool) if self._footer is None else None
             if row is None:
                 self.stop(f"step {value.get('step')!r} is not what the reader's fast path takes")
                 return

@@ -297,11 +297,20 @@ def _group_sums(group: Any) -> tuple[int, int, int]:
     return len(group), sum(map(_TOKENS, group)), sum(map(_SPEC, group))
 
 
-def fast_step_row(r: dict[str, Any], start: int, end: int, last: int) -> bytes | None:
+def kv_pool(header: dict[str, Any] | None) -> int | None:
+    """The header's KV blocks, which no step's free count may exceed (None: unknown)."""
+    blocks = (header or {}).get("config", {}).get("num_kv_blocks")
+    return blocks if type(blocks) is int and blocks > 0 else None
+
+
+def fast_step_row(
+    r: dict[str, Any], start: int, end: int, last: int, pool: int | None = None
+) -> bytes | None:
     """The packed row of step record `r` (its line at bytes [start, end)) when it is shaped
     as the recorder writes it and its step number exceeds `last`; None sends it down the
     general path, which decides. The reader's fast path, and the born index's
-    (tracer.trace.born) for the records the recorder hands its writer."""
+    (tracer.trace.born) for the records the recorder hands its writer; `pool`: the header's
+    KV blocks, which no free count may exceed."""
     try:
         step, t, tg, ip, q, new, res, run, pre, fin, smp, nw, nr, su, kv = _STEP_KEYS(r)
         tc, tu, tl = _TARGET_KEYS(tg)
@@ -340,7 +349,7 @@ def fast_step_row(r: dict[str, Any], start: int, end: int, last: int) -> bytes |
         # takes numbers, so anything else goes down the general path.
         if (
             ok
-            and _why_problem(r) is None
+            and _why_problem(r, pool) is None
             and type(step) is int
             and step > last
             and type(tc) is int
@@ -398,15 +407,18 @@ def _int(record: dict[str, Any], key: str, sub: str | None, path: str, line: int
     return value
 
 
-def _why_problem(r: dict[str, Any]) -> tuple[str, str] | None:
-    """(field, what is wrong) for a malformed format 1.3 "why" field of a step, else None.
-    Absent or null is fine (older traces); a torn or contradictory value is an error, never a
-    reason invented from it."""
+def _why_problem(r: dict[str, Any], pool: int | None = None) -> tuple[str, str] | None:
+    """(field, what is wrong) for a malformed format 1.3 "why" field of a step, else None;
+    `pool`: the header's KV blocks (None: unknown). Absent or null is fine (older traces); a
+    torn or contradictory value is an error, never a reason invented from it."""
     kv = r.get("kv_free")
-    if kv is not None and not (
-        type(kv) is list and len(kv) == 2 and type(kv[0]) is int and type(kv[1]) is int and min(kv) >= 0
-    ):
-        return "kv_free", f"expected [free blocks before, after] as two non-negative integers, got {kv!r}"
+    if kv is not None:
+        if not (
+            type(kv) is list and len(kv) == 2 and type(kv[0]) is int and type(kv[1]) is int and min(kv) >= 0
+        ):
+            return "kv_free", f"expected [free blocks before, after] as two non-negative integers, got {kv!r}"
+        if pool is not None and max(kv) > pool:
+            return "kv_free", f"{max(kv)} free blocks contradict the header's pool of {pool} (num_kv_blocks)"
     cached = r.get("cached")
     if cached is not None and not (
         type(cached) is dict and all(type(v) is int and v > 0 for v in cached.values())
@@ -486,6 +498,9 @@ class TraceBuilder:
         """The number of the last step added (_NO_STEP before the first)."""
         rows = self._rows
         return _ROW_STEP.unpack_from(rows, len(rows) - _ROW.size)[0] if rows else _NO_STEP
+
+    def _kv_pool(self) -> int | None:
+        return kv_pool(self.header)
 
     def _check_order(self, step: int, line: int) -> None:
         """The trace's order rule, for every path that adds a step (the fast path sends any
@@ -589,6 +604,7 @@ class TraceBuilder:
         # The fast path takes a step only when it keeps the order (_check_order): above
         # the last step, before any footer. Anything else goes to the general path.
         last, open_ = self._last_step(), self.footer is None
+        pool = self._kv_pool()
         collect = self.entries.add if self.entries is not None else None
         for line in source:
             n = len(line)
@@ -605,7 +621,7 @@ class TraceBuilder:
             fast = False
             if kind == "step" and have_header:
                 if open_:
-                    row = fast_step_row(r, base + pos, base + pos + n - 1, last)
+                    row = fast_step_row(r, base + pos, base + pos + n - 1, last, pool)
                     if row is not None:
                         rows += row
                         last, fast = r["step"], True
@@ -623,6 +639,7 @@ class TraceBuilder:
                 self._record(base + pos, base + pos + n - 1)
                 have_header = self.header is not None
                 last, open_ = self._last_step(), self.footer is None
+                pool = self._kv_pool()
             pos += n
             if pos >= stop:
                 break
@@ -747,7 +764,7 @@ class TraceBuilder:
         resumed = _req_list(r, "resumed", path, line)
         running = _req_list(r, "running", path, line)
         sampled = r.get("sampled")
-        problem = _why_problem(r)
+        problem = _why_problem(r, self._kv_pool())
         if problem is not None:
             raise TraceError(path, problem[1], line=line, field=problem[0])
         if not isinstance(query, dict):
@@ -1208,7 +1225,8 @@ def _built(
 _SIDECAR_ARRAYS = {"rows": _ROW_DTYPE, "runner": _RUNNER_DTYPE, "members": MEMBER_DTYPE, **_ENTRY_DTYPES}
 # The checks a sidecar's load applied. 2: the step order (TraceBuilder._check_order). A
 # sidecar made before it may hold a repeated step or one after the footer: never trusted.
-SIDECAR_CHECKS = 2
+# 3: a step's free KV blocks within the header's pool (_why_problem).
+SIDECAR_CHECKS = 3
 
 
 def row_arrays(rows: bytes | bytearray, runner: bytes | bytearray) -> dict[str, np.ndarray]:

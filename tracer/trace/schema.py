@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-SCHEMA_VERSION: Final = "1.3"
+SCHEMA_VERSION: Final = "1.4"
 SCHEMA_MAJOR: Final = 1
 
 HEADER: Final = "header"
@@ -59,6 +59,10 @@ CONFIG_DEFAULTS: Final[dict[str, Any]] = {
     "spec_padding": None,
     "adaptive_long_prefill_threshold": None,
     "max_num_encoder_input_tokens": None,
+    # 1.4: how the waiting loop's KV allocation admits a request; None (unknown) in older traces.
+    "scheduler_reserve_full_isl": None,  # the whole prompt must fit the free blocks, not just a chunk
+    "kv_watermark": None,  # the share of the pool kept free when admitting waiting requests
+    "kv_watermark_blocks": None,  # those blocks: int(kv_watermark * num_kv_blocks)
 }
 
 HEADER_DEFAULTS: Final[dict[str, Any]] = {

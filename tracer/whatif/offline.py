@@ -87,6 +87,10 @@ class EngineSpec:
     enable_prefix_caching: bool = False
     enable_chunked_prefill: bool = True
     extra_draft_config: dict[str, Any] = field(default_factory=dict)
+    # Whether a new request's whole prompt must fit the free KV blocks (None: vLLM's default,
+    # on in 0.31-0.34), and the share of the pool kept free when admitting (the watermark).
+    scheduler_reserve_full_isl: bool | None = None
+    kv_watermark: float = 0.0
 
 
 def _model_dir(root: Path, name: str, config: dict[str, Any]) -> Path:
@@ -117,6 +121,11 @@ def build_vllm_config(spec: EngineSpec, workdir: Path | None = None) -> Any:
         max_model_len=spec.max_model_len,
         served_model_name=OFFLINE_MODEL_NAME,  # not the temp dir: traces stay reproducible
     )
+    admission: dict[str, Any] = {}  # only where set: a release without the field keeps its own
+    if spec.scheduler_reserve_full_isl is not None:
+        admission["scheduler_reserve_full_isl"] = spec.scheduler_reserve_full_isl
+    if spec.kv_watermark:
+        admission["watermark"] = spec.kv_watermark
     scheduler_config = SchedulerConfig(
         max_num_seqs=spec.max_num_seqs,
         max_num_batched_tokens=spec.max_num_batched_tokens,
@@ -125,6 +134,7 @@ def build_vllm_config(spec: EngineSpec, workdir: Path | None = None) -> Any:
         long_prefill_token_threshold=spec.long_prefill_token_threshold,
         policy=spec.scheduling_policy,
         is_encoder_decoder=False,
+        **admission,
     )
     cache_config = CacheConfig(
         block_size=spec.block_size,

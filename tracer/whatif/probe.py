@@ -13,7 +13,8 @@ record, so a probe never runs on a state the recording did not have.
 Relaxations (RELAXATIONS), one per constraint:
 - `seqs`: the admission cap (max_num_seqs, 0.33's max_num_active_seqs) raised by the number
   of waiting requests;
-- `kv`: free KV blocks added to the block pool, enough for every request's whole demand;
+- `kv`: free KV blocks added to the block pool, enough for every request's whole demand
+  and the KV watermark's blocks;
 - `budget`: the token budget (target and input alike: without draft slots they are equal
   and spent together) raised by every request's whole demand and reservations;
 - `draft_slots`: no draft slots reserved per scheduled request;
@@ -220,6 +221,8 @@ def relax(clone: Any, relaxation: str) -> str:
         block = int(clone.block_size)
         lookahead = int(getattr(clone, "num_lookahead_tokens", 0) or 0)
         n = sum(math.ceil((r.num_tokens_with_spec + lookahead) / block) + 1 for r in requests) + 1
+        # The watermark's blocks, sized on the pool at start, must stay free beside them.
+        n += int(getattr(clone.kv_cache_manager, "watermark_blocks", 0) or 0)
         _add_blocks(clone, n)
         return f"+{n} free KV blocks"
     if relaxation == "budget":

@@ -181,6 +181,8 @@ def engine_from_config(config: dict[str, Any]) -> EngineSpec:
         long_prefill_token_threshold=int(config.get("long_prefill_token_threshold") or 0),
         enable_prefix_caching=bool(config.get("enable_prefix_caching")),
         enable_chunked_prefill=config.get("enable_chunked_prefill") is not False,
+        scheduler_reserve_full_isl=config.get("scheduler_reserve_full_isl"),
+        kv_watermark=float(config.get("kv_watermark") or 0.0),
     )
 
 
