@@ -6,7 +6,7 @@ max_points each; markers (flags) are SVG points that can be hovered and clicked.
 SVG, not WebGL: at that size a path draws faster than WebGL sets up, and it needs
 no GPU (headless chromium with software GL drew the first figure of a 2,000-step
 trace in 2.2 s instead of 5.0 s, and a zoom in 0.3–0.4 s instead of 1.9–2.8 s;
-docs/performance.md). Trace indices are fixed by the Chart (panel lines in order,
+docs/performance-history.md). Trace indices are fixed by the Chart (panel lines in order,
 then markers), which is what lets a Patch replace or extend one trace's arrays
 without resending the figure.
 
@@ -34,7 +34,7 @@ MARKERS_MODE_BELOW = 200  # draw point markers on lines when this few points are
 # where the 12-pixel markers still overlap into a solid band (zoom in to reach each flag). Each
 # marker is an SVG node that plotly restyles on every redraw, and a zoom redraws twice (the
 # relayout, the answer): at 1,000 a kind, 198k flags of one kind took about a fifth of the
-# browser's time per zoom (docs/performance.md).
+# browser's time per zoom (docs/performance-history.md).
 MAX_MARKERS = 120
 
 
@@ -228,7 +228,7 @@ def _light(color: str, amount: float = 0.55) -> str:
 # matters on a zoom: dcc.Graph copies the new axis range into its `figure` prop and re-plots
 # it, and Dash's copy of the layout shares no array with the one plotly holds, so without a
 # revision every array, and the template object, counts as changed and that copy is redrawn
-# in full: about as long as the zoom's own redraw (docs/performance.md).
+# in full: about as long as the zoom's own redraw (docs/performance-history.md).
 _revisions = itertools.count(1)
 
 

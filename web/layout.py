@@ -80,7 +80,7 @@ td.better { color: #2e7d32; font-weight: bold; } td.worse { color: #b00020; font
 # own String.prototype.trim, parseInt and parseFloat for JavaScript ones, because core-js 2 still
 # counts U+180E as whitespace (Unicode 6.3 dropped it, so every current browser "fails" its
 # check). plotly.js calls them per point and per colour: about a tenth of the browser's time in
-# a zoom of the 200k-step timeline (docs/performance.md). The page keeps the native ones and puts
+# a zoom of the 200k-step timeline (docs/performance-history.md). The page keeps the native ones and puts
 # them back once the scripts have run, before the app starts.
 _NATIVE = ("String.prototype", "trim"), ("String.prototype", "trimStart"), ("String.prototype", "trimEnd")
 _NATIVE += ("window", "parseInt"), ("window", "parseFloat"), ("Number", "parseInt"), ("Number", "parseFloat")

@@ -7,7 +7,7 @@ plotly.js publishes a cartesian bundle (npm `plotly.js-cartesian-dist-min`, MIT,
 web/static with its licence) that evaluates in a third to a half of that (0.30–0.46 s against
 0.87–1.0 s in the page). It is served at the address
 the page asks for, and the page's head asks for it at once (a preload), so it arrives while the
-page's own scripts run rather than after the layout (docs/performance.md).
+page's own scripts run rather than after the layout (docs/performance-history.md).
 
 The bundle is only served when its version is the plotly package's: plotly.py writes figures
 for its own plotly.js. Otherwise the page loads the plotly package's bundle, as Dash would,

@@ -42,7 +42,7 @@ WHY_RANGE = "why-range"  # the timeline's relayoutData, once the zoom has stood 
 # The why views follow a zoom this long after it, and not at all if another comes first. Their
 # answers (a Gantt's lanes cost 0.2-0.3 s of the server's time at 256 running, and its redraw
 # 50-120 ms of the page's) otherwise landed in the middle of the next zoom, which waited behind
-# them: the timeline, which the user is looking at, comes first (docs/performance.md).
+# them: the timeline, which the user is looking at, comes first (docs/performance-history.md).
 WHY_DELAY_MS = 300
 WHY_RANGE_JS = """
 function(relayout) {

@@ -5,8 +5,9 @@
 
 The counters are computed from the very records the trace writer encodes (a
 writer tap, like the stream hub), by the same code as `schedscope flags`:
-`tracer.trace.reader` builds a small Trace from each batch, `tracer.analysis.budget.analyze`
-and `tracer.analysis.flags.detect` run over it. So a scrape's totals are the trace's
+`tracer.trace.reader` builds a small Trace from each batch, and `tracer.analysis.budget.analyze`,
+`tracer.analysis.flags.detect` and why's per-step pass (`tracer.analysis.why`: the waiting
+requests by reason, the preemptions by trigger) run over it. So a scrape's totals are the trace's
 totals, and the scheduler thread pays nothing: the tap only appends records;
 they are turned into counters at most every PROCESS_INTERVAL on the writer
 thread, and by a scrape (on its HTTP thread) so an idle engine reads exact.
