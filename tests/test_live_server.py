@@ -219,6 +219,10 @@ def test_ngram_spec_tokens_recorded(ngram_run: Run) -> None:
     assert ngram_run.trace.config["spec_method"] == "ngram"
     assert ngram_run.trace.config["draft_slots"] == 0
     assert (ngram_run.trace.runner["draft_rows"] == -1).all()  # no drafter forward pass
+    # How a served engine admits (format 1.4): vLLM's defaults, read in its EngineCore.
+    config = ngram_run.trace.config
+    assert config["scheduler_reserve_full_isl"] is True
+    assert (config["kv_watermark"], config["kv_watermark_blocks"]) == (0.0, 0)
 
 
 def test_draft_model_reserves_a_slot_per_request_and_runs_a_draft_pass(draft_run: Run) -> None:

@@ -425,8 +425,8 @@ def test_kv_admission_counts_the_whole_prompt_and_the_watermark(
     scheduler_reserve_full_isl) or the watermark beside it does not, the KV cache is the
     exact reason, with those numbers, and more KV blocks alone admit it. A trace without the
     two settings (1.3) says `likely` (the prompt) or leaves KV as an alternative (the watermark)."""
-    from tracer.analysis.reasons import LIKELY
-    from tracer.analysis.why import step_why
+    from tracer.analysis.reasons import CODES, LIKELY
+    from tracer.analysis.why import bindings, step_why
     from tracer.render.why import cause_text
 
     spec, requests, _ = SCENARIOS[name]
@@ -443,6 +443,10 @@ def test_kv_admission_counts_the_whole_prompt_and_the_watermark(
     assert f"{n['kv_free']} free" in text and "whole prompt" in text
     assert ("watermark keeps 4 free" in text) == (decides == "watermark")
     old = _without_admission_keys(tmp_path / "t.jsonl", tmp_path / "old.jsonl")
+    for t in (trace, old):  # the vectorised pass decides as step by step
+        assert [CODES[c] for c in bindings(t).tolist()] == [
+            step_why(t, r).binding.code for r in range(len(t))
+        ]
     for row in rows:
         b = step_why(old, row).binding
         if decides == "prompt":

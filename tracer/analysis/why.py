@@ -335,6 +335,7 @@ def kv_need(cfg: Config, demand: int, room: int, running: int) -> dict[str, Any]
     if cfg.full_isl is not False:  # vLLM's default, and an older trace's likely setting
         out["kv_prompt_blocks"] = math.ceil(min(demand, longest) / block) + partial
         out["reserve_full_isl"] = cfg.full_isl
+        out["prefix_hit_possible"] = bool(partial)  # else the prompt's count is exact
         most = max(most, out["kv_prompt_blocks"])
     watermark = int(cfg.watermark or 0) if running else 0
     if watermark:

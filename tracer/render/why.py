@@ -111,7 +111,8 @@ def _kv_need_text(n: dict[str, Any]) -> str:
             if n.get("reserve_full_isl")
             else " if vLLM reserved it, as by default (the trace does not say)"
         )
-        text = f"{rid}'s whole prompt ({n.get('demand')} tokens) needs up to {prompt}{said}"
+        most = "up to " if n.get("prefix_hit_possible", True) else ""
+        text = f"{rid}'s whole prompt ({n.get('demand')} tokens) needs {most}{prompt}{said}"
     else:
         text = (
             f"{rid}'s next {chunk} tokens need up to {n.get('kv_chunk_blocks', n.get('kv_needed_at_most'))}"

@@ -222,7 +222,7 @@ def relax(clone: Any, relaxation: str) -> str:
         lookahead = int(getattr(clone, "num_lookahead_tokens", 0) or 0)
         n = sum(math.ceil((r.num_tokens_with_spec + lookahead) / block) + 1 for r in requests) + 1
         # The watermark's blocks, sized on the pool at start, must stay free beside them.
-        n += int(getattr(clone.kv_cache_manager, "watermark_blocks", 0) or 0)
+        n += int(getattr(getattr(clone, "kv_cache_manager", None), "watermark_blocks", 0) or 0)
         _add_blocks(clone, n)
         return f"+{n} free KV blocks"
     if relaxation == "budget":
