@@ -29,6 +29,9 @@ HEARTBEAT_INTERVAL: Final = 2.0
 # The served model name the offline harness records (tracer.whatif.offline): a trace naming it
 # timed the scheduler's own CPU work, no model. Here so a reader can tell without loading vLLM's side.
 OFFLINE_MODEL_NAME: Final = "schedscope-offline-llama"
+# The vLLM releases (major, minor) this schedscope records and replays, each tested in CI in a
+# virtualenv of its own (.ci/test): a trace's header names the one that recorded it.
+SUPPORTED_VLLM: Final = ((0, 31), (0, 32), (0, 33), (0, 34))
 
 # Engine config keys in the header, with the default a reader assumes when an
 # older trace lacks one. None means "unknown".
