@@ -398,7 +398,14 @@ def record_verdicts(trace: Trace) -> list[Verdict]:
         problems.append(mismatch)
     if problems:
         return [Verdict(FAIL, "records", "; ".join(problems))]
-    return [Verdict(PASS, "records", f"footer: {len(steps)} steps written, 0 records dropped, 0 errors")]
+    kept = (
+        " (kept beside the trace: EngineCore was killed before it wrote its footer)"
+        if foot.get("kept")
+        else ""
+    )
+    return [
+        Verdict(PASS, "records", f"footer: {len(steps)} steps written, 0 records dropped, 0 errors{kept}")
+    ]
 
 
 def replay_verdicts(trace: Trace) -> list[Verdict]:

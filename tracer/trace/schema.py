@@ -112,6 +112,12 @@ RUNNER_REQUIRED: Final = ("step", "pass", "rows")
 # Optional runner keys: "cap", "reqs", and since 1.1 "padded" (rows after CUDA-graph/DP padding).
 RUNNER_PASSES: Final = ("target", "draft")
 
+# The footer's facts, kept current beside a trace while it is written (`<trace>.end`, one JSON
+# object padded with spaces): a server killed before it wrote its footer (vLLM's process
+# manager force-kills EngineCore at once with --shutdown-timeout 0) leaves them there, and the
+# reader takes them as the footer when they count every step the file holds (`kept`: true).
+KEPT_FOOTER_SUFFIX: Final = ".end"
+KEPT_FOOTER_BYTES: Final = 512
 FOOTER_DEFAULTS: Final[dict[str, Any]] = {
     "steps_written": 0,
     "records_dropped": 0,
