@@ -101,6 +101,7 @@ def test_a_clean_shutdown_writes_the_footer_and_removes_the_kept_facts(tmp_path:
     writer.emit(SAMPLE.read_bytes().splitlines()[0])
     assert writer.force_flush(10)
     assert orjson.loads(kept.read_bytes())["steps_written"] == 0  # kept while it ran
+    assert load(out).footer is None, "a trace still being written has no footer yet"
     writer.shutdown(last=lambda: {"kind": "footer", "steps_written": 0, "records_dropped": 0})
     assert not kept.exists()
     assert load(out).footer == {**schema.FOOTER_DEFAULTS, "kind": "footer", "steps_written": 0}

@@ -13,7 +13,9 @@ garbage in the middle.
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import fcntl
 import logging
 import os
 import threading
@@ -160,13 +162,16 @@ class TraceWriter:
 
     def keep_footer(self, path: Path, facts: Callable[[], dict[str, Any]]) -> None:
         """Keep `facts()` (the footer as it would be now) in `path`, rewritten in place after
-        every drain: a process killed before `shutdown` leaves the footer's facts there. Removed
-        once the real footer is written. Best effort: a file that cannot be made is no fault."""
+        every drain: a process killed before `shutdown` leaves the footer's facts there. Locked
+        (flock) while this writer lives; removed once the real footer is written. Best effort: a
+        file that cannot be made is no fault."""
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         except OSError as exc:
             logger.warning("schedscope: cannot keep the footer's facts in %s: %s", path, exc)
             return
+        with contextlib.suppress(OSError):  # held while this process lives (a kill releases it)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         self._kept = (fd, path, facts)
 
     def _write_kept(self) -> None:

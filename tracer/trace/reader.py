@@ -31,6 +31,7 @@ for the error contract.
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import io
 import logging
 import os
@@ -1078,12 +1079,20 @@ def load(
 
 def kept_footer(path: Path, trace: Trace) -> dict[str, Any] | None:
     """The footer's facts the recorder kept beside the trace (`<trace>.end`), when the server
-    was killed before it wrote the footer: taken only if they count exactly the steps read and
-    belong to this recording (ended after it started). Marked `kept`."""
+    was killed before it wrote the footer: taken only once no process holds the file's lock
+    (the recorder holds it while it records), if they count exactly the steps read and belong
+    to this recording (ended after it started). Marked `kept`."""
     try:
-        kept = orjson.loads(path.with_name(path.name + schema.KEPT_FOOTER_SUFFIX).read_bytes())
+        fd = os.open(path.with_name(path.name + schema.KEPT_FOOTER_SUFFIX), os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # fails while the recorder lives
+        kept = orjson.loads(os.pread(fd, 2 * schema.KEPT_FOOTER_BYTES, 0))
     except (OSError, orjson.JSONDecodeError):
         return None
+    finally:
+        os.close(fd)
     if not isinstance(kept, dict) or kept.get("kind") != schema.FOOTER:
         return None
     if kept.get("steps_written") != len(trace):
