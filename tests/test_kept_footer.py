@@ -105,3 +105,28 @@ def test_a_clean_shutdown_writes_the_footer_and_removes_the_kept_facts(tmp_path:
     writer.shutdown(last=lambda: {"kind": "footer", "steps_written": 0, "records_dropped": 0})
     assert not kept.exists()
     assert load(out).footer == {**schema.FOOTER_DEFAULTS, "kind": "footer", "steps_written": 0}
+
+
+class _FullDisk:
+    """A sink whose every write fails, as on a full disk."""
+
+    def write(self, data: object) -> int:
+        raise OSError(28, "No space left on device")
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_kept_facts_name_a_write_failure(tmp_path: Path) -> None:
+    kept = tmp_path / "run.jsonl.end"
+    writer = TraceWriter(_FullDisk(), lambda line: Record("x", None, line + b"\n"))  # type: ignore[arg-type]
+    writer.keep_footer(
+        kept, lambda: {"kind": "footer", "writer_failure": writer.failed, "dropped": writer.dropped}
+    )
+    writer.emit(b"{}")
+    assert writer.force_flush(10)
+    facts = orjson.loads(kept.read_bytes())
+    assert facts["writer_failure"].startswith("OSError") and facts["dropped"] == 1

@@ -176,7 +176,7 @@ class TraceWriter:
 
     def _write_kept(self) -> None:
         kept = self._kept
-        if kept is None or self.failed is not None:
+        if kept is None:  # (after a write failure too: the facts then name it)
             return
         fd, _, facts = kept
         try:
