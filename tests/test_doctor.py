@@ -134,9 +134,30 @@ def test_a_complete_exact_trace_passes(tmp_path: Path) -> None:
     assert "padded rows included" in found["runner hook"]
     assert found["speculator hook"].startswith("PASS vllm.v1.worker.gpu.spec_decode.dflash")
     assert found["records"].startswith("PASS footer: 3 steps written")
+    assert (
+        found["vLLM version"]
+        == "PASS recorded by vLLM 0.33.0, supported (this schedscope supports 0.31 to 0.34)"
+    )
     assert found["identity replay"].startswith("SKIP no recorded scheduler inputs (format 1.0")
     for check in ("requests", "prompt tokens", "generation tokens", "preemptions", "draft tokens"):
         assert found[check].startswith("PASS"), (check, found[check])
+
+
+@pytest.mark.parametrize(
+    ("version", "expected"),
+    [
+        ("0.31.0", "PASS recorded by vLLM 0.31.0, supported (this schedscope supports 0.31 to 0.34)"),
+        ("0.32.0+cpu", "PASS recorded by vLLM 0.32.0+cpu, supported"),
+        ("0.34.0", "PASS recorded by vLLM 0.34.0, supported"),
+        ("0.30.1", "FAIL recorded by vLLM 0.30.1, not supported: this schedscope supports 0.31 to 0.34"),
+        ("0.35.0rc1", "FAIL recorded by vLLM 0.35.0rc1, not supported"),
+        (None, "SKIP the header names no vLLM release (None)"),
+    ],
+)
+def test_the_vllm_version_is_named_and_checked(tmp_path: Path, version: str | None, expected: str) -> None:
+    code, found = verdicts(write_trace(tmp_path / "t.jsonl", vllm_version=version), metrics_page())
+    assert found["vLLM version"].startswith(expected), found["vLLM version"]
+    assert code == (1 if expected.startswith("FAIL") else 0)
 
 
 @pytest.mark.parametrize(

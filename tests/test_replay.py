@@ -77,7 +77,7 @@ def test_cap_replay_matches_vllm_033_step_for_step(tmp_path: Path) -> None:
     assert replayed.config["max_num_active_seqs"] == recorded.config["max_num_active_seqs"]
 
 
-@pytest.mark.skipif("vllm_minor() != '0.33'", reason="needs vLLM 0.33's own scheduler")
+@pytest.mark.skipif("vllm_minor() not in ('0.33', '0.34')", reason="needs vLLM 0.33's rule, stock")
 def test_cap_layer_equals_stock_033(tmp_path: Path) -> None:
     workload = load_workload(SAMPLES / "dspark_k4_additive.jsonl")
     stock = load(replay(workload, "stock", tmp_path / "s.jsonl"))

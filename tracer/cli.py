@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tracer import __version__
@@ -215,6 +217,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from tracer.whatif.replay import replay
     from tracer.whatif.workload import WorkloadError, workload_from_file, workload_from_trace
 
+    if args.python:
+        return replay_in(args.python, args.argv)
     is_file = str(args.source).endswith((".json", ".yaml", ".yml"))
     if args.check and is_file:
         print("schedscope: error: --check needs a recorded trace, not a workload file", file=sys.stderr)
@@ -278,6 +282,27 @@ def cmd_replay(args: argparse.Namespace) -> int:
         print(f"note: {note}")
     print(f"wrote {out} ({len(workload.requests)} requests under policy {policy})")
     return 0
+
+
+def replay_in(python: str, argv: Sequence[str]) -> int:
+    """`argv` (a replay command) without its --python, run by another interpreter: that
+    environment's vLLM schedules, this schedscope's code records (on its PYTHONPATH)."""
+    rest: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip or arg.startswith("--python="):
+            skip = False
+            continue
+        skip = arg == "--python"
+        if not skip:
+            rest.append(arg)
+    root = str(Path(__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    try:
+        return subprocess.run([python, "-m", "tracer.cli", *rest], env=env, check=False).returncode
+    except OSError as exc:
+        print(f"schedscope: error: cannot run {python}: {exc}", file=sys.stderr)
+        return 2
 
 
 def _ints(text: str | None) -> list[int | None]:
@@ -714,6 +739,13 @@ arrival, and the way back to the client.""",
     p.add_argument("--max-num-seqs", type=int)
     p.add_argument("--scheduling-policy", choices=["fcfs", "priority"])
     p.add_argument("--num-kv-blocks", type=int, help="KV cache size in blocks")
+    p.add_argument(
+        "--python",
+        metavar="PYTHON",
+        help="replay through the vLLM of another environment: its interpreter runs this command "
+        "(with this schedscope's code), e.g. .venv034/bin/python; `diff` the outputs to see which "
+        "release changed a decision (docs/versions.md)",
+    )
     p.set_defaults(func=cmd_replay)
 
     p = sub.add_parser(
@@ -846,6 +878,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     command = next((a for a in argv if not a.startswith("-")), None)  # options before it are the top level's
     args = build_parser(command).parse_args(argv)
+    args.argv = argv  # `replay --python` runs the same command in another interpreter
     if args.command != "serve":
         # replay, doctor and sweep drive vLLM's scheduler in this process: its log lines
         # go to stderr, so what schedscope prints on stdout stays machine-readable.

@@ -1,5 +1,7 @@
 """`schedscope doctor`: is a trace complete and exact? One verdict per check.
 
+- vLLM version: the release that recorded the trace (its header), and whether this
+  schedscope supports it (`schema.SUPPORTED_VLLM`);
 - hooks: the scheduler class that recorded (and whether it matches async
   scheduling), the model runner (V1 or V2) and speculator hooks the runner's
   process reported in its `hooks` records, and that runner records exist;
@@ -14,6 +16,7 @@ The trace totals below are the one implementation the live tests check too.
 
 from __future__ import annotations
 
+import itertools
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -23,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from tracer.trace.reader import Trace, TraceOrderError
-from tracer.trace.schema import OFFLINE_MODEL_NAME, WAITING_DEMAND_LIMIT
+from tracer.trace.schema import OFFLINE_MODEL_NAME, SUPPORTED_VLLM, WAITING_DEMAND_LIMIT
 
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
 
@@ -184,6 +187,33 @@ class Verdict:
 
     def line(self) -> str:
         return f"{self.status}  {self.check}: {self.sentence}"
+
+
+def vllm_release(version: object) -> tuple[int, int] | None:
+    """(major, minor) of a version string ("0.31.0", "0.32.0+cpu", "0.34.0rc1"); None if not one."""
+    parts = str(version or "").split(".")
+    if len(parts) < 2 or not parts[0].isdigit():
+        return None
+    minor = "".join(itertools.takewhile(str.isdigit, parts[1]))
+    return (int(parts[0]), int(minor)) if minor else None
+
+
+def version_verdict(trace: Trace) -> Verdict:
+    """Which vLLM recorded the trace (its header), and whether this schedscope supports it."""
+    version = trace.header.get("vllm_version")
+    low, high = (".".join(map(str, v)) for v in (SUPPORTED_VLLM[0], SUPPORTED_VLLM[-1]))
+    supported = f"this schedscope supports {low} to {high}"
+    release = vllm_release(version)
+    if release is None:
+        return Verdict(SKIP, "vLLM version", f"the header names no vLLM release ({version!r}); {supported}")
+    if release in SUPPORTED_VLLM:
+        return Verdict(PASS, "vLLM version", f"recorded by vLLM {version}, supported ({supported})")
+    return Verdict(
+        FAIL,
+        "vLLM version",
+        f"recorded by vLLM {version}, not supported: {supported}; "
+        "a field it moved may be missing from the records",
+    )
 
 
 def _scheduler_verdict(trace: Trace) -> Verdict:
@@ -368,7 +398,14 @@ def record_verdicts(trace: Trace) -> list[Verdict]:
         problems.append(mismatch)
     if problems:
         return [Verdict(FAIL, "records", "; ".join(problems))]
-    return [Verdict(PASS, "records", f"footer: {len(steps)} steps written, 0 records dropped, 0 errors")]
+    kept = (
+        " (kept beside the trace: EngineCore was killed before it wrote its footer)"
+        if foot.get("kept")
+        else ""
+    )
+    return [
+        Verdict(PASS, "records", f"footer: {len(steps)} steps written, 0 records dropped, 0 errors{kept}")
+    ]
 
 
 def replay_verdicts(trace: Trace) -> list[Verdict]:
@@ -396,7 +433,12 @@ def diagnose(traces: Sequence[Trace], metrics: Metrics | None) -> list[tuple[str
     """(section title, verdicts) for each trace, then the totals over all of them."""
     sections: list[tuple[str, list[Verdict]]] = []
     for trace in traces:
-        verdicts = [*hook_verdicts(trace), *record_verdicts(trace), *replay_verdicts(trace)]
+        verdicts = [
+            version_verdict(trace),
+            *hook_verdicts(trace),
+            *record_verdicts(trace),
+            *replay_verdicts(trace),
+        ]
         sections.append((_describe(trace), verdicts))
     sections.append((f"totals ({metrics.source})" if metrics else "totals", total_verdicts(traces, metrics)))
     return sections

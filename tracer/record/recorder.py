@@ -308,7 +308,12 @@ class Recorder:
         writer = TraceWriter(sink, max_queue=queue, taps=taps, index=IndexProcess.start(path))
         name = f"{type(sched).__module__}.{type(sched).__qualname__}"
         extra = dict(header) if header else None
-        return cls(writer, describe_scheduler(sched), policy=policy, scheduler_cls=name, header_extra=extra)
+        recorder = cls(
+            writer, describe_scheduler(sched), policy=policy, scheduler_cls=name, header_extra=extra
+        )
+        if path is not None:  # a kill before close() leaves the footer's facts beside the trace
+            writer.keep_footer(path.with_name(path.name + schema.KEPT_FOOTER_SUFFIX), recorder._footer)
+        return recorder
 
     # -- scheduler thread: snapshots only ----------------------------------------------
     def before_schedule(self, sched: Any) -> Candidates:

@@ -445,7 +445,9 @@ SPECULATOR_RULES: dict[str, Rule] = {
     "StandaloneARSpeculator": ("expanded", _expanded_rows, _expanded_buffer_rows),
 }
 # Speculators that run no forward pass over a token buffer: nothing to note.
-NO_FORWARD_SPECULATORS = frozenset({"NgramGPUSpeculator", "ExtractHiddenStatesSpeculator"})
+NO_FORWARD_SPECULATORS = frozenset(
+    {"NgramGPUSpeculator", "SuffixSpeculator", "ExtractHiddenStatesSpeculator"}  # suffix: V2 since 0.34
+)
 DISPATCH = "dispatch_cg_and_sync_dp"
 
 

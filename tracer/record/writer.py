@@ -13,8 +13,11 @@ garbage in the middle.
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import fcntl
 import logging
+import os
 import threading
 import time
 import zlib
@@ -23,7 +26,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any, NamedTuple
 
+import orjson
+
 from tracer.record.indexer import IndexProcess
+from tracer.trace import schema
 
 logger = logging.getLogger("schedscope.writer")
 
@@ -144,6 +150,8 @@ class TraceWriter:
         self.records_written = 0
         self.failed: str | None = None
         self._closed = False
+        # The footer's facts kept current in a file of their own (keep_footer): fd, path, builder.
+        self._kept: tuple[int, Path, Callable[[], dict[str, Any]]] | None = None
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -151,6 +159,44 @@ class TraceWriter:
         """Set the encoder: the Recorder that owns this writer binds its own (it builds
         step records from its snapshots), before emitting its first item."""
         self._encode = encode
+
+    def keep_footer(self, path: Path, facts: Callable[[], dict[str, Any]]) -> None:
+        """Keep `facts()` (the footer as it would be now) in `path`, rewritten in place after
+        every drain: a process killed before `shutdown` leaves the footer's facts there. Locked
+        (flock) while this writer lives; removed once the real footer is written. Best effort: a
+        file that cannot be made is no fault."""
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        except OSError as exc:
+            logger.warning("schedscope: cannot keep the footer's facts in %s: %s", path, exc)
+            return
+        with contextlib.suppress(OSError):  # held while this process lives (a kill releases it)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        self._kept = (fd, path, facts)
+
+    def _write_kept(self) -> None:
+        kept = self._kept
+        if kept is None:  # (after a write failure too: the facts then name it)
+            return
+        fd, _, facts = kept
+        try:
+            line = orjson.dumps(facts())
+            if len(line) < schema.KEPT_FOOTER_BYTES:  # one pwrite of one size: never a torn mix
+                os.pwrite(fd, line.ljust(schema.KEPT_FOOTER_BYTES), 0)
+        except Exception:
+            self.errors += 1
+
+    def _end_kept(self, written: bool) -> None:
+        kept, self._kept = self._kept, None
+        if kept is None:
+            return
+        fd, path, _ = kept
+        try:
+            os.close(fd)
+            if written:  # the trace holds its footer: the kept copy has done its job
+                os.unlink(path)
+        except OSError:
+            pass
 
     # -- producer side: must stay cheap and never block -------------------------
     def emit(self, item: Any) -> bool:
@@ -201,6 +247,7 @@ class TraceWriter:
             self._sink.close()
         except OSError as exc:
             self._fail(exc)
+        self._end_kept(written=last is not None and self.failed is None)
         if self._index is not None:
             # Its last segment (the footer's, or a torn file's last whole record's) within what is
             # left of `timeout`; a follower still behind finishes it on its own.
@@ -224,6 +271,8 @@ class TraceWriter:
             while queue and len(batch) < 4096:
                 batch.append(queue.popleft())
             self._write_batch(batch)
+            if not queue:  # everything emitted so far is in the file: so are the facts
+                self._write_kept()
             with self._flushed:
                 self._done += len(batch)
                 self._flushed.notify_all()

@@ -31,6 +31,7 @@ for the error contract.
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import io
 import logging
 import os
@@ -1081,13 +1082,42 @@ def load(
     path = Path(path)
     try:
         with open(path, "rb", buffering=0) as f:
-            return _load_open(path, f, strict, progress, sidecar, entries)
+            trace = _load_open(path, f, strict, progress, sidecar, entries)
     except FileNotFoundError:
         raise TraceError(path, "no such file") from None
     except IsADirectoryError:
         raise TraceError(path, "is a directory, not a trace file") from None
     except (OSError, EOFError) as exc:
         raise TraceError(path, f"cannot read: {exc}") from None
+    if trace.footer is None:
+        trace.footer = kept_footer(path, trace)
+    return trace
+
+
+def kept_footer(path: Path, trace: Trace) -> dict[str, Any] | None:
+    """The footer's facts the recorder kept beside the trace (`<trace>.end`), when the server
+    was killed before it wrote the footer: taken only once no process holds the file's lock
+    (the recorder holds it while it records), if they count exactly the steps read and belong
+    to this recording (ended after it started). Marked `kept`."""
+    try:
+        fd = os.open(path.with_name(path.name + schema.KEPT_FOOTER_SUFFIX), os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # fails while the recorder lives
+        kept = orjson.loads(os.pread(fd, 2 * schema.KEPT_FOOTER_BYTES, 0))
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    finally:
+        os.close(fd)
+    if not isinstance(kept, dict) or kept.get("kind") != schema.FOOTER:
+        return None
+    if kept.get("steps_written") != len(trace):
+        return None
+    end, start = kept.get("end_time"), trace.header.get("start_time")
+    if isinstance(end, int | float) and isinstance(start, int | float) and end < start:
+        return None
+    return {**_with_defaults(kept, schema.FOOTER_DEFAULTS), "kept": True}
 
 
 def _load_open(

@@ -29,6 +29,9 @@ HEARTBEAT_INTERVAL: Final = 2.0
 # The served model name the offline harness records (tracer.whatif.offline): a trace naming it
 # timed the scheduler's own CPU work, no model. Here so a reader can tell without loading vLLM's side.
 OFFLINE_MODEL_NAME: Final = "schedscope-offline-llama"
+# The vLLM releases (major, minor) this schedscope records and replays, each tested in CI in a
+# virtualenv of its own (.ci/test): a trace's header names the one that recorded it.
+SUPPORTED_VLLM: Final = ((0, 31), (0, 32), (0, 33), (0, 34))
 
 # Engine config keys in the header, with the default a reader assumes when an
 # older trace lacks one. None means "unknown".
@@ -113,6 +116,12 @@ RUNNER_REQUIRED: Final = ("step", "pass", "rows")
 # Optional runner keys: "cap", "reqs", and since 1.1 "padded" (rows after CUDA-graph/DP padding).
 RUNNER_PASSES: Final = ("target", "draft")
 
+# The footer's facts, kept current beside a trace while it is written (`<trace>.end`, one JSON
+# object padded with spaces): a server killed before it wrote its footer (vLLM's process
+# manager force-kills EngineCore at once with --shutdown-timeout 0) leaves them there, and the
+# reader takes them as the footer when they count every step the file holds (`kept`: true).
+KEPT_FOOTER_SUFFIX: Final = ".end"
+KEPT_FOOTER_BYTES: Final = 512
 FOOTER_DEFAULTS: Final[dict[str, Any]] = {
     "steps_written": 0,
     "records_dropped": 0,

@@ -8,6 +8,7 @@ this; it imports vLLM lazily so `tracer` stays importable without it.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import tempfile
@@ -59,6 +60,26 @@ PROMPT_TOKEN_BASE = 10
 # decoders (`pad_spec_decode` in its waiting loop). No model proposed it: the rejection
 # sampler ends verification at the first one, so it is never accepted.
 PLACEHOLDER_DRAFT = -1
+
+
+def runner_output(req_ids: list[str], sampled: list[list[int]]) -> Any:
+    """A ModelRunnerOutput of `sampled` tokens per request, in `req_ids`' order.
+
+    `req_id_to_index` is given only where the class still has it: 0.34 dropped it and
+    reads the output's order from `req_ids`."""
+    cls, indexed = _runner_output_class()
+    if indexed:
+        return cls(
+            req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)}, sampled_token_ids=sampled
+        )
+    return cls(req_ids=req_ids, sampled_token_ids=sampled)
+
+
+@functools.cache
+def _runner_output_class() -> tuple[type, bool]:
+    from vllm.v1.outputs import ModelRunnerOutput
+
+    return ModelRunnerOutput, "req_id_to_index" in getattr(ModelRunnerOutput, "__dataclass_fields__", ())
 
 
 def verifiable_drafts(drafts: list[int] | None) -> int:
@@ -316,8 +337,6 @@ class Driver:
         self.step_index = 0
 
     def model_output(self, out: Any) -> Any:
-        from vllm.v1.outputs import ModelRunnerOutput
-
         req_ids = list(out.num_scheduled_tokens)
         sampled: list[list[int]] = []
         for rid in req_ids:
@@ -334,11 +353,7 @@ class Driver:
             verifiable = drafts if self.accept_placeholders else verifiable_drafts(scheduled)
             accepted = max(0, min(verifiable, self.accept(rid, self.step_index, drafts)))
             sampled.append([SAMPLED_TOKEN] * (accepted + 1))
-        return ModelRunnerOutput(
-            req_ids=req_ids,
-            req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
-            sampled_token_ids=sampled,
-        )
+        return runner_output(req_ids, sampled)
 
     def step(self, schedule: Callable[[], Any] | None = None) -> tuple[Any, Any]:
         """One engine step; `schedule` replaces sched.schedule (tests wrap it to probe)."""

@@ -32,6 +32,7 @@ from tracer.whatif.offline import (
     RequestSpec,
     make_request,
     prompt_tokens,
+    runner_output,
     verifiable_drafts,
 )
 from tracer.whatif.workload import Event, Workload, WorkloadError
@@ -184,8 +185,6 @@ class Replayer:
         return done
 
     def _model_output(self, out: Any, prefill: dict[str, bool]) -> Any:
-        from vllm.v1.outputs import ModelRunnerOutput
-
         # Per scheduled request, every step: kept to plain dict lookups (bench/p6_replay.py).
         req_ids = list(out.num_scheduled_tokens)
         spec = out.scheduled_spec_decode_tokens
@@ -210,11 +209,7 @@ class Replayer:
                 tokens[stop - at - 1] = STOP_TOKEN
             emitted[rid] = at + n
             append(tokens)
-        return ModelRunnerOutput(
-            req_ids=req_ids,
-            req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
-            sampled_token_ids=sampled,
-        )
+        return runner_output(req_ids, sampled)
 
     def _accepted(self, rid: str, at: int, drafts: int) -> int:
         w = self.w
