@@ -511,3 +511,22 @@ def test_the_header_records_vllms_admission_settings(tmp_path: Path) -> None:
         finally:
             sched.shutdown()
     assert trace.config["scheduler_reserve_full_isl"] is False and trace.config["kv_watermark_blocks"] == 10
+
+
+def test_a_preemption_names_the_cap_that_would_have_held_the_queue_too(tmp_path: Path) -> None:
+    """A step that preempted admits nothing; had its victims kept running, `max_num_seqs` would
+    have stopped the waiting loop as well. The reason says so ("also"), and the probes agree:
+    more KV alone admits no one, more KV with a higher cap does."""
+    spec = EngineSpec(max_num_seqs=4, max_num_batched_tokens=256, num_kv_blocks=24)
+    trace = record(spec, _spread(10, 60, 40), tmp_path / "preempt_at_cap.jsonl")
+    from tracer.analysis.why import step_why
+
+    both = [
+        w.step
+        for w in (step_why(trace, row) for row in range(len(trace)))
+        if w.binding.code == "preemption" and w.binding.numbers.get("also") == ["max_num_seqs"]
+    ]
+    assert both, "the scenario must preempt with the cap full"
+    report = check_reasons(trace)
+    assert not report.failures, "\n".join(report.failures[:5])
+    assert any(step in both and code == "preemption" for step, _, code, _ in report.cobound)

@@ -254,7 +254,11 @@ def _admission(rec: dict[str, Any], cfg: Config, scheduled: bool | None = None) 
     if not listed and not waiting:
         return Cause("none", exact, {"why": "nothing waiting"}), None
     if rec.get("preempted"):
-        return Cause("preemption", exact, {"preempted": len(rec["preempted"])}), None
+        preempted = len(rec["preempted"])
+        # Had the victims kept running, would the admission cap have stopped the loop too?
+        kept = int(rec.get("num_running") or 0) + preempted
+        also = {"also": [cfg.cap_code()]} if cfg.active and kept >= cfg.active else {}
+        return Cause("preemption", exact, {"preempted": preempted, **also}), None
     if rec.get("paused"):
         return Cause("paused", EXACT, {"state": rec["paused"]}), None
     target, inp = rec["target"], rec["input"]
@@ -262,7 +266,8 @@ def _admission(rec: dict[str, Any], cfg: Config, scheduled: bool | None = None) 
     # The loop's next test would have stopped it too: the admission cap binds as well (under
     # 0.33's DFlash/DSpark cap, B // lookahead decoders fill the budget exactly).
     also_codes = [cfg.cap_code()] if cfg.active and running >= cfg.active else []
-    if _kv_binds_too(rec, cfg, statuses):
+    kv_too = _kv_binds_too(rec, cfg, statuses)
+    if kv_too:
         also_codes.append("kv_blocks")
     also = {"also": also_codes} if also_codes else {}
     if target["left"] <= 0:
@@ -288,6 +293,8 @@ def _admission(rec: dict[str, Any], cfg: Config, scheduled: bool | None = None) 
             "target_left": target["left"],
             "target_cap": target["cap"],
             "kv_usage": rec.get("kv_usage"),
+            # The head's blocks would not have fitted either, had the cap let it through.
+            **({"also": ["kv_blocks"]} if kv_too else {}),
         }
         return Cause(cfg.cap_code(), exact, numbers), None
     # The loop reached a request: the first listed one not skipped for its state.
