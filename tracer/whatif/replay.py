@@ -218,18 +218,30 @@ class Replayer:
 
     def _accepted(self, rid: str, at: int, drafts: int) -> int:
         w = self.w
-        value = w.accepted.get(rid, at)
+        found = w.accepted.lookup(rid, at)
+        value = None
+        if found is not None:
+            value, floor = found
+            if floor and drafts > value:
+                # It accepted all it verified there, fewer drafts than it has now: the rest were
+                # never verified, so they go as the recording's drafts went (_unseen).
+                return value + self._unseen(drafts - value)
         if value is None and rid in w.accepted_in_order:
             # Synthetic workloads list acceptance per sampling step, in order.
             i = self.sampling_steps.get(rid, 0)
             self.sampling_steps[rid] = i + 1
             seq = w.accepted_in_order[rid]
             value = seq[i] if i < len(seq) else None
-        if value is None:
-            if w.accept_rate is not None:  # never seen verifying drafts: as the recording's others
-                return int(w.accept_rate * drafts + 0.5)
-            return drafts if w.accept_default == "all" else 0
+        if value is None:  # never seen verifying drafts: as the recording's others
+            return self._unseen(drafts)
         return value
+
+    def _unseen(self, drafts: int) -> int:
+        """Of `drafts` no recorded step verified, how many are accepted: the recording's share."""
+        w = self.w
+        if w.accept_rate is not None:
+            return int(w.accept_rate * drafts + 0.5)
+        return drafts if w.accept_default == "all" else 0
 
     def propose(self, clock: int) -> None:
         """The drafter's part after a step: drafts for each request of that batch."""
