@@ -223,9 +223,11 @@ class Replayer:
         if found is not None:
             value, floor = found
             if floor and drafts > value:
-                # It accepted all it verified there, fewer drafts than it has now: the rest were
-                # never verified, so they go as the recording's drafts went (_unseen).
-                return value + self._unseen(drafts - value)
+                # It accepted all it verified there, fewer drafts than it has now: the rest up to
+                # the recorded K were never verified, so they go as the recording's drafts went
+                # (_unseen); beyond it (a larger --num-speculative-tokens) never proposed: none.
+                proposed = min(drafts, w.engine.num_speculative_tokens)
+                return value + self._unseen(max(0, proposed - value))
         if value is None and rid in w.accepted_in_order:
             # Synthetic workloads list acceptance per sampling step, in order.
             i = self.sampling_steps.get(rid, 0)
