@@ -187,10 +187,15 @@ def test_the_policies_differ_on_these_workloads(recorded: dict[tuple[str, str, s
             assert len(runs["additive"]) > len(runs["separate"])
 
 
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
 @pytest.mark.parametrize("how", ["by position", "in order"])
-def test_a_replay_never_accepts_placeholders_whatever_the_workload_says(how: str, tmp_path: Path) -> None:
+def test_a_replay_never_accepts_placeholders_whatever_the_workload_says(
+    how: str, is_async: bool, tmp_path: Path
+) -> None:
     """A workload that says the request accepts every draft at the position where vLLM pads
-    it (a what-if can put it there): the placeholders still go unaccepted."""
+    it (a what-if can put it there): the placeholders still go unaccepted. vLLM's
+    AsyncScheduler schedules every draft as -1 (the worker fills in the ids), so there only
+    the admission's are placeholders: the running requests' are accepted as the workload says."""
     from tracer.whatif.replay import Replayer
     from tracer.whatif.workload import PositionTable, Workload
 
@@ -206,9 +211,9 @@ def test_a_replay_never_accepts_placeholders_whatever_the_workload_says(how: str
     workload = Workload(spec, requests, accepted=accepted, accepted_in_order=in_order)
     path = tmp_path / "w.jsonl"
     with recording_to(path):
-        sched = build_scheduler(spec, scheduler_class("additive"))
+        sched = build_scheduler(spec, scheduler_class("additive", async_scheduling=is_async))
     try:
-        Replayer(sched, workload, num_drafts=k, is_async=False).run(100)
+        Replayer(sched, workload, num_drafts=k, is_async=is_async).run(100)
     finally:
         sched.shutdown()
     trace = load(path)

@@ -191,6 +191,10 @@ class Replayer:
         spec = out.scheduled_spec_decode_tokens
         emitted, stops, accepted = self.emitted, self.w.stops, self._accepted
         every_step = bool(self.w.accepted_in_order)  # its cursor counts steps without drafts too
+        # vLLM's AsyncScheduler schedules every draft as a -1 placeholder (the worker fills in
+        # the drafter's ids), so there a padded admission is told by its entry: a request
+        # admitted or resumed in this step has no drafts from the step before.
+        admitted = _admitted(out) if self.is_async else None
         sampled: list[list[int]] = []
         append = sampled.append
         for rid in req_ids:
@@ -202,7 +206,8 @@ class Replayer:
             # A padded admission's placeholder drafts are never accepted: what the request
             # accepted at this position in the recording (a real draft there, or none) does
             # not carry over to them.
-            d = verifiable_drafts(drafts)
+            filled = admitted is not None and rid not in admitted  # async: the worker's ids, real
+            d = len(drafts or ()) if filled else verifiable_drafts(drafts)
             n = 1 + max(0, min(d, accepted(rid, at, d))) if d or every_step else 1
             tokens = [SAMPLED_TOKEN] * n
             stop = stops.get(rid)
@@ -359,6 +364,16 @@ class Replayer:
             self.propose(clock)
         else:
             self.batches.pop(clock, None)
+
+
+def _admitted(out: Any) -> set[str]:
+    """Requests a SchedulerOutput admits or resumes (not those that kept running)."""
+    cached = out.scheduled_cached_reqs
+    resumed = getattr(cached, "resumed_req_ids", None)
+    if resumed is None:  # older releases flagged resumption per entry
+        flags = getattr(cached, "resumed_from_preemption", ()) or ()
+        resumed = {rid for rid, f in zip(cached.req_ids, flags, strict=False) if f}
+    return {r.req_id for r in out.scheduled_new_reqs} | set(resumed)
 
 
 def _truncate(owners: list[tuple[int | None, str]], blocks: int) -> list[tuple[int | None, str]]:
