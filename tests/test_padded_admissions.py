@@ -63,7 +63,38 @@ WORKLOADS: dict[str, tuple[EngineSpec, list[RequestSpec]]] = {
             *(RequestSpec(f"o{i}", 1, 3, arrival_step=4) for i in range(5)),
         ],
     ),
+    # Five one-token prompts at once, max_tokens 6: `separate` admits four, and the fifth at
+    # step 3 beside the last decoder, padded to 1+K; `additive` admits it alone at step 4.
+    "dspark_k4_five": (
+        EngineSpec(
+            method="dspark",
+            num_speculative_tokens=4,
+            max_num_batched_tokens=16,
+            max_num_seqs=8,
+            max_model_len=256,
+        ),
+        [RequestSpec(f"r{i}", 1, 6) for i in range(5)],
+    ),
+    # Drafts the budget clips under one policy and not another: under `cap`/`separate` r3
+    # verifies 1 draft at its first decode (12 tokens left 2 rows); under `additive` 4, one token later.
+    "dspark_k4_clipped": (
+        EngineSpec(
+            method="dspark",
+            num_speculative_tokens=4,
+            max_num_batched_tokens=12,
+            max_num_seqs=8,
+            max_model_len=256,
+        ),
+        [
+            RequestSpec("r0", 1, 2),
+            RequestSpec("r1", 9, 2),
+            RequestSpec("r2", 1, 9, arrival_step=4),
+            RequestSpec("r3", 1, 9),
+        ],
+    ),
 }
+# The workloads whose one-token prompts all land beside decoders under `additive`.
+PADDING = ("dspark_k4", "dflash_k3")
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +133,7 @@ def test_verifiable_drafts_stop_at_the_first_placeholder() -> None:
     assert verifiable_drafts([7, PLACEHOLDER_DRAFT, PLACEHOLDER_DRAFT]) == 1
 
 
-@pytest.mark.parametrize("name", WORKLOADS)
+@pytest.mark.parametrize("name", PADDING)
 def test_admissions_land_padded_beside_decoders_and_sample_one_token(
     name: str, recorded: dict[tuple[str, str, str], Trace]
 ) -> None:
@@ -149,17 +180,22 @@ def test_a_replay_from_one_policy_to_another_equals_the_real_scheduler(
 
 def test_the_policies_differ_on_these_workloads(recorded: dict[tuple[str, str, str], Trace]) -> None:
     """Otherwise the cross-policy replays above would prove nothing: padding moves with policy."""
-    for name in WORKLOADS:
+    for name in PADDING:
         for acceptance in ACCEPT:
             runs: dict[str, Any] = {p: recorded[name, acceptance, p] for p in POLICIES}
             assert _padded(runs["additive"]) != _padded(runs["separate"])
             assert len(runs["additive"]) > len(runs["separate"])
 
 
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
 @pytest.mark.parametrize("how", ["by position", "in order"])
-def test_a_replay_never_accepts_placeholders_whatever_the_workload_says(how: str, tmp_path: Path) -> None:
+def test_a_replay_never_accepts_placeholders_whatever_the_workload_says(
+    how: str, is_async: bool, tmp_path: Path
+) -> None:
     """A workload that says the request accepts every draft at the position where vLLM pads
-    it (a what-if can put it there): the placeholders still go unaccepted."""
+    it (a what-if can put it there): the placeholders still go unaccepted. vLLM's
+    AsyncScheduler schedules every draft as -1 (the worker fills in the ids), so there only
+    the admission's are placeholders: the running requests' are accepted as the workload says."""
     from tracer.whatif.replay import Replayer
     from tracer.whatif.workload import PositionTable, Workload
 
@@ -175,12 +211,92 @@ def test_a_replay_never_accepts_placeholders_whatever_the_workload_says(how: str
     workload = Workload(spec, requests, accepted=accepted, accepted_in_order=in_order)
     path = tmp_path / "w.jsonl"
     with recording_to(path):
-        sched = build_scheduler(spec, scheduler_class("additive"))
+        sched = build_scheduler(spec, scheduler_class("additive", async_scheduling=is_async))
     try:
-        Replayer(sched, workload, num_drafts=k, is_async=False).run(100)
+        Replayer(sched, workload, num_drafts=k, is_async=is_async).run(100)
     finally:
         sched.shutdown()
     trace = load(path)
     assert [(rid, sampled) for _, rid, sampled, beside in _padded(trace) if beside] == [("o", 1)]
     # Its real drafts afterwards are accepted as the workload says.
     assert max(s["sampled"].get("o", 0) for s in trace.steps() if s["sampled"]) == 1 + k
+
+
+def _run(spec: EngineSpec, policy: str, path: Path, drive: Any) -> list[Any]:
+    """Each SchedulerOutput of `drive(sched)`, run under `policy` and recorded to `path`."""
+    with recording_to(path):
+        sched = build_scheduler(spec, scheduler_class(policy))
+    outputs: list[Any] = []
+    schedule = sched.schedule
+
+    def keep() -> Any:
+        outputs.append(schedule())
+        return outputs[-1]
+
+    sched.schedule = keep
+    try:
+        drive(sched)
+    finally:
+        sched.shutdown()
+    return outputs
+
+
+def _rows(outputs: list[Any]) -> list[dict[str, tuple[int, list[int]]]]:
+    """Per step, each request's scheduled tokens and the draft ids vLLM scheduled with them."""
+    spec = [out.scheduled_spec_decode_tokens for out in outputs if out.total_num_scheduled_tokens]
+    counts = [out.num_scheduled_tokens for out in outputs if out.total_num_scheduled_tokens]
+    return [{r: (n, list(d.get(r) or ())) for r, n in c.items()} for c, d in zip(counts, spec, strict=True)]
+
+
+def test_five_one_token_prompts_replayed_from_additive_pad_as_separate_does(tmp_path: Path) -> None:
+    """Five one-token prompts (max_tokens 6), every real draft accepted. vLLM running
+    `separate` admits r4 at step 3 beside the decoder r3 and pads it: its own
+    scheduled_spec_decode_tokens hold K placeholders, and it samples one token. The run
+    recorded under `additive` (where r4 is admitted alone, unpadded), replayed under
+    `separate`, schedules the same rows and draft ids, step by step."""
+    from tracer.whatif.replay import Replayer
+
+    spec, requests = WORKLOADS["dspark_k4_five"]
+    k = spec.num_speculative_tokens
+    direct = _run(spec, "separate", tmp_path / "sep.jsonl", lambda s: run_workload(s, requests))
+    rows = _rows(direct)
+    assert rows[2]["r4"] == (1 + k, [PLACEHOLDER_DRAFT] * k)
+    assert [sum(n for n, _ in step.values()) for step in rows] == [4, 16, 10, 5]
+    assert load(tmp_path / "sep.jsonl").steps()[2]["sampled"]["r4"] == 1
+
+    _run(spec, "additive", tmp_path / "add.jsonl", lambda s: run_workload(s, requests))
+    recorded = load(tmp_path / "add.jsonl")
+    assert not _padded(recorded)  # the recording never padded r4: the replay must
+    workload = workload_from_trace(recorded)
+    replayed = _run(
+        spec,
+        "separate",
+        tmp_path / "replay.jsonl",
+        lambda s: Replayer(s, workload, num_drafts=k, is_async=False).run(100),
+    )
+    assert _rows(replayed) == rows
+    reference, again = load(tmp_path / "sep.jsonl"), load(tmp_path / "replay.jsonl")
+    assert [s["sampled"] for s in again.steps()] == [s["sampled"] for s in reference.steps()]
+    assert _padded(again) == _padded(reference) == [(3, "r4", 1, True)]
+
+
+def test_drafts_the_recording_clipped_are_verified_as_its_other_drafts_were(
+    recorded: dict[tuple[str, str, str], Trace], tmp_path: Path
+) -> None:
+    """Under `cap` the budget leaves r3 one draft at its first decode, and it accepts it: that
+    says nothing of more drafts. Under `additive` r3 first verifies drafts one token later,
+    four of them, where that one accepted draft is the recording's nearest value. vLLM
+    accepts every real draft, and so must the replay (it once took the one accepted as all
+    r3 accepts there, sampling 2 tokens where vLLM samples 5)."""
+
+    def first_verification(trace: Trace) -> tuple[int, int]:
+        """r3's drafts and sampled tokens at the first step it verified drafts."""
+        return next(
+            (e[2], s["sampled"]["r3"]) for s in trace.steps() for e in s["running"] if e[0] == "r3" and e[2]
+        )
+
+    source = recorded["dspark_k4_clipped", "all", "cap"]
+    assert first_verification(source) == (1, 2)
+    replayed = load(replay(workload_from_trace(source), "additive", tmp_path / "r.jsonl"))
+    direct = recorded["dspark_k4_clipped", "all", "additive"]
+    assert first_verification(replayed) == first_verification(direct) == (4, 5)

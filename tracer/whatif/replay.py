@@ -190,6 +190,10 @@ class Replayer:
         spec = out.scheduled_spec_decode_tokens
         emitted, stops, accepted = self.emitted, self.w.stops, self._accepted
         every_step = bool(self.w.accepted_in_order)  # its cursor counts steps without drafts too
+        # vLLM's AsyncScheduler schedules every draft as a -1 placeholder (the worker fills in
+        # the drafter's ids), so there a padded admission is told by its entry: a request
+        # admitted or resumed in this step has no drafts from the step before.
+        admitted = _admitted(out) if self.is_async else None
         sampled: list[list[int]] = []
         append = sampled.append
         for rid in req_ids:
@@ -201,7 +205,8 @@ class Replayer:
             # A padded admission's placeholder drafts are never accepted: what the request
             # accepted at this position in the recording (a real draft there, or none) does
             # not carry over to them.
-            d = verifiable_drafts(drafts)
+            filled = admitted is not None and rid not in admitted  # async: the worker's ids, real
+            d = len(drafts or ()) if filled else verifiable_drafts(drafts)
             n = 1 + max(0, min(d, accepted(rid, at, d))) if d or every_step else 1
             tokens = [SAMPLED_TOKEN] * n
             stop = stops.get(rid)
@@ -213,18 +218,32 @@ class Replayer:
 
     def _accepted(self, rid: str, at: int, drafts: int) -> int:
         w = self.w
-        value = w.accepted.get(rid, at)
+        found = w.accepted.lookup(rid, at)
+        value = None
+        if found is not None:
+            value, floor = found
+            if floor and drafts > value:
+                # It accepted all it verified there, fewer drafts than it has now: the rest up to
+                # the recorded K were never verified, so they go as the recording's drafts went
+                # (_unseen); beyond it (a larger --num-speculative-tokens) never proposed: none.
+                proposed = min(drafts, w.engine.num_speculative_tokens)
+                return value + self._unseen(max(0, proposed - value))
         if value is None and rid in w.accepted_in_order:
             # Synthetic workloads list acceptance per sampling step, in order.
             i = self.sampling_steps.get(rid, 0)
             self.sampling_steps[rid] = i + 1
             seq = w.accepted_in_order[rid]
             value = seq[i] if i < len(seq) else None
-        if value is None:
-            if w.accept_rate is not None:  # never seen verifying drafts: as the recording's others
-                return int(w.accept_rate * drafts + 0.5)
-            return drafts if w.accept_default == "all" else 0
+        if value is None:  # never seen verifying drafts: as the recording's others
+            return self._unseen(drafts)
         return value
+
+    def _unseen(self, drafts: int) -> int:
+        """Of `drafts` no recorded step verified, how many are accepted: the recording's share."""
+        w = self.w
+        if w.accept_rate is not None:
+            return int(w.accept_rate * drafts + 0.5)
+        return drafts if w.accept_default == "all" else 0
 
     def propose(self, clock: int) -> None:
         """The drafter's part after a step: drafts for each request of that batch."""
@@ -340,6 +359,16 @@ class Replayer:
             self.propose(clock)
         else:
             self.batches.pop(clock, None)
+
+
+def _admitted(out: Any) -> set[str]:
+    """Requests a SchedulerOutput admits or resumes (not those that kept running)."""
+    cached = out.scheduled_cached_reqs
+    resumed = getattr(cached, "resumed_req_ids", None)
+    if resumed is None:  # older releases flagged resumption per entry
+        flags = getattr(cached, "resumed_from_preemption", ()) or ()
+        resumed = {rid for rid, f in zip(cached.req_ids, flags, strict=False) if f}
+    return {r.req_id for r in out.scheduled_new_reqs} | set(resumed)
 
 
 def _truncate(owners: list[tuple[int | None, str]], blocks: int) -> list[tuple[int | None, str]]:

@@ -54,16 +54,27 @@ class PositionTable:
     # Per request, the positions whose value holds only there (a censored observation:
     # see add); absent when it has none.
     local: dict[str, set[int]] = field(default_factory=dict)
+    # Per request, the positions whose value is a floor: every draft verified there was
+    # accepted, so it says nothing of drafts beyond them; absent when it has none.
+    floors: dict[str, set[int]] = field(default_factory=dict)
 
-    def add(self, rid: str, position: int, value: int, *, only_here: bool = False) -> None:
+    def add(
+        self, rid: str, position: int, value: int, *, only_here: bool = False, floor: bool = False
+    ) -> None:
         """`only_here`: the value is right at this position and says nothing of others (the
-        drafts accepted in a step that also reached max_tokens or a stop: a lower bound)."""
+        drafts accepted in a step that also reached max_tokens or a stop: a lower bound).
+        `floor`: the value is all there was to accept (every draft verified was), so it bounds
+        what more drafts would have got from below only (`lookup`)."""
         pos = self.positions.setdefault(rid, [])
         vals = self.values.setdefault(rid, [])
         if only_here:
             self.local.setdefault(rid, set()).add(position)
         elif rid in self.local:
             self.local[rid].discard(position)
+        if floor:
+            self.floors.setdefault(rid, set()).add(position)
+        elif rid in self.floors:
+            self.floors[rid].discard(position)
         if pos and pos[-1] == position:
             vals[-1] = value  # a re-sample at the same position (after a preemption): the latest
             return
@@ -71,18 +82,26 @@ class PositionTable:
         vals.append(value)
 
     def get(self, rid: str, position: int) -> int | None:
+        found = self.lookup(rid, position)
+        return None if found is None else found[0]
+
+    def lookup(self, rid: str, position: int) -> tuple[int, bool] | None:
+        """(value, whether it is a floor) for the request at `position`, as `get` finds it."""
         pos = self.positions.get(rid)
         if not pos:
             return None
         i = bisect.bisect_right(pos, position) - 1
+        j = max(i, 0)
         local = self.local.get(rid)
-        if local is None or (i >= 0 and pos[i] == position):
-            return self.values[rid][max(i, 0)]
-        # Not observed here: the nearest value before that holds elsewhere, else the first after.
-        for j in (*range(i, -1, -1), *range(i + 1, len(pos))):
-            if pos[j] not in local:
-                return self.values[rid][j]
-        return None
+        if local is not None and not (i >= 0 and pos[i] == position):
+            # Not observed here: the nearest value before that holds elsewhere, else the first after.
+            order = (*range(i, -1, -1), *range(i + 1, len(pos)))
+            holds = next((k for k in order if pos[k] not in local), None)
+            if holds is None:
+                return None
+            j = holds
+        floors = self.floors.get(rid)
+        return self.values[rid][j], floors is not None and pos[j] in floors
 
     def __contains__(self, rid: str) -> bool:
         return rid in self.positions
@@ -238,7 +257,10 @@ def _recorded_workload(
                     # than drafted there may be that cut, not a rejection.
                     cut = rid in ends or at + n >= limits.get(rid, at + n + 1)
                     only_here = cut and n - 1 < drafted[rid]
-                    accepted.add(rid, at, n - 1, only_here=only_here)
+                    # Every draft it verified accepted: what it would accept of more drafts (a
+                    # policy that leaves it more of the budget here) was never tried.
+                    floor = n - 1 >= drafted[rid]
+                    accepted.add(rid, at, n - 1, only_here=only_here, floor=floor)
                     if not only_here:
                         verified[0] += min(n - 1, drafted[rid])
                         verified[1] += drafted[rid]
