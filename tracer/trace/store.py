@@ -16,7 +16,7 @@ import os
 import threading
 import zlib
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -130,10 +130,11 @@ class _LazyFile:
                 os.close(self._fd)
                 self._fd = None
 
-    def __del__(self) -> None:
+    def __del__(self, _close: Callable[[int], None] = os.close) -> None:
+        # os.close bound at definition: at interpreter exit the module's globals may be gone.
         fd, self._fd = self._fd, None
         if fd is not None:
-            os.close(fd)
+            _close(fd)
 
     def __getstate__(self) -> dict[str, object]:
         return {"path": self.path, "identity": self.identity}
