@@ -34,7 +34,7 @@ def _record(tmp: Path, scheduler: str, extra: list[str], bench: list[str]) -> tu
     model = build_tiny_llama(tmp / "model")
     trace_path = tmp / "live.jsonl"
     args = [
-        "--scheduler-cls", f"tracer.scheduler.{scheduler}",
+        "--scheduler-cls", scheduler,
         "--max-num-batched-tokens", "256", "--max-num-seqs", "8", "--shutdown-timeout", "10",
         *TIGHT_KV, *extra,
     ]  # fmt: skip
@@ -57,16 +57,20 @@ def _record(tmp: Path, scheduler: str, extra: list[str], bench: list[str]) -> tu
 
 @pytest.fixture(scope="module")
 def ngram_live(tmp_path_factory: pytest.TempPathFactory) -> tuple[Trace, dict[str, Any]]:
+    """Served by the draft-budget policy, so its rewritten schedule() meets a live workload (ngram
+    keeps the additive rule with no draft rows to budget); the tests below replay it exactly."""
     spec = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
-    return _record(
-        tmp_path_factory.mktemp("ngram"), "TracingScheduler", ["--speculative-config", json.dumps(spec)], []
-    )
+    extra = ["--speculative-config", json.dumps(spec)]
+    return _record(tmp_path_factory.mktemp("ngram"), "tracer.policies.DraftBudgetScheduler", extra, [])
 
 
 @pytest.fixture(scope="module")
 def async_live(tmp_path_factory: pytest.TempPathFactory) -> tuple[Trace, dict[str, Any]]:
     return _record(
-        tmp_path_factory.mktemp("async"), "TracingAsyncScheduler", ["--async-scheduling"], ["--ignore-eos"]
+        tmp_path_factory.mktemp("async"),
+        "tracer.scheduler.TracingAsyncScheduler",
+        ["--async-scheduling"],
+        ["--ignore-eos"],
     )
 
 
@@ -107,6 +111,7 @@ def test_live_trace_replays_identically(run: str, request: pytest.FixtureRequest
         assert trace.config["async_scheduling"] is True
         assert bench["preemptions"] > 0 and int(trace.columns["n_preempted"].sum()) == bench["preemptions"]
     else:
+        assert trace.header["policy"] == "draft-budget"
         assert any(e[2] for s in trace.steps() for e in s["running"]), "no drafts were scheduled"
         assert any(n < 3 for e in _inputs(trace, "d") for n in e[2]), "the proposer always offered K"
     fidelity = check_fidelity(trace, out=tmp_path / "identity.jsonl")

@@ -12,6 +12,7 @@ none is. Every replay, identity or across policies, must re-make that recording 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -65,26 +66,11 @@ WORKLOADS: dict[str, tuple[EngineSpec, list[RequestSpec]]] = {
     ),
     # Five one-token prompts at once, max_tokens 6: `separate` admits four, and the fifth at
     # step 3 beside the last decoder, padded to 1+K; `additive` admits it alone at step 4.
-    "dspark_k4_five": (
-        EngineSpec(
-            method="dspark",
-            num_speculative_tokens=4,
-            max_num_batched_tokens=16,
-            max_num_seqs=8,
-            max_model_len=256,
-        ),
-        [RequestSpec(f"r{i}", 1, 6) for i in range(5)],
-    ),
+    "dspark_k4_five": (SCENARIOS["dspark_k4"][0], [RequestSpec(f"r{i}", 1, 6) for i in range(5)]),
     # Drafts the budget clips under one policy and not another: under `cap`/`separate` r3
     # verifies 1 draft at its first decode (12 tokens left 2 rows); under `additive` 4, one token later.
     "dspark_k4_clipped": (
-        EngineSpec(
-            method="dspark",
-            num_speculative_tokens=4,
-            max_num_batched_tokens=12,
-            max_num_seqs=8,
-            max_model_len=256,
-        ),
+        replace(SCENARIOS["dspark_k4"][0], max_num_batched_tokens=12),
         [
             RequestSpec("r0", 1, 2),
             RequestSpec("r1", 9, 2),

@@ -48,7 +48,7 @@ from tracer.scheduler import TracingMixin
 from tracer.trace.methods import (
     additive_draft_slots,
     is_separate_pass,
-    query_rows_per_request,
+    query_rows_of,
     shared_draft_slots,
 )
 
@@ -119,17 +119,8 @@ class SeparateMixin(PolicyMixin):
 
     def policy_budget(self, vcfg: Any, method: str | None, k: int, parallel: bool) -> tuple[int, int | None]:
         slots = shared_draft_slots(method, k, parallel)
-        q = _query_rows(vcfg, method, k)
+        q = query_rows_of(vcfg.speculative_config)
         return slots, (vcfg.scheduler_config.max_num_batched_tokens // q if q else None)
-
-
-def _query_rows(vcfg: Any, method: str | None, k: int) -> int:
-    """Rows each request takes in the separate drafter pass (0 for shared-buffer methods)."""
-    if not is_separate_pass(method):
-        return 0
-    draft_hf = getattr(getattr(vcfg.speculative_config, "draft_model_config", None), "hf_config", None)
-    anchor = bool(getattr(draft_hf, "sample_from_anchor", True))
-    return query_rows_per_request(method, k, sample_from_anchor=anchor)
 
 
 @functools.cache
@@ -150,9 +141,7 @@ class DraftBudgetMixin(PolicyMixin):
         vcfg = self.vllm_config  # type: ignore[attr-defined]
         spec = getattr(vcfg, "speculative_config", None)
         self.schedscope_draft_budget = int(self.scheduler_config.max_num_batched_tokens)  # type: ignore[attr-defined]
-        if spec is not None:
-            k = int(getattr(spec, "num_speculative_tokens", 0) or 0)
-            self.schedscope_draft_rows = _query_rows(vcfg, getattr(spec, "method", None), k)
+        self.schedscope_draft_rows = query_rows_of(spec)
 
     def policy_budget(self, vcfg: Any, method: str | None, k: int, parallel: bool) -> tuple[int, int | None]:
         return shared_draft_slots(method, k, parallel), None

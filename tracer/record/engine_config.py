@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tracer.trace.methods import is_separate_pass, query_rows_per_request
+from tracer.trace.methods import is_separate_pass, query_rows_of
 
 
 def _get(obj: Any, *names: str, default: Any = None) -> Any:
@@ -37,8 +37,6 @@ def describe_scheduler(sched: Any) -> dict[str, Any]:
     k = int(_get(spec, "num_speculative_tokens", default=0) or 0) if spec is not None else 0
     draft_slots = int(getattr(spec, "max_num_new_slots_for_drafting", 0) or 0) if spec else 0
     lookahead = int(getattr(vcfg, "num_lookahead_tokens", 0) or 0) if spec is not None else 0
-    draft_hf = getattr(getattr(spec, "draft_model_config", None), "hf_config", None)
-    anchor = bool(getattr(draft_hf, "sample_from_anchor", True))
     kv_blocks = _get(getattr(sched, "kv_cache_config", None), "num_blocks")
 
     return {
@@ -52,7 +50,7 @@ def describe_scheduler(sched: Any) -> dict[str, Any]:
         "spec_method": method,
         "num_speculative_tokens": k,
         "draft_slots": draft_slots,
-        "query_rows_per_req": query_rows_per_request(method, k, sample_from_anchor=anchor),
+        "query_rows_per_req": query_rows_of(spec),
         # The draft-budget policy's per-step budget of drafter rows (tracer.policies); absent
         # under every other scheduler, whose drafter rows are bounded otherwise or not at all.
         **({"draft_budget": int(sched.schedscope_draft_budget)} if _draft_budget_kept(sched) else {}),

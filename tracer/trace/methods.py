@@ -8,7 +8,7 @@ budget is a double reservation.
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 SEPARATE_PASS_METHODS: Final = frozenset({"dflash", "dspark"})
 
@@ -30,6 +30,17 @@ def query_rows_per_request(
     if method == "dspark":
         return num_spec_tokens if sample_from_anchor else num_spec_tokens + 1
     return 0
+
+
+def query_rows_of(spec: Any) -> int:
+    """`query_rows_per_request` for a vLLM SpeculativeConfig (None: no speculation), the
+    layout read from its draft model's config as vLLM reads it."""
+    if spec is None:
+        return 0
+    k = int(getattr(spec, "num_speculative_tokens", 0) or 0)
+    draft_hf = getattr(getattr(spec, "draft_model_config", None), "hf_config", None)
+    anchor = bool(getattr(draft_hf, "sample_from_anchor", True))
+    return query_rows_per_request(getattr(spec, "method", None), k, sample_from_anchor=anchor)
 
 
 def additive_draft_slots(method: str | None, k: int, parallel: bool) -> int:

@@ -500,9 +500,6 @@ class TraceBuilder:
         rows = self._rows
         return _ROW_STEP.unpack_from(rows, len(rows) - _ROW.size)[0] if rows else _NO_STEP
 
-    def _kv_pool(self) -> int | None:
-        return kv_pool(self.header)
-
     def _check_order(self, step: int, line: int) -> None:
         """The trace's order rule, for every path that adds a step (the fast path sends any
         record that may break it here): step numbers increase, and no step comes after the
@@ -605,7 +602,7 @@ class TraceBuilder:
         # The fast path takes a step only when it keeps the order (_check_order): above
         # the last step, before any footer. Anything else goes to the general path.
         last, open_ = self._last_step(), self.footer is None
-        pool = self._kv_pool()
+        pool = kv_pool(self.header)
         collect = self.entries.add if self.entries is not None else None
         for line in source:
             n = len(line)
@@ -640,7 +637,7 @@ class TraceBuilder:
                 self._record(base + pos, base + pos + n - 1)
                 have_header = self.header is not None
                 last, open_ = self._last_step(), self.footer is None
-                pool = self._kv_pool()
+                pool = kv_pool(self.header)
             pos += n
             if pos >= stop:
                 break
@@ -765,7 +762,7 @@ class TraceBuilder:
         resumed = _req_list(r, "resumed", path, line)
         running = _req_list(r, "running", path, line)
         sampled = r.get("sampled")
-        problem = _why_problem(r, self._kv_pool())
+        problem = _why_problem(r, kv_pool(self.header))
         if problem is not None:
             raise TraceError(path, problem[1], line=line, field=problem[0])
         if not isinstance(query, dict):

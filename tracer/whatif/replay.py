@@ -74,10 +74,7 @@ def _step_record(out: Any, sampled: dict[str, int], q: int) -> dict[str, Any]:
     n = out.num_scheduled_tokens
     spec = out.scheduled_spec_decode_tokens
     cached = out.scheduled_cached_reqs
-    resumed = getattr(cached, "resumed_req_ids", None)
-    if resumed is None:  # older releases flagged resumption per entry
-        flags = getattr(cached, "resumed_from_preemption", ()) or ()
-        resumed = {rid for rid, f in zip(cached.req_ids, flags, strict=False) if f}
+    resumed = _resumed(out)
     new_ids = [r.req_id for r in out.scheduled_new_reqs]
 
     def entries(ids: Any) -> list[list[Any]]:
@@ -361,14 +358,19 @@ class Replayer:
             self.batches.pop(clock, None)
 
 
-def _admitted(out: Any) -> set[str]:
-    """Requests a SchedulerOutput admits or resumes (not those that kept running)."""
+def _resumed(out: Any) -> set[str]:
+    """Requests a SchedulerOutput resumes from preemption."""
     cached = out.scheduled_cached_reqs
     resumed = getattr(cached, "resumed_req_ids", None)
     if resumed is None:  # older releases flagged resumption per entry
         flags = getattr(cached, "resumed_from_preemption", ()) or ()
-        resumed = {rid for rid, f in zip(cached.req_ids, flags, strict=False) if f}
-    return {r.req_id for r in out.scheduled_new_reqs} | set(resumed)
+        return {rid for rid, f in zip(cached.req_ids, flags, strict=False) if f}
+    return set(resumed)
+
+
+def _admitted(out: Any) -> set[str]:
+    """Requests a SchedulerOutput admits or resumes (not those that kept running)."""
+    return {r.req_id for r in out.scheduled_new_reqs} | _resumed(out)
 
 
 def _truncate(owners: list[tuple[int | None, str]], blocks: int) -> list[tuple[int | None, str]]:
