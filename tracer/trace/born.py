@@ -76,6 +76,7 @@ class BornIndex:
         self._pos = 0  # bytes of the trace the index covers
         self._lines = 0
         self._header: dict[str, Any] | None = None
+        self._pool: int | None = None  # the header's KV blocks, which no step's free count exceeds
         self._footer: dict[str, Any] | None = None
         self._footer_line: int | None = None
         self._hooks: list[dict[str, Any]] = []
@@ -117,8 +118,8 @@ class BornIndex:
             return
         end = offset + len(line)
         if kind == schema.STEP:
-            pool = kv_pool(self._header)
-            row = fast_step_row(value, offset, end - 1, self._last, pool) if self._footer is None else None
+            open_ = self._footer is None
+            row = fast_step_row(value, offset, end - 1, self._last, self._pool) if open_ else None
             if row is None:
                 self.stop(f"step {value.get('step')!r} is not what the reader's fast path takes")
                 return
@@ -140,6 +141,7 @@ class BornIndex:
             builder = TraceBuilder(self.trace)
             builder.feed(line)  # the header exactly as the reader reads it, defaults and all
             self._header = builder.header
+            self._pool = kv_pool(builder.header)
         elif kind == schema.HOOKS:
             self._hooks.append(orjson.loads(line))
         elif kind == schema.GAP:
