@@ -31,6 +31,18 @@ BENCH = [
 
 
 def _record(tmp: Path, scheduler: str, extra: list[str], bench: list[str]) -> tuple[Trace, dict[str, Any]]:
+    """The run, served and recorded; served once more (in a fresh directory) if no client's hang-up
+    reached the scheduler as an abort: on a fast engine the abandoned streams can finish before
+    vLLM sees the disconnect (1 run in 6 under async scheduling), and the run must be the hard case
+    the tests assert it is."""
+    trace, result = _serve(tmp / "1", scheduler, extra, bench)
+    if not _inputs(trace, "x"):
+        trace, result = _serve(tmp / "2", scheduler, extra, bench)
+    return trace, result
+
+
+def _serve(tmp: Path, scheduler: str, extra: list[str], bench: list[str]) -> tuple[Trace, dict[str, Any]]:
+    tmp.mkdir(parents=True)
     model = build_tiny_llama(tmp / "model")
     trace_path = tmp / "live.jsonl"
     args = [
