@@ -57,6 +57,7 @@ def run_case(case: str, tmp: Path) -> list[float]:
 
     os.environ.pop("SCHEDSCOPE_STREAM", None)
     os.environ["SCHEDSCOPE_TRACE"] = str(tmp / f"{case}.jsonl")
+    os.environ["SCHEDSCOPE_WRITER"] = "thread"  # the writer thread's faults, patched in this process
     original = recorder.open_sink
     stuck = Stuck()
     if case == "stuck disk":

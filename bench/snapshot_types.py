@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tracer.record.recorder import StepSnapshot
+from tracer.record.snapshot import StepSnapshot
 
 
 def main() -> int:

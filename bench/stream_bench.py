@@ -66,6 +66,7 @@ def main() -> int:
         return synthetic(args, steps, tmp)
     os.environ["SCHEDSCOPE_TRACE"] = str(tmp / "trace.jsonl")
     os.environ["SCHEDSCOPE_STREAM"] = "127.0.0.1:0"
+    os.environ["SCHEDSCOPE_WRITER"] = "thread"  # the hub in this process, where the bench reads it
     spec = EngineSpec(
         method="ngram",
         num_speculative_tokens=3,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import orjson
 
-from tracer.record.recorder import _aligned
+from tracer.record.encoder import _aligned
 from tracer.trace.compact import expand
 from tracer.trace.reader import TraceBuilder
 

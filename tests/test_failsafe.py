@@ -96,6 +96,7 @@ def test_disk_full(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pyte
     disk = FullDisk(room=3000)
     monkeypatch.setattr(recorder, "open_sink", lambda path: disk)
     monkeypatch.setenv("SCHEDSCOPE_TRACE", str(tmp_path / "t.jsonl"))
+    monkeypatch.setenv("SCHEDSCOPE_WRITER", "thread")  # the writer thread's own faults
     with caplog.at_level(logging.WARNING, logger="schedscope"):
         sched, traced, times = run(TracingScheduler)
         sched.shutdown()
@@ -117,6 +118,7 @@ def test_blocked_writer(
     disk = StuckDisk()
     monkeypatch.setattr(recorder, "open_sink", lambda path: disk)
     monkeypatch.setenv("SCHEDSCOPE_TRACE", str(tmp_path / "t.jsonl"))
+    monkeypatch.setenv("SCHEDSCOPE_WRITER", "thread")  # the writer thread's own faults
     monkeypatch.setenv("SCHEDSCOPE_QUEUE", "8")
     with caplog.at_level(logging.WARNING, logger="schedscope"):
         sched, traced, times = run(TracingScheduler)
@@ -136,6 +138,7 @@ def test_viewers_that_die_or_never_read(tmp_path: Path, monkeypatch: pytest.Monk
     from tracer.scheduler import TracingScheduler
 
     monkeypatch.setenv("SCHEDSCOPE_TRACE", str(tmp_path / "t.jsonl"))
+    monkeypatch.setenv("SCHEDSCOPE_WRITER", "thread")  # the writer thread's own faults
     monkeypatch.setenv("SCHEDSCOPE_STREAM", "127.0.0.1:0")
     spec, requests = SCENARIOS["ngram_preempt"]
     sched = build_scheduler(spec, TracingScheduler)

@@ -44,8 +44,9 @@ def test_vllm_side_imports_no_ui() -> None:
 ENGINE_CORE_MODULES = {
     "tracer", "tracer.scheduler", "tracer.policies", "tracer.draft_budget",
     "tracer.record", "tracer.record.engine_config", "tracer.record.indexer", "tracer.record.recorder",
-    "tracer.record.runner_hook", "tracer.record.writer",
-    "tracer.live", "tracer.live.net", "tracer.live.stream",
+    "tracer.record.runner_hook", "tracer.record.writer", "tracer.record.snapshot", "tracer.record.encoder",
+    "tracer.record.shipper",
+    "tracer.live", "tracer.live.net", "tracer.live.stream", "tracer.live.taps",
     "tracer.trace", "tracer.trace.index_files", "tracer.trace.methods", "tracer.trace.schema",
 }  # fmt: skip
 

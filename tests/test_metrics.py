@@ -87,9 +87,10 @@ def test_withheld_tokens_counter_on_dflash(trace_env: Path, monkeypatch: pytest.
     from tracer.scheduler import TracingScheduler
 
     monkeypatch.setenv("SCHEDSCOPE_METRICS", "127.0.0.1:0")
+    monkeypatch.setenv("SCHEDSCOPE_WRITER", "thread")  # the counters beside the writer thread
     spec, requests = SCENARIOS["dflash_k7"]
     sched = build_scheduler(spec, TracingScheduler)
-    server = sched._schedscope_metrics_server
+    server = sched._schedscope_live.metrics_server
     assert server is not None and server.url.startswith("http://127.0.0.1:")
     try:
         run_workload(sched, requests, accept=mixed_accept)
@@ -141,9 +142,10 @@ def test_bad_metrics_address_logs_and_keeps_tracing(
     from tracer.scheduler import TracingScheduler
 
     monkeypatch.setenv("SCHEDSCOPE_METRICS", "10.1.2.3:9")  # not loopback, no token: refused
+    monkeypatch.setenv("SCHEDSCOPE_WRITER", "thread")  # the counters beside the writer thread
     spec, requests = SCENARIOS["dspark_k4"]
     sched = build_scheduler(spec, TracingScheduler)
-    assert sched._schedscope is not None and sched._schedscope_metrics_server is None
+    assert sched._schedscope is not None and sched._schedscope_live.metrics_server is None
     assert "cannot serve metrics" in caplog.text
     run_workload(sched, requests, accept=mixed_accept)
     sched.shutdown()
@@ -191,6 +193,7 @@ def test_stream_serves_metrics_unless_turned_off(trace_env: Path, monkeypatch: p
 
     spec, requests = SCENARIOS["dspark_k4"]
     monkeypatch.setenv("SCHEDSCOPE_STREAM", "127.0.0.1:0")
+    monkeypatch.setenv("SCHEDSCOPE_WRITER", "thread")  # the counters beside the writer thread
     for setting in ("", "off"):
         monkeypatch.setenv("SCHEDSCOPE_METRICS", setting)
         sched = build_scheduler(spec, TracingScheduler)
@@ -200,12 +203,12 @@ def test_stream_serves_metrics_unless_turned_off(trace_env: Path, monkeypatch: p
             run_workload(sched, requests, accept=mixed_accept)
             sched.shutdown()
             if setting == "off":
-                assert sched._schedscope_metrics is None
+                assert sched._schedscope_live.metrics is None
                 with pytest.raises(urllib.error.HTTPError) as err:
                     scrape(url)
                 assert err.value.code == 404
             else:
-                assert sched._schedscope_metrics_server is None  # no port of its own
+                assert sched._schedscope_live.metrics_server is None  # no port of its own
                 assert_totals_equal(scrape(url), trace_env)
         finally:
             server.close()

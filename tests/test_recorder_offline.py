@@ -222,8 +222,11 @@ def test_replay_records_without_touching_the_environment(
 
 def test_taps_get_each_record_with_kind_and_step(trace_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """What the stream hub and the metrics rely on instead of reading the bytes: each
-    Record a tap gets is a line of the file, in order, with that line's kind and step."""
+    Record a tap gets is a line of the file, in order, with that line's kind and step (taps
+    run beside the writer thread; the trace process's own are the stream's and metrics')."""
     import orjson
+
+    monkeypatch.setenv("SCHEDSCOPE_WRITER", "thread")
 
     from tracer.record.recorder import Recorder
     from tracer.scheduler import TracingScheduler

@@ -20,7 +20,8 @@ import pytest
 
 from tests.hook_support import fresh_hook, restore_attrs
 from tracer.record import recorder
-from tracer.record.recorder import RunnerNote, RunnerPass
+from tracer.record.encoder import runner_record
+from tracer.record.snapshot import RunnerNote, RunnerPass
 from tracer.trace import schema
 from tracer.trace.reader import load
 
@@ -268,7 +269,7 @@ def test_recorder_writes_padded_rows_and_hooks_records(tmp_path: Path) -> None:
     own record kind; the reader sums padded rows per step and keeps the hooks records."""
 
     def runner(step: int, *note: Any) -> dict[str, Any]:
-        return recorder.runner_record(RunnerPass(step, RunnerNote(*note)))
+        return runner_record(RunnerPass(step, RunnerNote(*note)))
 
     padded = runner(3, "target", 10, 64, 2, 16, True)
     assert padded == {

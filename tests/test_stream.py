@@ -223,6 +223,7 @@ def test_real_scheduler_streams_what_it_writes(tmp_path: Path, monkeypatch: pyte
 
     monkeypatch.setenv("SCHEDSCOPE_TRACE", str(tmp_path / "t.jsonl"))
     monkeypatch.setenv("SCHEDSCOPE_STREAM", "127.0.0.1:0")
+    monkeypatch.setenv("SCHEDSCOPE_WRITER", "thread")  # the hub beside the writer thread
     spec, requests = SCENARIOS["ngram_preempt"]
     sched = build_scheduler(spec, TracingScheduler)
     server = sched._schedscope_stream

@@ -20,9 +20,11 @@ from typing import Any
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 
-from tracer.live import stream
+from tracer.live import taps as live_taps
 from tracer.record import recorder as _recorder
 from tracer.record import runner_hook
+from tracer.record.engine_config import engine_index
+from tracer.record.shipper import TraceShipper
 
 logger = logging.getLogger("schedscope.scheduler")
 
@@ -33,7 +35,8 @@ class TracingMixin:
     """Wraps schedule(), update_from_output() and shutdown() of a vLLM scheduler."""
 
     _schedscope: _recorder.Recorder | None = None
-    _schedscope_stream: stream.StreamServer | None = None
+    # The stream and /metrics when they run here (a writer thread); None in the trace process.
+    _schedscope_live: live_taps.LiveTaps | None = None
     # Where a step's `t` comes from; a timed replay (tracer.whatif.replay) sets its predicted clock.
     _schedscope_clock = staticmethod(time.monotonic)
 
@@ -42,73 +45,64 @@ class TracingMixin:
         config = _recorder.current_config()
         if not config.active:
             return
-        path, stream_at, metrics_at = config.trace, config.stream, config.metrics
-        taps = []
-        # Counters for /metrics (own port and/or the stream server's), on the writer thread.
-        metrics_off = metrics_at.lower() == "off"
-        if metrics_off:
-            metrics_at = ""
-        wanted = (metrics_at or stream_at) and not metrics_off
-        counters = self._start_metrics(metrics_at, config.metrics_token) if wanted else None
-        if counters is not None:
-            taps.append(counters.tap)
-        if stream_at:
-            try:
-                hub, server = stream.start_from_env(stream_at, config.stream_token)
-                server.metrics = counters
-                self._schedscope_stream = server
-                taps.append(hub.publish)
-                atexit.register(server.close)
-                logger.info("schedscope: streaming scheduler steps at %s", server.url)
-            except Exception:
-                logger.exception(
-                    "schedscope: cannot serve the live stream at %s; continuing without", stream_at
-                )
+        path = config.trace
+        engine = engine_index(self)
+        metrics_token = config.metrics_token
+        shipper = None
+        if config.writer == "process":
+            shipper = TraceShipper.start(
+                path,
+                max_queue=config.queue,
+                stream_at=config.stream,
+                stream_token=config.stream_token,
+                metrics_at=config.metrics,
+                metrics_token=metrics_token,
+                engine=engine,
+            )
+        live = None
+        if shipper is None:  # the stream and the counters run here, on the writer thread
+            live = live_taps.start(
+                stream_at=config.stream,
+                stream_token=config.stream_token,
+                metrics_at=config.metrics,
+                metrics_token=metrics_token,
+                engine=engine,
+            )
+            self._schedscope_live = live
         try:
             # Policy layers (tracer.policies) name themselves; vLLM's own is "stock".
             policy = getattr(self, "SCHEDSCOPE_POLICY", "stock")
             # The config read above, passed on: the environment is parsed once per scheduler.
             rec = _recorder.Recorder.for_scheduler(
-                self, path, policy=policy, max_queue=config.queue, taps=taps, header=config.header
+                self,
+                path,
+                policy=policy,
+                max_queue=config.queue,
+                taps=live.taps if live is not None else (),
+                header=config.header,
+                shipper=shipper,
             )
         except Exception:
             logger.exception("schedscope: cannot record to %s; serving without a trace", path)
             return
         self._schedscope = rec
-        if counters is not None:
+        if live is not None:
             writer = rec.writer
-            counters.dropped_source = lambda: writer.dropped
+            live.count_drops(lambda: writer.dropped)
         atexit.register(rec.close)
         try:
             runner_hook.install()
             _close_trace_first_on_engine_shutdown()
         except Exception:
             rec.fail("hook install")
-        logger.info("schedscope: recording scheduler steps to %s", path)
+        where = f"the trace process (pid {shipper.pid})" if shipper is not None else "a writer thread"
+        logger.info("schedscope: recording scheduler steps to %s, from %s", path, where)
 
-    _schedscope_metrics: Any = None  # tracer.live.metrics.TraceMetrics
-    _schedscope_metrics_server: Any = None
-
-    def _start_metrics(self, metrics_at: str, token: str | None) -> Any:
-        """The metrics counters, and their own HTTP server if SCHEDSCOPE_METRICS names one;
-        None if they cannot be set up (logged: the server keeps serving, traced)."""
-        try:
-            from tracer.live import metrics
-
-            counters = metrics.TraceMetrics(engine=metrics.engine_index(self))
-        except Exception:
-            logger.exception("schedscope: cannot count metrics; continuing without")
-            return None
-        self._schedscope_metrics = counters
-        if metrics_at:
-            try:
-                server = metrics.start_from_env(counters, metrics_at, token)
-                self._schedscope_metrics_server = server
-                atexit.register(server.close)
-                logger.info("schedscope: serving Prometheus metrics at %s", server.url)
-            except Exception:
-                logger.exception("schedscope: cannot serve metrics at %s; continuing without", metrics_at)
-        return counters
+    @property
+    def _schedscope_stream(self) -> Any:
+        """The stream server when it runs in this process (tests and benches look at it)."""
+        live = self._schedscope_live
+        return live.stream if live is not None else None
 
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
         rec = self._schedscope
@@ -213,11 +207,10 @@ class TracingMixin:
             rec.close(timeout)
         except Exception:
             logger.exception("schedscope: error while closing the trace")
-        server = self._schedscope_stream
         # The footer was just published; EngineCore may exit right after, and with it the
         # viewers' daemon threads. A viewer that is not reading costs this bound, no more.
-        if server is not None and not server.hub.flush(STREAM_FLUSH_S):
-            logger.warning("schedscope: a stream viewer lacked the footer after %.1fs", STREAM_FLUSH_S)
+        if self._schedscope_live is not None:
+            self._schedscope_live.flush_stream(STREAM_FLUSH_S)
 
 
 def _close_trace_first_on_engine_shutdown() -> None:

@@ -322,13 +322,3 @@ def serve_metrics(h: BaseHTTPRequestHandler, metrics: TraceMetrics, token: str |
 def start_from_env(metrics: TraceMetrics, value: str, token: str | None) -> MetricsServer:
     host, port = parse_bind(value, DEFAULT_PORT)
     return MetricsServer(metrics, host, port, token or None)
-
-
-def engine_index(sched: Any) -> str:
-    """The data-parallel rank vLLM labels this engine's metrics with (`engine="0"`)."""
-    parallel = getattr(getattr(sched, "vllm_config", None), "parallel_config", None)
-    for name in ("data_parallel_index", "data_parallel_rank"):
-        value = getattr(parallel, name, None)
-        if isinstance(value, int):
-            return str(value)
-    return "0"

@@ -129,3 +129,13 @@ def regime_of(config: dict[str, Any]) -> str:
     if not is_separate_pass(config.get("spec_method")):
         return "shared" if config.get("draft_slots") else "none"
     return "additive" if config.get("draft_slots") else "cap"
+
+
+def engine_index(sched: Any) -> str:
+    """The data-parallel rank vLLM labels this engine's metrics with (`engine="0"`)."""
+    parallel = getattr(getattr(sched, "vllm_config", None), "parallel_config", None)
+    for name in ("data_parallel_index", "data_parallel_rank"):
+        value = getattr(parallel, name, None)
+        if isinstance(value, int):
+            return str(value)
+    return "0"

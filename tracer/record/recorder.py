@@ -1,8 +1,9 @@
-"""The recorder: cheap snapshots on the scheduler thread, records built on the writer's.
+"""The recorder: cheap snapshots on the scheduler thread, records built elsewhere.
 
 Data flows one way: vLLM -> Recorder.before/after_schedule (a `Candidates` and a
-`StepSnapshot`: ints, ids and flat lists) -> TraceWriter queue -> Recorder.encode on
-the writer thread (build_step, runner_record) -> a `Record` (kind, step, orjson line).
+`StepSnapshot`: ints, ids and flat lists) -> the writer's queue -> the encoder
+(tracer.record.encoder), on the writer thread or in the trace process
+(tracer.record.shipper) -> a `Record` (kind, step, orjson line).
 
 A step's record waits for its update_from_output() so it can carry the tokens
 each request sampled (accepted drafts + 1); runner records join it by step.
@@ -19,22 +20,34 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from itertools import chain, islice, repeat
+from itertools import chain, islice
 from pathlib import Path
-from typing import Any, NamedTuple
-
-import orjson
+from typing import Any
 
 from tracer import __version__
+from tracer.record.encoder import StepEncoder, footer
 from tracer.record.engine_config import describe_scheduler, regime_of
 from tracer.record.indexer import IndexProcess
-from tracer.record.writer import Record, Tap, TraceWriter, open_sink
+from tracer.record.shipper import TraceShipper
+from tracer.record.snapshot import (
+    Abort,
+    Applied,
+    Arrival,
+    Candidates,
+    Drafts,
+    Preemption,
+    RunnerPass,
+    SchedulerInput,
+    StepSnapshot,
+)
+from tracer.record.writer import Tap, TraceWriter, open_sink
 from tracer.trace import schema
 
 logger = logging.getLogger("schedscope.recorder")
 
 ENV_TRACE = "SCHEDSCOPE_TRACE"
 ENV_QUEUE = "SCHEDSCOPE_QUEUE"
+ENV_WRITER = "SCHEDSCOPE_WRITER"
 DEFAULT_QUEUE = 65536
 
 # A step whose update_from_output never arrives is written without outcomes
@@ -45,112 +58,6 @@ MAX_PENDING = 16
 # and, when they changed, which of its hooks are active in the runner's process.
 RUNNER_NOTES_ATTR = "_schedscope_runner"
 RUNNER_HOOKS_ATTR = "_schedscope_hooks"
-
-
-# The snapshots are slotted dataclasses built by keyword: as cheap on the scheduler
-# thread as a NamedTuple or cheaper (docs/performance.md), and a field can be neither
-# shifted nor forgotten silently.
-@dataclass(slots=True, kw_only=True)
-class Candidates:
-    """before_schedule(): the requests schedule() is about to consider."""
-
-    running: list[Any]  # the running Request objects (their ids are read on the writer thread)
-    demand: list[int]  # tokens each running request still needs, before clipping
-    waiting: list[tuple[str, int]]  # (id, tokens still needed) of the first waiting requests
-    waiting_truncated: int  # waiting requests beyond schema.WAITING_DEMAND_LIMIT
-    priority: dict[str, int] | None  # non-zero priorities of those waiting (priority scheduling)
-    waiting_refs: list[Any]  # the listed waiting Request objects: their status after schedule()
-    kv_free: int  # free KV blocks before schedule() (-1: not readable)
-
-
-# What the engine told the scheduler between two steps (a replay gives it again), taken on
-# the scheduler thread and encoded on the writer thread as the record's `inputs` entries.
-class Arrival(NamedTuple):  # add_request(): ["a", id, prompt, max_tokens, priority, arrival, prefix]
-    rid: str
-    prompt: int
-    max_tokens: int
-    priority: int
-    arrival: float
-    hashes: list[Any] | None  # vLLM's chained block hashes; the prefix is found from them
-
-
-class Abort(NamedTuple):  # finish_requests() from outside: ["x", ids, status]
-    ids: list[str] | None
-    status: str
-
-
-class Drafts(NamedTuple):  # update_draft_token_ids(): ["d", ids (or positions), counts]
-    ids: list[str]
-    counts: list[int]
-
-
-class Applied(NamedTuple):  # a step's output applied: ["u", step] (-1: a step not traced)
-    step: int
-
-
-class Preemption(NamedTuple):  # one _preempt_request() call inside schedule()
-    victim: str
-    trigger: str | None  # the request whose KV allocation failed; None when not seen
-    lost: int  # the victim's computed tokens, dropped (vLLM recomputes them on resume)
-    free_before: int  # free KV blocks before its blocks were freed, after
-    free_after: int
-
-
-SchedulerInput = Arrival | Abort | Drafts | Applied
-
-
-@dataclass(slots=True, kw_only=True)
-class StepSnapshot:
-    """One step, taken in after_schedule() and completed in after_update(); the writer
-    thread builds its record (Recorder.build_step)."""
-
-    step: int
-    t: float  # the scheduler clock when schedule() began
-    dt_ns: int  # schedule()'s duration
-    total: int  # SchedulerOutput.total_num_scheduled_tokens
-    num_sched: dict[str, int]  # tokens scheduled per request
-    new_ids: list[str]
-    cached_ids: list[str]
-    resumed: set[str]
-    spec: tuple[list[str], list[int]]  # (ids, draft counts) scheduled for verification
-    preempted: list[str]
-    finished: list[str]
-    n_running: int
-    n_waiting: int
-    kv: float  # KV cache usage
-    candidates: Candidates | None  # None when before_schedule failed
-    inputs: list[SchedulerInput]  # what the scheduler was told since the step before
-    # The facts a "why" rests on (format 1.3), all read on the scheduler thread.
-    kv_free: tuple[int, int] | None = None  # free KV blocks before schedule(), after
-    admitted: tuple[list[str], list[int]] | None = None  # new/resumed ids, computed tokens after
-    statuses: list[Any] | None = None  # status of each Candidates.waiting_refs after schedule()
-    preemptions: list[Preemption] | None = None
-    paused: str | None = None
-    # From update_from_output, when it arrives: (ids, tokens sampled per request), and
-    # how requests ended, {id: (reason, tokens kept)}.
-    sampled: tuple[list[str], list[int]] | None = None
-    ends: dict[str, tuple[str, int]] | None = None
-
-
-class RunnerNote(NamedTuple):
-    """What the runner hook noted about one forward pass; pickled back to EngineCore
-    on the ModelRunnerOutput (RUNNER_NOTES_ATTR)."""
-
-    pass_: str  # "target" | "draft"
-    rows: int
-    cap: int | None  # rows of the input buffer
-    reqs: int | None
-    padded: int | None = None  # rows after CUDA-graph/DP padding, where observed
-    # From a hook that observes padding (V2 prepare_inputs, a V2 speculator's propose):
-    # its record carries `padded`, null when the padded size was not seen this pass.
-    notes_padding: bool = False
-
-
-class RunnerPass(NamedTuple):
-    """A runner note joined to its step: one `runner` record."""
-
-    step: int
-    note: RunnerNote
 
 
 @dataclass(frozen=True)
@@ -165,6 +72,9 @@ class RecorderConfig:
     queue: int = DEFAULT_QUEUE  # the writer's bounded queue, in records
     metrics_token: str | None = None  # SCHEDSCOPE_METRICS_TOKEN, else the stream's token
     header: Mapping[str, Any] = field(default_factory=dict)  # extra header fields (a replay's source)
+    # Where records are built and written: "process" (a server's default: the trace process,
+    # off EngineCore's GIL) or "thread" (a writer thread beside the scheduler; the offline harness).
+    writer: str = "thread"
 
     @property
     def active(self) -> bool:
@@ -188,7 +98,14 @@ class RecorderConfig:
                 logger.warning(
                     "schedscope: %s=%r is not a positive integer; using %d", ENV_QUEUE, text, queue
                 )
+        writer = env.get(ENV_WRITER, "").strip().lower() or "process"
+        if writer not in ("process", "thread"):
+            logger.warning(
+                "schedscope: %s=%r is neither 'process' nor 'thread'; using process", ENV_WRITER, writer
+            )
+            writer = "process"
         return cls(
+            writer=writer,
             trace=Path(raw.replace("{pid}", str(os.getpid()))) if raw else None,
             stream=env.get("SCHEDSCOPE_STREAM", "").strip(),
             stream_token=env.get("SCHEDSCOPE_STREAM_TOKEN") or None,
@@ -237,7 +154,7 @@ class Recorder:
 
     def __init__(
         self,
-        writer: TraceWriter,
+        writer: TraceWriter | TraceShipper,
         config: dict[str, Any],
         *,
         policy: str,
@@ -246,14 +163,12 @@ class Recorder:
     ):
         self.writer = writer
         self.config = config
-        self.draft_slots = int(config.get("draft_slots") or 0)
-        self.q = int(config.get("query_rows_per_req") or 0)
-        self.target_cap = int(config.get("max_num_scheduled_tokens") or 0)
-        self.input_cap = int(config.get("max_num_batched_tokens") or 0)
-        self.buffer_cap = config.get("buffer_capacity")
+        # A writer thread here encodes with this recorder's encoder; the trace process has its own.
+        self.encoder = StepEncoder(config) if isinstance(writer, TraceWriter) else None
+        if self.encoder is not None:
+            writer.bind(self.encoder.encode)  # type: ignore[union-attr]
         self.step = 0
         self._by_priority = config.get("scheduling_policy") == "priority"
-        self.steps_built = 0
         self.errors = 0
         self._pending: OrderedDict[int, StepSnapshot] = OrderedDict()  # by id(SchedulerOutput)
         self._preempted: set[str] = set()  # ids preempted and not yet back
@@ -261,12 +176,10 @@ class Recorder:
         # aborts, drafts and model outputs. A replay re-tells it in the same order.
         self._inputs: list[SchedulerInput] = []
         self._preemptions: list[Preemption] = []  # this schedule()'s, by on_preempt
-        self._prefix = _PrefixIndex()  # writer thread only
         self._closed = False
         self._fast_demand = True  # until the canary in _fast_demand_ok disagrees once
         # Output placeholders (async scheduling) are 0 for good under a synchronous scheduler.
         self._no_placeholders = not config.get("async_scheduling")
-        writer.bind(self.encode)
         writer.emit(
             {
                 "kind": schema.HEADER,
@@ -294,18 +207,24 @@ class Recorder:
         max_queue: int | None = None,
         taps: Sequence[Tap] = (),
         header: Mapping[str, Any] | None = None,
+        shipper: TraceShipper | None = None,
     ) -> Recorder:
-        """A recorder writing to `path` (None: no file, e.g. stream only) and `taps`."""
-        queue = max_queue or current_config().queue
-        if path is None:
-            sink = open(os.devnull, "ab")  # noqa: SIM115 - owned and closed by the writer
+        """A recorder writing to `path` (None: no file, e.g. stream only) and `taps` on a writer
+        thread, or through `shipper` to the trace process, which writes `path` itself."""
+        path = Path(path) if path is not None else None
+        writer: TraceWriter | TraceShipper
+        if shipper is not None:
+            writer = shipper
         else:
-            path = Path(path)
-            if path.exists():
-                path.unlink()  # one run per file; `{pid}` in the path keeps engines apart
-            sink = open_sink(path)
-        # The Recorder binds its encoder; a plain file gets its born index, from a process beside.
-        writer = TraceWriter(sink, max_queue=queue, taps=taps, index=IndexProcess.start(path))
+            if path is None:
+                sink = open(os.devnull, "ab")  # noqa: SIM115 - owned and closed by the writer
+            else:
+                if path.exists():
+                    path.unlink()  # one run per file; `{pid}` in the path keeps engines apart
+                sink = open_sink(path)
+            # The Recorder binds its encoder; a plain file gets its born index, from a process beside.
+            queue = max_queue or current_config().queue
+            writer = TraceWriter(sink, max_queue=queue, taps=taps, index=IndexProcess.start(path))
         name = f"{type(sched).__module__}.{type(sched).__qualname__}"
         extra = dict(header) if header else None
         recorder = cls(
@@ -519,175 +438,14 @@ class Recorder:
         self.writer.shutdown(timeout, last=self._footer)
 
     def _footer(self) -> dict[str, Any]:
-        return {
-            "kind": schema.FOOTER,
-            "steps_written": self.steps_built,
-            "records_dropped": self.writer.dropped,
-            "errors": self.errors + self.writer.errors,
-            "end_time": time.time(),
-            "writer_failure": self.writer.failed,
-        }
-
-    # -- writer thread: build and encode -----------------------------------------------
-    def encode(self, item: StepSnapshot | RunnerPass | dict[str, Any]) -> Record:
-        """The writer's encoder: the record an item stands for, built and encoded."""
-        if type(item) is StepSnapshot:
-            record = self.build_step(item)
-            return Record(schema.STEP, item.step, _dumps(record))
-        if type(item) is RunnerPass:
-            record = runner_record(item)
-            return Record(schema.RUNNER, item.step, _dumps(record))
-        if isinstance(item, dict):  # header, hooks and footer: built already
-            return Record(item["kind"], item.get("step"), _dumps(item))
-        raise TypeError(f"not a trace item: {type(item).__name__}")
-
-    def build_step(self, snap: StepSnapshot) -> dict[str, Any]:
-        step, t, dt_ns, total = snap.step, snap.t, snap.dt_ns, snap.total
-        num_sched, new_ids, cached_ids, resumed = snap.num_sched, snap.new_ids, snap.cached_ids, snap.resumed
-        spec, preempted, finished = snap.spec, snap.preempted, snap.finished
-        n_running, n_waiting, kv = snap.n_running, snap.n_waiting, snap.kv
-        sampled, inputs, ends = snap.sampled, snap.inputs, snap.ends
-        cand = snap.candidates
-        if cand is None:  # before_schedule failed: no demands this step
-            running_refs, running_demand, waiting_pre, truncated, priority = (), (), (), 0, None
-        else:
-            running_refs, running_demand, waiting_pre = cand.running, cand.demand, cand.waiting
-            truncated, priority = cand.waiting_truncated, cand.priority
-        running_ids = [r.request_id for r in running_refs]  # fixed at construction: safe off-thread
-        demand = dict(zip(running_ids, running_demand, strict=True))
-        demand.update(waiting_pre)
-        # Format 1.2: per-request fields as parallel arrays, built in C-level map() calls.
-        tokens_of, spec_of, demand_of = num_sched.get, dict(zip(*spec, strict=True)).get, demand.get
-
-        def group(ids: list[Any]) -> dict[str, list[Any]] | list[Any]:
-            if not ids:
-                return []  # an empty group: the same in 1.1 and 1.2
-            return {
-                "id": ids,
-                "tokens": list(map(tokens_of, ids, repeat(0))),
-                "spec": list(map(spec_of, ids, repeat(0))),
-                "demand": list(map(demand_of, ids, repeat(-1))),
-            }
-
-        if resumed:
-            new_group = [r for r in new_ids if r not in resumed]
-            resumed_group = [r for r in (*new_ids, *cached_ids) if r in resumed]
-            running_group = [r for r in cached_ids if r not in resumed]
-        else:
-            new_group, resumed_group, running_group = new_ids, [], cached_ids
-        # The scheduled order: `sampled` and the drafts inputs' refs count positions in it.
-        order = new_group + resumed_group + running_group if new_group or resumed_group else running_group
-        n = len(num_sched)
-        reserved = n * self.draft_slots
-        input_used = total + reserved
-        gone = set(preempted) if preempted else ()
-        record: dict[str, Any] = {
-            "kind": schema.STEP,
-            "step": step,
-            "t": t,
-            "sched_us": dt_ns / 1000.0,
-            "target": {"cap": self.target_cap, "used": total, "left": self.target_cap - total},
-            "input": {
-                "cap": self.input_cap,
-                "used": input_used,
-                "reserved": reserved,
-                "left": self.input_cap - input_used,
-            },
-            "query": ({"per_req": self.q, "rows": self.q * n, "cap": self.buffer_cap} if self.q else None),
-            "new": group(new_group),
-            "resumed": group(resumed_group),
-            "running": group(running_group),
-            "preempted": preempted,
-            "finished": finished,
-            # Running requests left out of this step (budget spent, or nothing to do).
-            "unscheduled": [
-                [r, d]
-                for r, d in zip(running_ids, running_demand, strict=True)
-                if d > 0 and r not in num_sched and r not in gone
-            ],
-            "waiting_demand": [[r, d] for r, d in waiting_pre if r not in num_sched],
-            "waiting_demand_truncated": truncated,
-            "priority": priority or None,
-            "num_waiting": n_waiting,
-            "num_running": n_running,
-            "kv_usage": round(kv, 6),
-            "sampled": None if sampled is None else _aligned(order, *sampled),
-            "inputs": self._input_entries(inputs, order),
-            "ends": ends or None,
-            **_why_fields(snap, num_sched),
-        }
-        self.steps_built += 1
-        return record
-
-    def _input_entries(self, events: list[SchedulerInput], order: list[Any]) -> list[list[Any]]:
-        out: list[list[Any]] = []
-        position: dict[Any, int] | None = None
-        for event in events:
-            kind = type(event)
-            if kind is Applied:
-                out.append(["u", event.step])
-            elif kind is Arrival:
-                rid, prompt, max_tokens, priority, arrival, hashes = event
-                out.append(["a", rid, prompt, max_tokens, priority, arrival, self._prefix.add(rid, hashes)])
-            elif kind is Drafts:
-                ids = event.ids
-                if order:
-                    # A request this step schedules by its position in the scheduled order, any
-                    # other (finished since its drafts were made) by its id.
-                    if position is None:
-                        position = dict(zip(order, range(len(order)), strict=True))
-                    ids = list(map(position.get, ids, ids))
-                out.append(["d", ids, event.counts])
-            else:
-                out.append(["x", event.ids, event.status])
-        return out
-
-
-class _PrefixIndex:
-    """Which earlier request a new prompt shares its leading full KV blocks with.
-
-    vLLM chains block hashes (each covers every token before it), so a prompt
-    whose block i matches request X's block i matches X's first i+1 blocks: one
-    (source id, block count) pair describes the whole shared prefix, and a
-    replay re-creates the same prefix-cache structure from it. Bounded: the
-    oldest hashes are forgotten past LIMIT (a prefix older than that is far
-    likelier evicted than cached).
-    """
-
-    LIMIT = 1 << 20
-
-    def __init__(self) -> None:
-        self._owner: dict[Any, str] = {}
-
-    def add(self, rid: str, hashes: list[Any] | None) -> list[Any] | None:
-        if not hashes:
-            return None
-        owner = self._owner
-        shared, source = 0, None
-        for h in hashes:
-            found = owner.get(h)
-            if found is None:
-                break
-            shared, source = shared + 1, found
-        for h in hashes[shared:]:
-            owner[h] = rid
-        if len(owner) > self.LIMIT:
-            for h in list(islice(owner, len(owner) - self.LIMIT // 2)):
-                del owner[h]
-        return [source, shared] if shared else None
-
-
-def _aligned(order: list[Any], ids: list[Any], counts: list[int]) -> list[int] | dict[Any, int]:
-    """`sampled` in 1.2: the counts in the scheduled order when the model runner's requests
-    are exactly the scheduled ones (always, in every trace seen so far), else `{id: n}`."""
-    if ids == order:
-        return counts
-    by_id = dict(zip(ids, counts, strict=True))
-    if len(by_id) == len(order):
-        aligned = list(map(by_id.get, order))
-        if None not in aligned:
-            return aligned
-    return by_id
+        """The footer as of now; through a shipper, this side's part of it (the trace process
+        counts the steps and adds its own drops and errors)."""
+        return footer(
+            steps=self.encoder.steps_built if self.encoder is not None else 0,
+            dropped=self.writer.dropped,
+            errors=self.errors + self.writer.errors,
+            failure=self.writer.failed,
+        )
 
 
 def _ends(result: Any) -> dict[str, tuple[str, int]] | None:
@@ -729,31 +487,6 @@ def _free_blocks(sched: Any) -> int:
         return -1
 
 
-def _why_fields(snap: StepSnapshot, num_sched: dict[str, int]) -> dict[str, Any]:
-    """The 1.3 fields of a step record, built on the writer thread from the snapshot."""
-    cached = None
-    if snap.admitted is not None:
-        ids, computed = snap.admitted
-        hits = {rid: c - num_sched.get(rid, 0) for rid, c in zip(ids, computed, strict=True)}
-        cached = {rid: h for rid, h in hits.items() if h > 0} or None
-    status = None
-    cand = snap.candidates
-    if snap.statuses is not None and cand is not None:
-        # Only the states in which the waiting loop skips a request: plain WAITING (and
-        # PREEMPTED) requests wait in line, RUNNING ones were admitted.
-        pairs = zip(cand.waiting_refs, snap.statuses, strict=True)
-        named = ((r.request_id, getattr(st, "name", str(st))) for r, st in pairs)
-        status = {rid: name for rid, name in named if name.startswith("WAITING_FOR")} or None
-    kv_free = snap.kv_free
-    return {
-        "kv_free": list(kv_free) if kv_free is not None and min(kv_free) >= 0 else None,
-        "cached": cached,
-        "waiting_status": status,
-        "preemptions": [list(p) for p in snap.preemptions] if snap.preemptions else None,
-        "paused": snap.paused,
-    }
-
-
 def _request_counts(sched: Any) -> tuple[int, int]:
     """(running, waiting), waiting including KV-holding requests where vLLM has them."""
     counts = getattr(sched, "get_request_counts", None)
@@ -761,22 +494,3 @@ def _request_counts(sched: Any) -> tuple[int, int]:
         running, waiting = counts()
         return int(running), int(waiting)
     return len(sched.running), len(sched.waiting)
-
-
-def runner_record(item: RunnerPass) -> dict[str, Any]:
-    note = item.note
-    record = {
-        "kind": schema.RUNNER,
-        "step": item.step,
-        "pass": note.pass_,
-        "rows": note.rows,
-        "cap": note.cap,
-        "reqs": note.reqs,
-    }
-    if note.notes_padding:  # the V2 runner hook notes the rows after CUDA-graph/DP padding too
-        record["padded"] = note.padded
-    return record
-
-
-def _dumps(record: dict[str, Any]) -> bytes:
-    return orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS)

@@ -39,7 +39,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tracer.record import recorder as _recorder
-from tracer.record.recorder import RunnerNote
+from tracer.record.snapshot import RunnerNote
 
 logger = logging.getLogger("schedscope.runner_hook")
 

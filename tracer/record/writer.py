@@ -255,6 +255,13 @@ class TraceWriter:
         if self.dropped:
             logger.warning("schedscope: %d trace records dropped", self.dropped)
 
+    def write_now(self, items: list[Any]) -> None:
+        """Encode and write `items` on the caller's thread, then the footer's facts: for the
+        trace process (tracer.live.trace_process), whose main thread does nothing else and
+        calls `emit` never, so this thread's queue stays empty."""
+        self._write_batch(items)
+        self._write_kept()
+
     # -- consumer side -------------------------------------------------------------
     def _run(self) -> None:
         while True:

@@ -93,11 +93,11 @@ def _deepcopy(sched: Any) -> Any:
     is untouched. Config objects and the structured-output manager are shared, the
     recorder is left out (the copy must not write to the trace)."""
     memo: dict[int, Any] = {}
-    for name in ("vllm_config", "structured_output_manager", "_schedscope_stream", "_schedscope_clock"):
+    for name in ("vllm_config", "structured_output_manager", "_schedscope_clock"):
         value = sched.__dict__.get(name)
         if value is not None:
             memo[id(value)] = value
-    for name in ("_schedscope", "_schedscope_metrics", "_schedscope_metrics_server"):
+    for name in ("_schedscope", "_schedscope_live"):
         value = sched.__dict__.get(name)
         if value is not None:
             memo[id(value)] = None  # detached: the copy records and serves nothing
@@ -127,7 +127,7 @@ def _deepcopy(sched: Any) -> Any:
         raise error[0]
     clone = result[0]
     _link_blocks(blocks, memo)
-    for name in ("_schedscope", "_schedscope_metrics", "_schedscope_metrics_server"):
+    for name in ("_schedscope", "_schedscope_live"):
         if name in clone.__dict__:
             clone.__dict__[name] = None
     return clone

@@ -1,0 +1,138 @@
+"""What the scheduler thread takes of a step: ints, ids, flat lists, and the request objects
+whose ids are read later, off the scheduler thread.
+
+The recorder (tracer.record.recorder) fills these; the encoder (tracer.record.encoder) turns
+them into trace records, on the writer thread or, across a pipe, in the trace process
+(tracer.live.trace_process), once `portable()` has replaced what only EngineCore can read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+
+# The snapshots are slotted dataclasses built by keyword: as cheap on the scheduler
+# thread as a NamedTuple or cheaper (docs/performance.md), and a field can be neither
+# shifted nor forgotten silently.
+@dataclass(slots=True, kw_only=True)
+class Candidates:
+    """before_schedule(): the requests schedule() is about to consider."""
+
+    running: list[Any]  # the running Request objects (their ids are read on the writer thread)
+    demand: list[int]  # tokens each running request still needs, before clipping
+    waiting: list[tuple[str, int]]  # (id, tokens still needed) of the first waiting requests
+    waiting_truncated: int  # waiting requests beyond schema.WAITING_DEMAND_LIMIT
+    priority: dict[str, int] | None  # non-zero priorities of those waiting (priority scheduling)
+    waiting_refs: list[Any]  # the listed waiting Request objects: their status after schedule()
+    kv_free: int  # free KV blocks before schedule() (-1: not readable)
+
+
+# What the engine told the scheduler between two steps (a replay gives it again), taken on
+# the scheduler thread and encoded on the writer thread as the record's `inputs` entries.
+class Arrival(NamedTuple):  # add_request(): ["a", id, prompt, max_tokens, priority, arrival, prefix]
+    rid: str
+    prompt: int
+    max_tokens: int
+    priority: int
+    arrival: float
+    hashes: list[Any] | None  # vLLM's chained block hashes; the prefix is found from them
+
+
+class Abort(NamedTuple):  # finish_requests() from outside: ["x", ids, status]
+    ids: list[str] | None
+    status: str
+
+
+class Drafts(NamedTuple):  # update_draft_token_ids(): ["d", ids (or positions), counts]
+    ids: list[str]
+    counts: list[int]
+
+
+class Applied(NamedTuple):  # a step's output applied: ["u", step] (-1: a step not traced)
+    step: int
+
+
+class Preemption(NamedTuple):  # one _preempt_request() call inside schedule()
+    victim: str
+    trigger: str | None  # the request whose KV allocation failed; None when not seen
+    lost: int  # the victim's computed tokens, dropped (vLLM recomputes them on resume)
+    free_before: int  # free KV blocks before its blocks were freed, after
+    free_after: int
+
+
+SchedulerInput = Arrival | Abort | Drafts | Applied
+
+
+@dataclass(slots=True, kw_only=True)
+class StepSnapshot:
+    """One step, taken in after_schedule() and completed in after_update(); the writer
+    thread builds its record (Recorder.build_step)."""
+
+    step: int
+    t: float  # the scheduler clock when schedule() began
+    dt_ns: int  # schedule()'s duration
+    total: int  # SchedulerOutput.total_num_scheduled_tokens
+    num_sched: dict[str, int]  # tokens scheduled per request
+    new_ids: list[str]
+    cached_ids: list[str]
+    resumed: set[str]
+    spec: tuple[list[str], list[int]]  # (ids, draft counts) scheduled for verification
+    preempted: list[str]
+    finished: list[str]
+    n_running: int
+    n_waiting: int
+    kv: float  # KV cache usage
+    candidates: Candidates | None  # None when before_schedule failed
+    inputs: list[SchedulerInput]  # what the scheduler was told since the step before
+    # The facts a "why" rests on (format 1.3), all read on the scheduler thread.
+    kv_free: tuple[int, int] | None = None  # free KV blocks before schedule(), after
+    admitted: tuple[list[str], list[int]] | None = None  # new/resumed ids, computed tokens after
+    statuses: list[Any] | None = None  # status of each Candidates.waiting_refs after schedule()
+    preemptions: list[Preemption] | None = None
+    paused: str | None = None
+    # From update_from_output, when it arrives: (ids, tokens sampled per request), and
+    # how requests ended, {id: (reason, tokens kept)}.
+    sampled: tuple[list[str], list[int]] | None = None
+    ends: dict[str, tuple[str, int]] | None = None
+    # True once `portable()` replaced vLLM's objects (requests, statuses) by ids and names.
+    portable: bool = False
+
+
+class RunnerNote(NamedTuple):
+    """What the runner hook noted about one forward pass; pickled back to EngineCore
+    on the ModelRunnerOutput (RUNNER_NOTES_ATTR)."""
+
+    pass_: str  # "target" | "draft"
+    rows: int
+    cap: int | None  # rows of the input buffer
+    reqs: int | None
+    padded: int | None = None  # rows after CUDA-graph/DP padding, where observed
+    # From a hook that observes padding (V2 prepare_inputs, a V2 speculator's propose):
+    # its record carries `padded`, null when the padded size was not seen this pass.
+    notes_padding: bool = False
+
+
+class RunnerPass(NamedTuple):
+    """A runner note joined to its step: one `runner` record."""
+
+    step: int
+    note: RunnerNote
+
+
+SchedulerItem = StepSnapshot | RunnerPass | dict[str, Any]
+
+
+def portable(item: SchedulerItem) -> SchedulerItem:
+    """`item` with nothing of vLLM's left in it, so it pickles without vLLM: each request
+    object's id (fixed at construction, so safe to read off the scheduler thread) and each
+    status's name. In place: the snapshot belongs to the writer side once emitted."""
+    if type(item) is StepSnapshot and not item.portable:
+        cand = item.candidates
+        if cand is not None:
+            cand.running = [r.request_id for r in cand.running]
+            cand.waiting_refs = [r.request_id for r in cand.waiting_refs]
+        if item.statuses is not None:
+            item.statuses = [getattr(s, "name", str(s)) for s in item.statuses]
+        item.portable = True
+    return item
