@@ -28,6 +28,7 @@ from tracer.analysis import timing
 from tracer.doctor import fetch_metrics, per_request
 from tracer.trace import index_files, sidecar
 from tracer.trace.attach import RunSaver, StreamEvent, StreamFollower
+from tracer.trace.errors import TraceError
 from tracer.trace.reader import Trace, load, reopen
 
 pytestmark = pytest.mark.live
@@ -139,7 +140,12 @@ def _until_all_finished(trace_path: Path, timeout: float = 10.0) -> None:
     its id to the workers), a few ms after the response: wait for it in the trace."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        finished = {rid for rec in load(trace_path).steps() for rid in rec["finished"]}
+        try:
+            trace = load(trace_path)
+        except TraceError:  # still empty: the trace process writes the header once it has started
+            time.sleep(0.1)
+            continue
+        finished = {rid for rec in trace.steps() for rid in rec["finished"]}
         if len(finished) >= len(PROMPTS):
             return
         time.sleep(0.1)

@@ -19,7 +19,6 @@ import orjson
 import pytest
 
 from tests.hook_support import fresh_hook, restore_attrs
-from tracer.record import recorder
 from tracer.record.encoder import runner_record
 from tracer.record.snapshot import RunnerNote, RunnerPass
 from tracer.trace import schema

@@ -90,9 +90,7 @@ def run(path: Path | None, *, queue: int, stream_at: str, metrics_at: str, engin
     if path is None:
         sink: Any = open(os.devnull, "ab")  # noqa: SIM115 - owned and closed by the writer
     else:
-        if path.exists():
-            path.unlink()  # one run per file
-        sink = open_sink(path)
+        sink = open_sink(path)  # made empty by the shipper: this run's file
     writer = TraceWriter(sink, trace.encode, max_queue=queue, taps=live.taps, index=IndexProcess.start(path))
     trace.writer = writer
     live.count_drops(lambda: int(trace.server_facts.get("records_dropped") or 0) + writer.dropped)

@@ -91,6 +91,14 @@ class TraceShipper:
     ) -> TraceShipper | None:
         """The trace process for `path` (None: no file, the stream or metrics only), or None if
         it cannot start (the caller then writes on a thread of its own)."""
+        if path is not None:  # one run per file, there from the scheduler's start (the process appends)
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.unlink(missing_ok=True)
+                path.touch()
+            except OSError as exc:
+                logger.warning("schedscope: cannot create %s (%s); writing on a thread", path, exc)
+                return None
         # The package's own location first: the server may have found it some other way. The
         # tokens stay in the environment the process inherits, off its command line.
         root = str(Path(tracer.__file__).resolve().parent.parent)
