@@ -35,7 +35,8 @@ class Received:
 @contextmanager
 def receiver(mode: str = "ok", *, sleep: float = 0.0) -> Iterator[tuple[str, Received]]:
     """Yields (base URL, what it received). mode: "ok" (200 with an ExportTraceServiceResponse),
-    "unavailable" (503 to every request) or "slow" (sleeps `sleep` s, then answers 200)."""
+    "unavailable" (503 to every request), "once" (200 to the first, then 503) or "slow"
+    (sleeps `sleep` s, then answers 200)."""
     got = Received()
 
     class Handler(BaseHTTPRequestHandler):
@@ -43,7 +44,7 @@ def receiver(mode: str = "ok", *, sleep: float = 0.0) -> Iterator[tuple[str, Rec
             body = self.rfile.read(int(self.headers["Content-Length"]))
             got.posts += 1
             got.paths.append(self.path)
-            if mode == "unavailable":
+            if mode == "unavailable" or (mode == "once" and got.posts > 1):
                 self.send_response(503)
                 self.send_header("Content-Length", "0")
                 self.end_headers()

@@ -208,11 +208,13 @@ def _preemptions(trace: Trace, offset: float) -> dict[str, list[Preemption]]:
     rows = np.flatnonzero(trace.columns["n_preempted"] > 0)
     events = request_events(trace)
     out: dict[str, list[Preemption]] = {}
-    for sw in why.steps_why(trace, rows):
+    config = why.Config(trace)
+    for row, rec in detail.records(trace, rows):
+        sw = why.step_why(trace, row, rec, config=config, resume_costs=False)
         for p in sw.preemptions:
             ev = events.get(p.victim)
             later = [s for s in (ev.resumed if ev is not None else ()) if s > sw.step]
-            row = int(detail.rows_of_steps(trace, later[:1])[0]) if later else -1
+            back = int(detail.rows_of_steps(trace, later[:1])[0]) if later else -1
             out.setdefault(p.victim, []).append(
                 Preemption(
                     step=sw.step,
@@ -220,7 +222,7 @@ def _preemptions(trace: Trace, offset: float) -> dict[str, list[Preemption]]:
                     trigger=why.trigger_kind(p),
                     by=p.trigger,
                     lost=p.lost,
-                    resumed=float(t[row]) + offset if row >= 0 else None,
+                    resumed=float(t[back]) + offset if back >= 0 else None,
                 )
             )
     return out
