@@ -5,8 +5,9 @@ The OpenTelemetry SDK's own exporter sends each batch: it retries what OTLP says
 502, 503, 504, a dropped connection) with backoff, all within `timeout` seconds a batch. The first
 batch it gives up on ends the export: a collector that is down, refusing or too slow would refuse
 the rest too, and waiting `timeout` for each of them would look like a hang. What was not sent is
-counted as dropped. Why a batch failed is the collector's last HTTP answer, or else the
-exporter's own log lines (caught, not printed): a refused connection, no answer in time.
+counted as dropped. Why a batch failed is its last attempt's outcome, noted on the requests
+Session the exporter is given (an HTTP answer, a refused connection, no answer in time); the
+exporter's own log lines are caught rather than printed.
 """
 
 from __future__ import annotations
@@ -61,28 +62,49 @@ class _Caught(logging.Handler):
         self.messages.append(record.getMessage())
 
 
+def _session() -> tuple[Any, list[Any]]:
+    """A requests Session for the exporter that notes each attempt's outcome (a response, or
+    the exception that ended it): the exporter's own log lines do not say which it was."""
+    import requests
+    from requests.adapters import HTTPAdapter
+
+    attempts: list[Any] = []
+
+    class Noting(HTTPAdapter):
+        def send(self, *args: Any, **kwargs: Any) -> Any:
+            try:
+                response = super().send(*args, **kwargs)
+            except Exception as exc:
+                attempts.append(exc)
+                raise
+            attempts.append(response)
+            return response
+
+    session = requests.Session()
+    session.mount("http://", Noting())
+    session.mount("https://", Noting())
+    return session, attempts
+
+
 def send(batches: Iterable[Sequence[Any]], total: int, endpoint: str, *, timeout: float) -> Delivery:
     """Send each batch of SDK spans to `endpoint` (an OTLP/HTTP traces URL) until one fails."""
-    import requests
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace.export import SpanExportResult
 
-    # The last HTTP answer, through requests' response hook on the session the exporter uses:
-    # its log lines do not give the status of a retried answer.
-    answers: list[str] = []
-    session = requests.Session()
-    session.hooks["response"].append(lambda r, *_, **__: answers.append(f"{r.status_code} {r.reason}"))
+    session, attempts = _session()
     exporter = OTLPSpanExporter(endpoint=endpoint, timeout=timeout, session=session)
     log = logging.getLogger(EXPORTER_LOGGER)
     caught, propagate = _Caught(), log.propagate
     log.addHandler(caught)
-    log.propagate = False
+    log.propagate = False  # its lines are the reason handed back, not printed
     sent, failure = 0, None
     began = time.monotonic()
     try:
         for spans in batches:
+            attempts.clear()
+            caught.messages.clear()
             if exporter.export(spans) is not SpanExportResult.SUCCESS:
-                failure = _reason(caught.messages, answers[-1:], timeout)
+                failure = _reason(attempts, caught.messages, timeout)
                 break
             sent += len(spans)
     finally:
@@ -92,15 +114,24 @@ def send(batches: Iterable[Sequence[Any]], total: int, endpoint: str, *, timeout
     return Delivery(endpoint, total, sent, time.monotonic() - began, failure)
 
 
-def _reason(messages: list[str], answers: list[str], timeout: float) -> str:
-    """The failed batch's last HTTP answer, or the exporter's log lines about it, said shortly."""
-    text = " ".join(messages)
-    if answers and not answers[-1].startswith("2"):
-        retried = " (retried until the timeout ran out)" if "timeout" in text else ""
-        return f"it answered HTTP {answers[-1]}{retried}"
-    if "Connection refused" in text:
-        return "connection refused (is the collector running, and listening there?)"
-    if "timeout" in text.lower():
+def _reason(attempts: list[Any], messages: list[str], timeout: float) -> str:
+    """Why a batch failed, from its last attempt (else the exporter's last log line)."""
+    import requests
+
+    retried = f" ({len(attempts)} tries in {timeout:g} s)" if len(attempts) > 1 else ""
+    last = attempts[-1] if attempts else None
+    if isinstance(last, requests.Response):
+        return f"it answered HTTP {last.status_code} {last.reason}{retried}"
+    if isinstance(last, requests.exceptions.ConnectTimeout):
+        return f"could not connect within {timeout:g} s"
+    if isinstance(last, requests.exceptions.Timeout):
         return f"no answer within {timeout:g} s"
-    last = messages[-1] if messages else "no reason given"
-    return last if len(last) <= 300 else last[:297] + "..."
+    if isinstance(last, requests.exceptions.ConnectionError):
+        if "refused" in str(last):
+            return "connection refused (is the collector running, and listening there?)"
+        return f"cannot connect: {_short(str(last))}"
+    return _short(messages[-1]) if messages else "no reason given"
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= 300 else text[:297] + "..."
