@@ -118,6 +118,7 @@ def test_a_receiver_gets_each_request_as_schedscope_analyses_it(capsys: pytest.C
             _attrs(spans["queue"]).items()
             >= {f"schedscope.waiting.{k}": v for k, v in waited.items()}.items()
         )
+        assert sum(waited.values()) == pytest.approx(a["gen_ai.latency.time_in_queue"], abs=1e-6)
         if waited:
             assert a["schedscope.binding"] == max(waited, key=waited.__getitem__)
         ttft.append(a["gen_ai.latency.time_to_first_token"])
