@@ -256,3 +256,31 @@ def test_a_growing_trace_hands_on_each_finished_request_once() -> None:
     done = request_phases(session, finished_only=True)
     assert {p.id for p in done} == {p.id for p in every if p.finished}
     assert request_phases(session, skip={p.id for p in done}) == [p for p in every if not p.finished]
+
+
+def test_a_trace_without_inputs_starts_each_request_where_it_was_first_listed(tmp_path: Path) -> None:
+    """Format 1.0 (no `inputs`): no arrival, no prompt length; the queue starts at the first
+    step that listed the request, and the span says so."""
+    lines = PREEMPT.read_bytes().splitlines()
+    records = [orjson.loads(line) for line in lines]
+    for rec in records:
+        rec.pop("inputs", None)
+    bare = tmp_path / "no_inputs.jsonl"
+    bare.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
+    with receiver() as (url, got):
+        assert _export(bare, url) == 0
+    trace = Session.load(bare).trace
+    offset = trace.header["start_time"] - trace.header["t0"]
+    first = {}
+    for i in range(len(trace)):
+        rec = trace.step(i)
+        for rid in [e[0] for g in ("new", "waiting_demand") for e in rec[g]]:
+            first.setdefault(rid, i)
+    requests = _by_request(got.spans())
+    assert sorted(requests) == sorted(first)
+    for rid, spans in requests.items():
+        a = _attrs(spans["llm_request"])
+        assert a["schedscope.ttft_from"] == "seen" and "gen_ai.usage.prompt_tokens" not in a
+        start = (trace.columns["t"][first[rid]] + offset) * 1e9
+        assert spans["llm_request"].start_time_unix_nano == pytest.approx(start, abs=2e3)
+        assert spans["queue"].start_time_unix_nano == spans["llm_request"].start_time_unix_nano

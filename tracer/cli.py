@@ -454,7 +454,7 @@ def _export_otlp(args: argparse.Namespace) -> int:
             "schedscope: error: --otlp/--otlp-json export spans; leave out -o and --format", file=sys.stderr
         )
         return 2
-    if args.otlp_timeout <= 0:
+    if not 0 < args.otlp_timeout < float("inf"):
         print("schedscope: error: --otlp-timeout must be a positive number of seconds", file=sys.stderr)
         return 2
     try:

@@ -67,7 +67,7 @@ class RequestPhases:
     first_token: float | None
     end: float
     finished: bool  # the trace saw it finish (else it was still open when the trace ends)
-    ttft_from: str  # tracer.analysis.throughput.BASES
+    ttft_from: str  # where `start` is (tracer.analysis.throughput.BASES): arrival, engine or seen
     prompt_tokens: int | None
     max_tokens: int | None
     priority: int | None
@@ -113,9 +113,10 @@ def wall_offset(trace: Trace) -> float:
 def request_phases(
     source: Session | Trace, *, finished_only: bool = False, skip: Collection[str] = ()
 ) -> list[RequestPhases]:
-    """Every request the trace saw queued (one running before it began has no queue, prefill
-    or TTFT to give, so it is left out), in the order first seen; `finished_only`: only those
-    it saw finish; `skip`: ids already handed on."""
+    """Every request the trace saw queued, in the order first seen (one scheduled before the
+    trace began has no queue, prefill or TTFT to give, so it is left out; one the trace first
+    lists waiting is queued from there); `finished_only`: only those it saw finish; `skip`:
+    ids already handed on."""
     session = Session.of(source)
     trace = session.trace
     offset = wall_offset(trace)
@@ -141,13 +142,13 @@ def request_phases(
     out = []
     for i, rid in enumerate(times.ids):
         ev = events.get(rid)
-        q = int(queued_row[i])
-        if q < 0 or (times.arrived[i] < 0 and (ev is None or ev.admitted is None)):
+        q, s = int(queued_row[i]), int(sched_row[i])
+        if q < 0 or (times.arrived[i] < 0 and s >= 0 and (ev is None or ev.admitted is None)):
             continue  # running before the trace began
         finished = ev is not None and ev.finished is not None
         if (finished_only and not finished) or rid in skip:
             continue
-        s, first, last = int(sched_row[i]), int(times.first[i]), int(times.last[i])
+        first, last = int(times.first[i]), int(times.last[i])
         if last >= 0:
             stop = float(end[last])
         elif finished:
@@ -155,7 +156,11 @@ def request_phases(
         else:
             stop = float(end[-1])
         prompt, max_tokens, priority = asked.get(rid, (None, None, None))
-        start = float(arrival[i]) if basis == "arrival" and np.isfinite(arrival[i]) else float(t_wall[q])
+        # Where this request's TTFT starts: the trace's basis where it has one for the request.
+        if basis == "arrival" and np.isfinite(arrival[i]):
+            start, ttft_from = float(arrival[i]), "arrival"
+        else:
+            start, ttft_from = float(t_wall[q]), "engine" if times.arrived[i] >= 0 else "seen"
         out.append(
             RequestPhases(
                 id=rid,
@@ -165,7 +170,7 @@ def request_phases(
                 first_token=float(end[first]) if first >= 0 else None,
                 end=max(stop, start),
                 finished=finished,
-                ttft_from=basis,
+                ttft_from=ttft_from,
                 prompt_tokens=prompt,
                 max_tokens=max_tokens,
                 priority=priority,

@@ -12,9 +12,9 @@ what vLLM's own span carries; schedscope's own are under `schedscope.*`:
 - `schedscope.preemptions` and `schedscope.preemption.lost_tokens`, and a `preempted` event
   per preemption (its trigger, the request whose allocation failed, the tokens lost) and a
   `resumed` event;
-- `schedscope.ttft_from`: where TTFT starts (`arrival`, or `engine`: the schedule() call that
-  first had the request, a lower bound), `schedscope.finished`: false for a request the trace
-  ends before.
+- `schedscope.ttft_from`: where the span and its TTFT start (`arrival`; `engine`, the
+  schedule() call that first had the request, or `seen`, the first step that listed it: lower
+  bounds), `schedscope.finished`: false for a request the trace ends before.
 
 Ids are derived from the engine, the run's start time and the request id, so exporting a
 trace twice gives the same spans (a backend keeps one copy). Needs the OpenTelemetry SDK and
