@@ -395,6 +395,11 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    if args.otlp or args.otlp_json:
+        return _export_otlp(args)
+    if not args.output:
+        print("schedscope: error: export needs -o/--output (or --otlp / --otlp-json)", file=sys.stderr)
+        return 2
     if args.format == "parquet":
         return _export_parquet(args)
     if args.engine:
@@ -432,6 +437,63 @@ def _export_parquet(args: argparse.Namespace) -> int:
         print(f"schedscope: error: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     print(f"wrote {steps} and {requests} ({len(trace)} steps); queries: docs/queries.md")
+    return 0
+
+
+def _export_otlp(args: argparse.Namespace) -> int:
+    """Each request as OpenTelemetry spans: sent to a collector (--otlp), written as OTLP JSON
+    (--otlp-json), or both; exit 1 when the collector did not take them all."""
+    from tracer.analysis.request_phases import NoWallClock, request_phases
+    from tracer.analysis.session import Session
+    from tracer.collector import endpoint_url, send
+    from tracer.render import otlp
+    from tracer.render.parquet import engine_name
+
+    if args.output or args.format != "perfetto":
+        print(
+            "schedscope: error: --otlp/--otlp-json export spans; leave out -o and --format", file=sys.stderr
+        )
+        return 2
+    if not 0 < args.otlp_timeout < float("inf"):
+        print("schedscope: error: --otlp-timeout must be a positive number of seconds", file=sys.stderr)
+        return 2
+    try:
+        otlp.require()
+        url = endpoint_url(args.otlp) if args.otlp else None
+    except (otlp.OtlpUnavailable, ValueError) as exc:
+        print(f"schedscope: error: {exc}", file=sys.stderr)
+        return 2
+    session = Session(_load(args))
+    trace = session.trace
+    try:
+        phases = request_phases(session)
+    except NoWallClock as exc:
+        print(f"schedscope: error: {exc}", file=sys.stderr)
+        return 2
+    if not phases:
+        print(otlp.nothing_line(trace.path), file=sys.stderr)
+        return 1
+    engine = args.engine or engine_name(trace)
+    run = str(trace.header.get("start_time"))
+    res = otlp.resource(engine, trace.header, str(trace.path))
+    if args.otlp_json:
+        try:
+            spans = otlp.write_json(args.otlp_json, otlp.batches(phases, res, engine, run))
+        except OSError as exc:
+            print(f"schedscope: error: cannot write {args.otlp_json}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
+        print(otlp.written_line(args.otlp_json, spans, len(phases)))
+    if url is None:
+        return 0
+    done = send(
+        otlp.batches(phases, res, engine, run), otlp.span_count(phases), url, timeout=args.otlp_timeout
+    )
+    if done.failure is not None:
+        print(
+            otlp.failed_line(url, done.failure, done.sent, done.dropped, args.otlp_timeout), file=sys.stderr
+        )
+        return 1
+    print(otlp.sent_line(url, done.sent, len(phases), done.seconds))
     return 0
 
 
@@ -804,22 +866,46 @@ example:
 
     p = sub.add_parser(
         "export",
-        help="write a Perfetto / chrome://tracing timeline, or Parquet tables for SQL",
+        help="write a Perfetto / chrome://tracing timeline, Parquet tables for SQL, or OpenTelemetry spans",
         description="perfetto (default): budgets, query rows and buffer rows as counter tracks, a "
         "slice per step, a lane per request and flags as instant events; open the file at "
         "https://ui.perfetto.dev. parquet: OUTPUT is a directory that gets steps.parquet (a row per "
         "step, budget model included) and requests.parquet (a row per request per step); "
-        "query several engines' tables together with DuckDB (docs/queries.md). Needs pyarrow.",
+        "query several engines' tables together with DuckDB (docs/queries.md). Needs pyarrow. "
+        "--otlp / --otlp-json (instead of -o): one llm_request span per request with queue, "
+        "prefill and decode children, vLLM's gen_ai.* attributes and schedscope's (waiting by "
+        "reason, preemptions), sent to an OpenTelemetry collector or written as OTLP JSON "
+        "(docs/fleet.md). Needs 'schedscope[otlp]'.",
     )
     trace_arg(p)
     p.add_argument(
         "-o",
         "--output",
-        required=True,
         help="perfetto: file to write (.json, or .json.gz for gzip); parquet: a directory",
     )
     p.add_argument("--format", choices=("perfetto", "parquet"), default="perfetto", help="default perfetto")
-    p.add_argument("--engine", help="parquet: the engine column's value (default: the trace's file name)")
+    p.add_argument(
+        "--engine",
+        help="parquet: the engine column's value; otlp: the spans' schedscope.engine (default: the "
+        "trace's file name)",
+    )
+    p.add_argument(
+        "--otlp",
+        metavar="ENDPOINT",
+        help="send the spans to a collector's OTLP/HTTP receiver, e.g. http://127.0.0.1:4318 "
+        "(/v1/traces is added to a URL without a path); exits 1, saying how many spans were "
+        "dropped, if it does not take them",
+    )
+    p.add_argument(
+        "--otlp-json", metavar="FILE", help="write the spans as OTLP JSON Lines (one export request a line)"
+    )
+    p.add_argument(
+        "--otlp-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="--otlp: give up on a batch of spans after this long, retries included (default 10)",
+    )
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser(

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 
 from tracer.analysis import flags as _flags
 from tracer.analysis import why
@@ -254,7 +254,8 @@ class _Collector:
         )
         hist.add_metric(values, buckets, sum_value=m.util_sum)
         yield hist
-        errors = GaugeMetricFamily(
+        # A count that only grows: a counter (`_total`), as vLLM serves its own counts.
+        errors = CounterMetricFamily(
             "schedscope_metrics_errors", "Batches the metrics could not count (logged once).", labels=names
         )
         errors.add_metric(values, m.errors)
