@@ -445,9 +445,9 @@ def _export_otlp(args: argparse.Namespace) -> int:
     (--otlp-json), or both; exit 1 when the collector did not take them all."""
     from tracer.analysis.request_phases import NoWallClock, request_phases
     from tracer.analysis.session import Session
-    from tracer.collector import endpoint_url, send
     from tracer.render import otlp
     from tracer.render.parquet import engine_name
+    from tracer.send_spans import endpoint_url, send
 
     if args.output or args.format != "perfetto":
         print(
