@@ -27,8 +27,8 @@ class TraceView:
     cache: dict[str, Any] = field(default_factory=dict)  # derived view objects (charts)
 
     @classmethod
-    def build(cls, key: str, label: str, trace: Trace, *, version: int = 0) -> TraceView:
-        session = Session(trace)
+    def build(cls, key: str, label: str, trace: Trace | Session, *, version: int = 0) -> TraceView:
+        session = Session.of(trace)  # a Session given keeps what it has computed
         # Computed now, on the loading or following thread, not in the first callback that asks.
         _ = session.report, session.series
         return cls(key, label, session, version)

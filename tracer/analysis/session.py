@@ -30,7 +30,7 @@ from tracer.analysis.flags import Flag, FlagReport, detect
 from tracer.analysis.lookup import flag_rows, matching_ids, request_life
 from tracer.analysis.requests import RequestLife
 from tracer.analysis.series import step_series
-from tracer.trace.reader import Progress, Trace, load
+from tracer.trace.reader import Trace
 
 T = TypeVar("T")
 
@@ -133,12 +133,6 @@ class Session:
         if report is not None:
             self._done["report"] = report
             self._done["analysis"] = report.analysis
-
-    @classmethod
-    def load(
-        cls, path: str | Path, *, strict: bool = True, progress: Progress | None = None, entries: bool = False
-    ) -> Session:
-        return cls(load(path, strict=strict, progress=progress, entries=entries))
 
     @classmethod
     def of(cls, source: Session | Trace) -> Session:
