@@ -15,6 +15,7 @@ from typing import Any
 
 from tracer.analysis.compare import Comparison, compare
 from tracer.analysis.opening import Spec, Upload, open_input
+from tracer.analysis.pertrace import Memo, pair_memo
 from tracer.analysis.session import Session
 from tracer.trace.reader import Trace, TraceError
 from web.model import TraceView
@@ -33,7 +34,6 @@ class TraceStore:
         self._views: OrderedDict[str, TraceView] = OrderedDict()
         self._lock = threading.Lock()
         self._uploads = 0
-        self._compare: dict[tuple[str, int, str, int], Comparison] = {}
 
     def put(self, view: TraceView) -> TraceView:
         with self._lock:
@@ -83,17 +83,14 @@ class TraceStore:
                 del self._views[k]
         return self.add(key, f"upload: {name}", session)
 
-    def comparison(self, key_a: str | None, key_b: str | None) -> Comparison | None:
+    def compared(self, key_a: str | None, key_b: str | None) -> tuple[Memo, Comparison, str] | None:
+        """The two traces' comparison, remembered for their two Sessions (tracer.analysis.pertrace
+        .pair_memo: each snapshot's own report, nothing detects again), with that memo (for what a
+        view derives from the comparison) and the key naming the two snapshots. None unless both
+        traces are here."""
         a, b = self.get(key_a), self.get(key_b)
         if a is None or b is None:
             return None
-        cache_key = (a.key, a.version, b.key, b.version)
-        with self._lock:
-            hit = self._compare.get(cache_key)
-        if hit is None:
-            hit = compare(a.session, b.session)  # each snapshot's own report: nothing detects again
-            with self._lock:
-                if len(self._compare) >= 4:
-                    self._compare.pop(next(iter(self._compare)))
-                self._compare[cache_key] = hit
-        return hit
+        pair = pair_memo(a.session, b.session)
+        comparison = pair.once("comparison", lambda: compare(a.session, b.session))
+        return pair, comparison, f"{a.key}:{a.version}|{b.key}:{b.version}"

@@ -10,13 +10,15 @@ memo's disk form for a big trace file, read back by the passes that write them.
 A Trace is a mutable dataclass (unhashable), so it cannot key a WeakKeyDictionary: this keys
 by id() and drops the memo when the Trace is collected, so a new object at the same address
 never sees an old value. A value must not hold its Trace (that would keep it alive for good):
-results hold arrays, never the Trace; what does (a comparison) is kept by its owner.
+results hold arrays, never the Trace. What two snapshots give together (a comparison, which
+holds both traces) has `pair_memo`, keyed by the two Sessions.
 """
 
 from __future__ import annotations
 
 import threading
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
 
@@ -54,7 +56,7 @@ class Memo:
 
 
 _MEMOS: dict[int, tuple[weakref.ref[Trace], Memo]] = {}
-_MEMOS_LOCK = threading.Lock()
+_MEMOS_LOCK = threading.RLock()  # re-entered when a collection on this thread runs _forget
 
 
 def memo(trace: Trace) -> Memo:
@@ -76,3 +78,33 @@ def _forget(key: int, ref: weakref.ref[Trace]) -> None:
     with _MEMOS_LOCK:
         if key in _MEMOS and _MEMOS[key][0] is ref:  # not a newer Trace's at the same address
             del _MEMOS[key]
+
+
+PAIRS_KEPT = 4  # comparisons are big (both sides' columns aligned): the newest few pairs
+_PAIRS: OrderedDict[tuple[int, int], tuple[weakref.ref[Any], weakref.ref[Any], Memo]] = OrderedDict()
+
+
+def pair_memo(a: Any, b: Any) -> Memo:
+    """The memo of what is derived from two analysed snapshots together (a comparison, its
+    chart), keyed by their Sessions: a new snapshot of either side is a new Session, so a new
+    pair. The newest PAIRS_KEPT pairs are kept, and a pair goes when either Session does. Its
+    values may hold the traces (a comparison does), never the Sessions."""
+    key = (id(a), id(b))
+    with _MEMOS_LOCK:
+        hit = _PAIRS.get(key)
+        if hit is not None and hit[0]() is a and hit[1]() is b:
+            _PAIRS.move_to_end(key)
+            return hit[2]
+        made = Memo()
+        refs = (weakref.ref(a, lambda _: _drop_pair(key)), weakref.ref(b, lambda _: _drop_pair(key)))
+        _PAIRS[key] = (*refs, made)
+        while len(_PAIRS) > PAIRS_KEPT:
+            _PAIRS.popitem(last=False)
+        return made
+
+
+def _drop_pair(key: tuple[int, int]) -> None:
+    with _MEMOS_LOCK:
+        hit = _PAIRS.get(key)
+        if hit is not None and (hit[0]() is None or hit[1]() is None):  # not a newer pair's
+            del _PAIRS[key]
