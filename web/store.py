@@ -15,7 +15,7 @@ from typing import Any
 
 from tracer.analysis.compare import Comparison, compare
 from tracer.analysis.opening import Spec, Upload, open_input
-from tracer.analysis.pertrace import Memo, pair_memo
+from tracer.analysis.pertrace import Memo, joint_memo
 from tracer.analysis.session import Session
 from tracer.trace.reader import Trace, TraceError
 from web.model import TraceView
@@ -85,12 +85,12 @@ class TraceStore:
 
     def compared(self, key_a: str | None, key_b: str | None) -> tuple[Memo, Comparison, str] | None:
         """The two traces' comparison, remembered for their two Sessions (tracer.analysis.pertrace
-        .pair_memo: each snapshot's own report, nothing detects again), with that memo (for what a
+        .joint_memo: each snapshot's own report, nothing detects again), with that memo (for what a
         view derives from the comparison) and the key naming the two snapshots. None unless both
         traces are here."""
         a, b = self.get(key_a), self.get(key_b)
         if a is None or b is None:
             return None
-        pair = pair_memo(a.session, b.session)
+        pair = joint_memo(a.session, b.session)
         comparison = pair.once("comparison", lambda: compare(a.session, b.session))
         return pair, comparison, f"{a.key}:{a.version}|{b.key}:{b.version}"

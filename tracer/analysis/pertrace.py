@@ -11,7 +11,7 @@ A Trace is a mutable dataclass (unhashable), so it cannot key a WeakKeyDictionar
 by id() and drops the memo when the Trace is collected, so a new object at the same address
 never sees an old value. A value must not hold its Trace (that would keep it alive for good):
 results hold arrays, never the Trace. What two snapshots give together (a comparison, which
-holds both traces) has `pair_memo`, keyed by the two Sessions.
+holds both traces) has `joint_memo`, keyed by the Sessions.
 """
 
 from __future__ import annotations
@@ -80,31 +80,31 @@ def _forget(key: int, ref: weakref.ref[Trace]) -> None:
             del _MEMOS[key]
 
 
-PAIRS_KEPT = 4  # comparisons are big (both sides' columns aligned): the newest few pairs
-_PAIRS: OrderedDict[tuple[int, int], tuple[weakref.ref[Any], weakref.ref[Any], Memo]] = OrderedDict()
+JOINT_KEPT = 4  # a comparison is big (both sides' columns aligned): the newest few groups
+_JOINT: OrderedDict[tuple[int, ...], tuple[tuple[weakref.ref[Any], ...], Memo]] = OrderedDict()
 
 
-def pair_memo(a: Any, b: Any) -> Memo:
-    """The memo of what is derived from two analysed snapshots together (a comparison, its
-    chart), keyed by their Sessions: a new snapshot of either side is a new Session, so a new
-    pair. The newest PAIRS_KEPT pairs are kept, and a pair goes when either Session does. Its
-    values may hold the traces (a comparison does), never the Sessions."""
-    key = (id(a), id(b))
+def joint_memo(*sessions: Any) -> Memo:
+    """The memo of what is derived from several analysed snapshots together (two compared, a
+    comparison and its chart; a run's engines, their step axis and totals), keyed by their
+    Sessions in order: a new snapshot of any is a new Session, so a new group. The newest
+    JOINT_KEPT groups are kept, and a group goes when any of its Sessions does. Its values may
+    hold the traces (a comparison does), never the Sessions."""
+    key = tuple(id(s) for s in sessions)
     with _MEMOS_LOCK:
-        hit = _PAIRS.get(key)
-        if hit is not None and hit[0]() is a and hit[1]() is b:
-            _PAIRS.move_to_end(key)
-            return hit[2]
+        hit = _JOINT.get(key)
+        if hit is not None and all(ref() is s for ref, s in zip(hit[0], sessions, strict=True)):
+            _JOINT.move_to_end(key)
+            return hit[1]
         made = Memo()
-        refs = (weakref.ref(a, lambda _: _drop_pair(key)), weakref.ref(b, lambda _: _drop_pair(key)))
-        _PAIRS[key] = (*refs, made)
-        while len(_PAIRS) > PAIRS_KEPT:
-            _PAIRS.popitem(last=False)
+        _JOINT[key] = (tuple(weakref.ref(s, lambda _: _drop_joint(key)) for s in sessions), made)
+        while len(_JOINT) > JOINT_KEPT:
+            _JOINT.popitem(last=False)
         return made
 
 
-def _drop_pair(key: tuple[int, int]) -> None:
+def _drop_joint(key: tuple[int, ...]) -> None:
     with _MEMOS_LOCK:
-        hit = _PAIRS.get(key)
-        if hit is not None and (hit[0]() is None or hit[1]() is None):  # not a newer pair's
-            del _PAIRS[key]
+        hit = _JOINT.get(key)
+        if hit is not None and any(ref() is None for ref in hit[0]):  # not a newer group's
+            del _JOINT[key]

@@ -130,12 +130,12 @@ class Session:
         self.trace = trace
         # Results live in the Trace's memo (tracer.analysis.pertrace), not here: two Sessions
         # over one snapshot share them, and a new snapshot (a new Trace) starts afresh.
-        self._memo = memo(trace)
+        self.memo = memo(trace)
         self._lanes: OrderedDict[tuple[int, int | None, int], lanes_model.RequestLanes] = OrderedDict()
         self._lanes_lock = threading.Lock()
         if report is not None:
-            self._memo.once("report", lambda: report)
-            self._memo.once("analysis", lambda: report.analysis)
+            self.memo.once("report", lambda: report)
+            self.memo.once("analysis", lambda: report.analysis)
 
     @classmethod
     def of(cls, source: Session | Trace) -> Session:
@@ -143,7 +143,7 @@ class Session:
         return source if isinstance(source, Session) else cls(source)
 
     def _once(self, name: str, compute: Callable[[], T]) -> T:
-        return self._memo.once(name, compute)
+        return self.memo.once(name, compute)
 
     # -- what the model layer computes ---------------------------------------------------
     @property
