@@ -131,8 +131,6 @@ class Session:
         # Results live in the Trace's memo (tracer.analysis.pertrace), not here: two Sessions
         # over one snapshot share them, and a new snapshot (a new Trace) starts afresh.
         self.memo = memo(trace)
-        self._lanes: OrderedDict[tuple[int, int | None, int], lanes_model.RequestLanes] = OrderedDict()
-        self._lanes_lock = threading.Lock()
         if report is not None:
             self.memo.once("report", lambda: report)
             self.memo.once("analysis", lambda: report.analysis)
@@ -248,8 +246,8 @@ class Session:
         asked are kept (a zoom in and back out finds the wider window again: each costs about
         1.3 ms a step at 256 running), and a window asked from two threads is computed once."""
         key = (start, end, max_lanes)
-        with self._lanes_lock:
-            held: OrderedDict[tuple[int, int | None, int], lanes_model.RequestLanes] = self._lanes
+        held, lock = self._once("request_lanes", lambda: (OrderedDict(), threading.Lock()))
+        with lock:
             lanes = held.get(key)
             if lanes is None:
                 lanes = lanes_model.request_lanes(self.trace, start, end, max_lanes=max_lanes)
