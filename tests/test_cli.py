@@ -11,6 +11,7 @@ import orjson
 import pytest
 
 from tests.conftest import ROOT
+from tracer.analysis.opening import Spec
 from tracer.cli import build_parser, main
 
 SAMPLE = str(ROOT / "sample_traces" / "dflash_k7_additive.jsonl")
@@ -52,25 +53,27 @@ def test_gaps_from_a_live_stream_are_shown(tmp_path: Path, capsys: pytest.Captur
     assert "gaps     steps 2–3 missing from the live stream" in capsys.readouterr().out
 
 
-def test_viewer_source_reads_follow_attach_save_and_lenient(tmp_path: Path) -> None:
-    import argparse
-
-    from tracer.cli import viewer_source
+def test_the_door_makes_live_sources_from_follow_attach_save_and_lenient(tmp_path: Path) -> None:
+    """--follow FILE and --attach URL (--save FILE) become a source through the one way in
+    (tracer.analysis.opening), made but not started; what may not go together is refused."""
+    from tracer.analysis.opening import open_input
+    from tracer.cli import viewer_inputs
     from tracer.trace.source import Mode
 
-    def args(**kw: object) -> argparse.Namespace:
-        base = {"attach": None, "follow": None, "save": None, "token": None, "lenient": False}
-        return argparse.Namespace(**{**base, **kw})
+    def spec(**kw: object) -> Spec:
+        base = {"trace": None, "trace_b": None, "engines": None, "attach": None, "follow": None}
+        args = argparse.Namespace(**{**base, "save": None, "token": None, "lenient": False, **kw})
+        return viewer_inputs(args, "tui")
 
-    assert viewer_source(args()) is None
-    followed = viewer_source(args(follow=str(tmp_path / "f.jsonl"), lenient=True))
+    followed = open_input(spec(follow=str(tmp_path / "f.jsonl"), lenient=True)).live
     assert followed is not None and followed.mode is Mode.FOLLOW and not followed.strict
-    attached = viewer_source(args(attach="http://127.0.0.1:1/trace", save=str(tmp_path / "s.jsonl")))
+    assert not followed.alive  # made, not started: the viewer binds its callbacks first
+    attached = open_input(spec(attach="http://127.0.0.1:1/trace", save=str(tmp_path / "s.jsonl"))).live
     assert attached is not None and attached.mode is Mode.STREAM and attached.save == tmp_path / "s.jsonl"
     with pytest.raises(ValueError, match="not both"):
-        viewer_source(args(attach="http://127.0.0.1:1/trace", follow="f.jsonl"))
+        spec(attach="http://127.0.0.1:1/trace", follow="f.jsonl")
     with pytest.raises(ValueError, match="give --attach too"):
-        viewer_source(args(save="s.jsonl"))
+        spec(save="s.jsonl", trace=SAMPLE)
 
 
 @pytest.mark.parametrize(
@@ -86,8 +89,8 @@ def test_viewer_source_reads_follow_attach_save_and_lenient(tmp_path: Path) -> N
     ],
 )
 def test_viewer_inputs_are_checked_before_any_view_opens(argv: list[str], error: str) -> None:
-    """One rule for both viewers' inputs (tracer.cli.viewer_inputs), told before the terminal
-    switches screens or anything is served."""
+    """One rule for both viewers' inputs (tracer.analysis.opening.check, through
+    tracer.cli.viewer_inputs), told before the terminal switches screens or anything is served."""
     from tracer.cli import build_parser, viewer_inputs
 
     args = build_parser().parse_args(["tui", *argv])
@@ -101,8 +104,9 @@ def test_the_web_app_may_show_a_live_source_beside_a_trace() -> None:
 
     args = build_parser().parse_args(["web", SAMPLE, "--follow", SAMPLE])
     inputs = viewer_inputs(args, "web", live_beside=True)
-    assert inputs.traces == (SAMPLE,) and inputs.source is not None and inputs.source.live
-    assert inputs.engines == ()
+    assert inputs.traces == (SAMPLE,) and inputs.follow == SAMPLE and inputs.engines == ()
+    with pytest.raises(ValueError, match="open a trace alone"):
+        viewer_inputs(args, "tui")
 
 
 def test_the_ui_commands_are_found_unless_a_built_in_one_runs() -> None:

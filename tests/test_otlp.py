@@ -28,6 +28,7 @@ from tracer.analysis.timing import step_durations
 from tracer.cli import main
 from tracer.render import otlp
 from tracer.send_spans import send
+from tracer.trace.reader import load
 
 LIVE = ROOT / "sample_traces" / "live_cpu_ngram.jsonl"
 PREEMPT = ROOT / "sample_traces" / "ngram_preempt.jsonl"
@@ -69,7 +70,7 @@ def test_a_receiver_gets_each_request_as_schedscope_analyses_it(capsys: pytest.C
     with receiver() as (url, got):
         assert _export(LIVE, url) == 0
     assert got.paths == ["/v1/traces"]  # the OTLP/HTTP traces path added to a bare endpoint
-    session = Session.load(LIVE)
+    session = Session(load(LIVE))
     trace = session.trace
     times = step_pass(trace).requests
     requests = _by_request(got.spans())
@@ -133,7 +134,7 @@ def test_a_receiver_gets_each_request_as_schedscope_analyses_it(capsys: pytest.C
 def test_preemptions_are_events_with_their_trigger() -> None:
     with receiver() as (url, got):
         assert _export(PREEMPT, url, "--engine", "replica-7") == 0
-    trace = Session.load(PREEMPT).trace
+    trace = Session(load(PREEMPT)).trace
     events = request_events(trace)
     steps = {sw.step: sw for sw in why.steps_why(trace, range(len(trace)))}
     offset = trace.header["start_time"] - trace.header["t0"]
@@ -196,7 +197,7 @@ def _closed_port() -> str:
 @pytest.mark.parametrize("fault", ["down", "unavailable", "slow"])
 def test_a_collector_that_does_not_take_the_spans(fault: str, capsys: pytest.CaptureFixture[str]) -> None:
     timeout = 1.0
-    total = otlp.span_count(request_phases(Session.load(LIVE)))
+    total = otlp.span_count(request_phases(Session(load(LIVE))))
     began = time.monotonic()
     if fault == "down":
         url = _closed_port()
@@ -222,7 +223,7 @@ def test_a_collector_that_does_not_take_the_spans(fault: str, capsys: pytest.Cap
 
 
 def test_a_collector_that_stops_taking_spans_midway() -> None:
-    phases = request_phases(Session.load(LIVE))
+    phases = request_phases(Session(load(LIVE)))
     res = otlp.resource("e", {}, "t")
     with receiver("once") as (url, got):
         done = send(otlp.batches(phases, res, "e", "run", size=5), otlp.span_count(phases), url, timeout=0.5)
@@ -253,7 +254,7 @@ def test_bad_arguments_and_a_trace_without_a_wall_clock(
 
 
 def test_a_growing_trace_hands_on_each_finished_request_once() -> None:
-    session = Session.load(PREEMPT)
+    session = Session(load(PREEMPT))
     every = request_phases(session)
     done = request_phases(session, finished_only=True)
     assert {p.id for p in done} == {p.id for p in every if p.finished}
@@ -271,7 +272,7 @@ def test_a_trace_without_inputs_starts_each_request_where_it_was_first_listed(tm
     bare.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in records))
     with receiver() as (url, got):
         assert _export(bare, url) == 0
-    trace = Session.load(bare).trace
+    trace = Session(load(bare)).trace
     offset = trace.header["start_time"] - trace.header["t0"]
     first = {}
     for i in range(len(trace)):

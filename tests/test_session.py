@@ -139,3 +139,25 @@ def test_totals_carry_their_direction() -> None:
     assert rows[1:] == [
         f"{t.label:24}{t.cells()[0]:>12}{t.cells()[1]:>12}{t.cells()[2]:>10}" for t in totals.values()
     ]
+
+
+def test_results_are_remembered_per_trace_object_and_forgotten_with_it(calls: dict[str, int]) -> None:
+    """The one memo (tracer.analysis.pertrace): two Sessions over one snapshot share its results;
+    a new snapshot (a new Trace object) computes afresh; a collected Trace's memo goes with it."""
+    import gc
+    import weakref
+
+    from tracer.analysis import pertrace
+    from tracer.analysis.steppass import step_pass
+
+    trace = load(ADDITIVE)
+    first, second = Session(trace), Session(trace)
+    assert first.report is second.report and calls["detect"] == 1
+    assert step_pass(trace) is step_pass(trace)
+    again = Session(load(ADDITIVE))
+    assert again.report is not first.report and calls["detect"] == 2
+    gone = weakref.ref(trace)
+    held = len(pertrace._MEMOS)
+    del trace, first, second
+    gc.collect()
+    assert gone() is None and len(pertrace._MEMOS) == held - 1

@@ -275,14 +275,11 @@ def test_stream_bench_quick_completes_without_drops(mode: list[str]) -> None:
 def test_attach_saves_a_trace_with_gaps_and_reads_the_same(tmp_path: Path) -> None:
     """`tui/web --attach URL --save FILE`: the source feeds its builder from the stream and tees
     it into FILE; the saved file loads to the same trace the viewer was shown."""
-    import argparse
-
-    from tracer.cli import viewer_source
+    from tracer.analysis.opening import Spec, open_input
 
     hub = StreamHub(backlog=3)
     server = StreamServer(hub, "127.0.0.1", 0)
-    args = argparse.Namespace(attach=server.url, save=str(tmp_path / "m.jsonl"), token=None, follow=None)
-    source = viewer_source(args)
+    source = open_input(Spec(attach=server.url, save=str(tmp_path / "m.jsonl"))).live
     assert source is not None and source.mode.value == "stream"
     try:
         hub.publish(records([HEADER, *(step_line(i) for i in range(1, 6))]))

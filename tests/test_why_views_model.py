@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from tests.conftest import ROOT
 from tracer.analysis import request_lanes as rl
+from tracer.analysis.opening import Spec, open_input
 from tracer.analysis.reasons import CODES, REASONS, color
 from tracer.analysis.session import Session
 from tracer.analysis.why import waiting_weights
@@ -19,9 +21,13 @@ SAMPLES = ROOT / "sample_traces"
 LIVE = SAMPLES / "live_cpu_ngram.jsonl"
 
 
+def opened(path: Path) -> Session:
+    return open_input(Spec(traces=(path,))).session
+
+
 @pytest.fixture(scope="module")
 def live() -> Session:
-    return Session.load(LIVE)
+    return opened(LIVE)
 
 
 def test_every_reason_has_its_own_colour() -> None:
@@ -97,7 +103,7 @@ def test_lanes_are_bounded_and_say_so(live: Session) -> None:
 
 
 def test_lanes_show_preemptions_and_clips() -> None:
-    session = Session.load(SAMPLES / "ngram_preempt.jsonl")
+    session = opened(SAMPLES / "ngram_preempt.jsonl")
     lanes = session.request_lanes()
     states = {s.state for lane in lanes.lanes for s in lane.segments}
     assert rl.PREEMPTED in states
@@ -107,7 +113,7 @@ def test_lanes_show_preemptions_and_clips() -> None:
         int(session.trace.columns["step"][r]) for r in np.flatnonzero(session.trace.columns["n_preempted"])
     }
     assert {s.first for s in pre} <= preempted_steps and pre
-    additive = Session.load(SAMPLES / "dflash_k7_additive.jsonl").request_lanes()
+    additive = opened(SAMPLES / "dflash_k7_additive.jsonl").request_lanes()
     first = additive.lanes[0].segments[0]
     assert (first.state, first.code) == ("clipped", "input_budget")
     assert state_label("clipped", "input_budget") == "clipped: input budget after draft-slot reservations"
@@ -130,7 +136,7 @@ def test_a_session_keeps_recent_lane_windows_computed_once(monkeypatch: pytest.M
         return real(trace, start, end, **kw)
 
     monkeypatch.setattr(session_module.lanes_model, "request_lanes", counted)
-    s = Session.load(LIVE)
+    s = opened(LIVE)
     whole = s.request_lanes()
     assert s.request_lanes(10, 20) is not whole and s.request_lanes() is whole  # back out: kept
     for i in range(session_module.LANES_KEPT):

@@ -11,16 +11,14 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tracer import __version__
 
 if TYPE_CHECKING:
+    from tracer.analysis.opening import Opened, Spec
     from tracer.analysis.session import Session
-    from tracer.trace.reader import Trace
-    from tracer.trace.source import TraceSource
 
 EPILOG = """\
 examples:
@@ -39,20 +37,20 @@ def progress(done: int, total: int) -> None:
         print(f"\rloading {done / total:6.1%}", end="" if done < total else "\n", file=sys.stderr)
 
 
-def _load(args: argparse.Namespace, *, entries: bool = False) -> Trace:
-    from tracer.trace.reader import load
+def _opened(args: argparse.Namespace, *paths: str, entries: bool = False) -> Opened:
+    """The traces a command names, through the one way in (tracer.analysis.opening): one
+    trace, or several, which must be the engines of one run (refused otherwise)."""
+    from tracer.analysis.opening import Spec, open_input
 
-    return load(args.trace, strict=not args.lenient, progress=progress, entries=entries)
+    strict = not args.lenient
+    if len(paths) > 1:
+        return open_input(Spec(engines=paths, strict=strict, progress=progress))
+    return open_input(Spec(traces=paths, strict=strict, progress=progress, entries=entries))
 
 
-def _sessions(args: argparse.Namespace) -> list[Session]:
-    """One Session per trace named; several must be the engines of one run (refused otherwise)."""
-    from tracer.analysis.engines import check_one_run
-    from tracer.analysis.session import Session
-
-    sessions = [Session.load(p, strict=not args.lenient, progress=progress) for p in args.traces]
-    check_one_run([s.trace for s in sessions])
-    return sessions
+def _session(args: argparse.Namespace, *, entries: bool = False) -> Session:
+    """The Session over the command's one TRACE."""
+    return _opened(args, args.trace, entries=entries).session
 
 
 def cmd_summary(args: argparse.Namespace) -> int:
@@ -60,7 +58,7 @@ def cmd_summary(args: argparse.Namespace) -> int:
     from tracer.render.summary import summary_lines
     from tracer.render.text import engine_heading, run_totals_line
 
-    sessions = _sessions(args)
+    sessions = _opened(args, *args.traces).sessions
     limit = None if args.limit == 0 else args.limit
     if len(sessions) == 1:
         for line in summary_lines(sessions[0], first=args.first, limit=limit):
@@ -79,7 +77,7 @@ def cmd_summary(args: argparse.Namespace) -> int:
 def cmd_step(args: argparse.Namespace) -> int:
     import orjson
 
-    trace = _load(args)
+    trace = _session(args).trace
     rows = [i for i, s in enumerate(trace.columns["step"]) if s == args.step]
     if not rows:
         print(f"schedscope: error: {args.trace} has no step {args.step}", file=sys.stderr)
@@ -95,7 +93,8 @@ def cmd_flags(args: argparse.Namespace) -> int:
     from tracer.render.flags import flag_lines
     from tracer.render.text import RunLine, run_totals_line
 
-    run = Run.of(_sessions(args))
+    opened = _opened(args, *args.traces)
+    run = opened.run or Run.of(opened.sessions)
     several = len(run.engines) > 1
     docs = []
     for engine in run.engines:
@@ -127,13 +126,12 @@ def cmd_flags(args: argparse.Namespace) -> int:
 def cmd_why(args: argparse.Namespace) -> int:
     """A request's life with its reasons, or one step's binding constraint and every listed request's."""
 
-    from tracer.analysis.session import Session
     from tracer.render.why import step_lines, story_lines
 
     if (args.request is None) == (args.step is None):  # before the trace is read, which may take long
         print("schedscope: error: give a REQUEST_ID or --step N (one of them)", file=sys.stderr)
         return 2
-    session = Session(_load(args))
+    session = _session(args)
     if args.step is not None:
         row = session.row_of(args.step)
         if row is None:
@@ -177,7 +175,7 @@ def cmd_timing(args: argparse.Namespace) -> int:
 
     from tracer.render.timing_report import client_doc, timing_lines, timing_report
 
-    trace = _load(args, entries=True)  # the step pass reads the entry columns
+    trace = _session(args, entries=True).trace  # the step pass reads the entry columns
     doc = timing_report(trace)
     if args.client:
         from tracer.analysis.client import ClientMismatch
@@ -199,12 +197,12 @@ def cmd_timing(args: argparse.Namespace) -> int:
 
 def cmd_diff(args: argparse.Namespace) -> int:
     from tracer.analysis.compare import compare
-    from tracer.analysis.pair import load_pair
+    from tracer.analysis.opening import Spec, open_input
     from tracer.render.compare import diff_lines
 
     # Both at once, each on a core (tracer.analysis.pair); the request index and the step pass
     # read the entry columns, collected by the same parse.
-    a, b = load_pair(args.trace_a, args.trace_b, strict=not args.lenient)
+    a, b = open_input(Spec(traces=(args.trace_a, args.trace_b), strict=not args.lenient)).pair
     comparison = compare(a, b)
     for line in diff_lines(comparison, rows=args.rows):
         print(line)
@@ -212,7 +210,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from tracer.trace.reader import load
+    from tracer.analysis.opening import Spec, open_input
     from tracer.whatif.fidelity import check_fidelity, fidelity_lines
     from tracer.whatif.replay import replay
     from tracer.whatif.workload import WorkloadError, workload_from_file, workload_from_trace
@@ -230,7 +228,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         if is_file:
             workload, recorded, recorded_policy = workload_from_file(args.source), None, None
         else:
-            recorded = load(args.source)
+            recorded = open_input(Spec(traces=(args.source,))).session.trace
             workload = workload_from_trace(recorded)
             recorded_policy = str(recorded.header.get("policy") or "stock")
         if args.check:
@@ -344,7 +342,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         end = "\n" if done == total else ""
         print(f"\rsweep [{bar:<20}] {done}/{total} {label[:40]:<40}", end=end, file=sys.stderr, flush=True)
 
-    trace = _load(args)
+    trace = _session(args).trace
     try:
         doc = sweep(
             args.trace,
@@ -407,7 +405,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         return 2
     from tracer.render.perfetto import export
 
-    trace = _load(args)
+    trace = _session(args).trace
     try:
         out = export(trace, args.output)
     except OSError as exc:
@@ -425,7 +423,7 @@ def _export_parquet(args: argparse.Namespace) -> int:
     except ParquetUnavailable as exc:
         print(f"schedscope: error: {exc}", file=sys.stderr)
         return 2
-    trace = _load(args)
+    trace = _session(args).trace
 
     def progress(done: int, total: int) -> None:
         if total >= 20_000 and sys.stderr.isatty():
@@ -444,7 +442,6 @@ def _export_otlp(args: argparse.Namespace) -> int:
     """Each request as OpenTelemetry spans: sent to a collector (--otlp), written as OTLP JSON
     (--otlp-json), or both; exit 1 when the collector did not take them all."""
     from tracer.analysis.request_phases import NoWallClock, request_phases
-    from tracer.analysis.session import Session
     from tracer.render import otlp
     from tracer.render.parquet import engine_name
     from tracer.send_spans import endpoint_url, send
@@ -463,7 +460,7 @@ def _export_otlp(args: argparse.Namespace) -> int:
     except (otlp.OtlpUnavailable, ValueError) as exc:
         print(f"schedscope: error: {exc}", file=sys.stderr)
         return 2
-    session = Session(_load(args))
+    session = _session(args)
     trace = session.trace
     try:
         phases = request_phases(session)
@@ -527,75 +524,32 @@ def cmd_attach(args: argparse.Namespace) -> int:
     return 0
 
 
-@dataclass(frozen=True)
-class ViewerInputs:
-    """What a viewer (`tui`, `web`) was asked to open, checked."""
+def viewer_inputs(args: argparse.Namespace, command: str, *, live_beside: bool = False) -> Spec:
+    """What `schedscope tui|web` was asked to open, as the one way in's Spec, checked there
+    (tracer.analysis.opening.check): ValueError with the sentence to print, before the terminal
+    switches screens or anything is served, so the user reads it. `live_beside`: the viewer can
+    show a live source beside traces (the web app compares them)."""
+    from tracer.analysis.opening import Spec, check
 
-    source: TraceSource | None  # --attach or --follow
-    traces: tuple[str, ...]  # TRACE [TRACE_B]
-    engines: tuple[str, ...]  # --engines: one run's traces
-
-
-def check_viewer_inputs(
-    *, traces: int, engines: int, sources: int, compare: bool = False, live_beside: bool = False, command: str
-) -> None:
-    """The one check of what a viewer was asked to open (the counts of trace paths, --engines
-    traces and live sources), for `schedscope tui|web` and tui.make_app alike: ValueError with
-    the sentence to print. `live_beside`: the viewer can show a live source beside traces."""
-    if sources > 1:
-        raise ValueError("give --attach URL or --follow FILE, not both")
-    if sources and traces and not live_beside:
-        raise ValueError("--follow and --attach open a trace alone: give no other trace")
-    if engines and (traces or sources):
-        raise ValueError("--engines opens one run's traces: give no other trace")
-    if compare and traces != 2:
-        raise ValueError("--compare needs two traces: A and B")
-    if not (sources or traces or engines):
-        raise ValueError(
-            f"{command} needs a TRACE, two to compare, --engines TRACE..., --follow FILE or --attach URL"
-        )
-
-
-def viewer_inputs(args: argparse.Namespace, command: str, *, live_beside: bool = False) -> ViewerInputs:
-    """The inputs of `schedscope tui|web`, or ValueError with the sentence to print: before
-    the terminal switches screens or anything is served, so the user reads it. `live_beside`:
-    the viewer can show a live source beside traces (the web app compares them)."""
-    engines = tuple(args.engines or ())
-    traces = tuple(p for p in (args.trace, args.trace_b) if p is not None)
-    source = viewer_source(args)
-    check_viewer_inputs(
-        traces=len(traces),
-        engines=len(engines),
-        sources=int(source is not None),
+    attach = getattr(args, "attach", None)
+    spec = Spec(
+        traces=tuple(p for p in (args.trace, args.trace_b) if p is not None),
+        engines=tuple(args.engines or ()),
+        follow=args.follow,
+        attach=attach,
+        token=(args.token or os.environ.get("SCHEDSCOPE_STREAM_TOKEN")) if attach else None,
+        save=getattr(args, "save", None),
+        strict=not getattr(args, "lenient", False),
+        progress=progress,
+        compare=getattr(args, "compare", False),
         live_beside=live_beside,
-        command=command,
+        viewer=command,
     )
-    for path in (*traces, *engines):
-        if not os.path.isfile(path):
-            what = "is a directory, not a trace file" if os.path.isdir(path) else "no such file"
-            raise ValueError(f"{path}: {what}")
-    return ViewerInputs(source, traces, engines)
-
-
-def viewer_source(args: argparse.Namespace) -> TraceSource | None:
-    """--attach URL (with --save FILE: a copy) or --follow FILE: the live source both viewers show.
-
-    None when neither was given; ValueError for both at once."""
-    from tracer.trace.source import TraceSource
-
-    strict = not getattr(args, "lenient", False)
-    if getattr(args, "attach", None):
-        if args.follow:
-            raise ValueError("give --attach URL or --follow FILE, not both")
-        token = args.token or os.environ.get("SCHEDSCOPE_STREAM_TOKEN")
+    check(spec, files=True)
+    if attach:
         saving = f"; saving to {args.save}" if args.save else ""
-        print(f"schedscope: attaching to {args.attach}{saving}", file=sys.stderr)
-        return TraceSource.stream(args.attach, token=token, save=args.save, strict=strict)
-    if getattr(args, "save", None):
-        raise ValueError("--save FILE keeps what --attach URL receives: give --attach too")
-    if args.follow:
-        return TraceSource.follow(args.follow, strict=strict)
-    return None
+        print(f"schedscope: attaching to {attach}{saving}", file=sys.stderr)
+    return spec
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 from typing import ClassVar
 
@@ -12,7 +12,7 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
 
-from tracer.cli import check_viewer_inputs
+from tracer.analysis.opening import Spec, check, open_input
 from tracer.trace.errors import skippable
 from tracer.trace.reader import TraceError
 from tracer.trace.source import TraceSource
@@ -33,19 +33,6 @@ HELP_INTRO = (
 )
 
 
-@dataclass(frozen=True)
-class Opening:
-    """What to open: one source (a file, a growing file or a live stream), two traces to compare,
-    or the engines of one data-parallel run."""
-
-    source: TraceSource | None = None
-    trace: Path | None = None
-    trace_b: Path | None = None
-    compare: bool = False
-    strict: bool = True
-    engines: tuple[Path, ...] = ()
-
-
 class SchedscopeApp(App[None]):
     TITLE = "schedscope"
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -54,9 +41,9 @@ class SchedscopeApp(App[None]):
         Binding("q", "quit", "Quit"),
     ]
 
-    def __init__(self, opening: Opening) -> None:
+    def __init__(self, spec: Spec) -> None:
         super().__init__()
-        self.opening = opening
+        self.spec = spec  # what to open, checked (tracer.analysis.opening)
         self.marks: dict[str, float] = {"start": time.perf_counter()}
         self.error: str | None = None  # set when a trace could not be opened
 
@@ -65,14 +52,16 @@ class SchedscopeApp(App[None]):
         self.marks.setdefault(name, time.perf_counter())
 
     def get_default_screen(self) -> Screen:
-        o = self.opening
-        if o.engines:
-            return EnginesScreen(list(o.engines), strict=o.strict)
-        if o.compare:
-            assert o.trace is not None and o.trace_b is not None
-            return CompareScreen(o.trace, o.trace_b, strict=o.strict)
-        assert o.source is not None
-        return MainScreen(o.source)
+        spec = self.spec
+        if spec.engines:
+            return EnginesScreen(spec)  # opened whole, in the screen's worker
+        if len(spec.traces) == 2:
+            return CompareScreen(spec)
+        # One trace, a growing file or a stream: a source, shown while it reads (nothing read yet).
+        opened = open_input(replace(spec, shown_while_loading=True))
+        source = opened.live or opened.source
+        assert source is not None
+        return MainScreen(source)
 
     def show_error(self, error: TraceError, *, strict: bool = True) -> None:
         hint = "--lenient skips malformed lines." if strict and skippable(error) else ""
@@ -105,31 +94,26 @@ def make_app(
     compare: bool = False,
     strict: bool = True,
     engines: Sequence[str | Path] = (),
+    spec: Spec | None = None,
 ) -> SchedscopeApp:
     """Build the app for one trace source, two traces (compare), or `engines`: the traces of one
-    data-parallel run, one lane each.
+    data-parallel run, one lane each; or for `spec`, what `schedscope tui` was asked to open.
 
     `trace`: a `TraceSource` (a file, `--follow FILE` or `--attach URL`, as the web app takes
     it), or a path, opened as a complete file; `follow`: a path, followed as it grows. The
-    screen starts the source and closes it when the app ends.
+    screen starts the source and closes it when the app ends. ValueError for what the command
+    line refuses (tracer.analysis.opening.check, the same check).
     """
-    given = isinstance(trace, TraceSource)  # a source opens alone, as --follow FILE does
-    compare = compare or trace_b is not None
-    check_viewer_inputs(  # the command line's own check (tracer.cli), so both say the same
-        traces=sum(p is not None for p in (None if given else trace, trace_b)),
-        engines=len(engines),
-        sources=int(given) + int(follow is not None),
-        compare=compare,
-        command="tui",
-    )
-    if engines:
-        return SchedscopeApp(Opening(engines=tuple(Path(p) for p in engines), strict=strict))
-    if isinstance(trace, TraceSource):
-        return SchedscopeApp(Opening(source=trace, strict=trace.strict))
-    if compare:
-        assert trace is not None and trace_b is not None
-        return SchedscopeApp(Opening(trace=Path(trace), trace_b=Path(trace_b), compare=True, strict=strict))
-    if follow is not None:
-        return SchedscopeApp(Opening(source=TraceSource.follow(follow, strict=strict), strict=strict))
-    assert trace is not None
-    return SchedscopeApp(Opening(source=TraceSource.file(trace, strict=strict), strict=strict))
+    if spec is None:
+        given = trace if isinstance(trace, TraceSource) else None  # a source opens alone
+        spec = Spec(
+            traces=tuple(p for p in (None if given else trace, trace_b) if p is not None),
+            engines=tuple(engines),
+            follow=follow,
+            sources=(given,) if given is not None else (),
+            strict=given.strict if given is not None else strict,
+            compare=compare or trace_b is not None,
+            viewer="tui",
+        )
+    check(spec)
+    return SchedscopeApp(spec)

@@ -24,16 +24,7 @@ def cmd_tui(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    try:
-        if inputs.engines:
-            app = make_app(engines=list(inputs.engines), strict=not args.lenient)
-        elif inputs.source is not None:
-            app = make_app(inputs.source)
-        else:
-            app = make_app(*inputs.traces, compare=args.compare, strict=not args.lenient)
-    except ValueError as exc:
-        print(f"schedscope: error: {exc}", file=sys.stderr)
-        return 2
+    app = make_app(spec=inputs)
     app.run()
     if app.error is not None:
         print(f"schedscope: error: {app.error}", file=sys.stderr)

@@ -8,7 +8,6 @@ This module holds no budget logic and imports no Textual.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import cast
 
 import numpy as np
@@ -17,7 +16,7 @@ from tracer.analysis.compare import Comparison, compare
 from tracer.analysis.engines import ReadsRun, Run
 from tracer.analysis.flags import FlagReport
 from tracer.analysis.session import Session, neighbour
-from tracer.trace.reader import Progress, Trace
+from tracer.trace.reader import Trace
 
 
 class TraceModel(Session):
@@ -38,8 +37,10 @@ class CompareModel:
     changed: np.ndarray  # aligned rows where any per-step delta is nonzero
 
     @classmethod
-    def build(cls, a: Trace, b: Trace) -> CompareModel:
-        a_model, b_model = TraceModel.build(a), TraceModel.build(b)
+    def build(cls, a: TraceModel | Trace, b: TraceModel | Trace) -> CompareModel:
+        """Over two TraceModels (as tracer.analysis.opening made them: nothing is computed
+        again), or two traces."""
+        a_model, b_model = (m if isinstance(m, TraceModel) else TraceModel.build(m) for m in (a, b))
         comparison = compare(a_model, b_model)  # the sessions' reports: nothing detects twice
         deltas = [comparison.delta(name) != 0 for name in comparison.values]
         changed = np.flatnonzero(np.any(deltas, axis=0)) if deltas else np.zeros(0, dtype=np.int64)
@@ -57,16 +58,7 @@ class RunModel(ReadsRun):
     """The engines of one data-parallel run (tracer.analysis.engines.Run), each a TraceModel. The
     shared step axis and the totals are the Run's, read through, never copied."""
 
-    run: Run
-
-    @classmethod
-    def load(cls, paths: list[Path], *, strict: bool = True, progress: Progress | None = None) -> RunModel:
-        """Each trace in turn, then the one-run check (TraceError if not one run): Run.load."""
-        return cls(Run.load(paths, strict=strict, progress=progress, session=TraceModel.build))
-
-    @classmethod
-    def build(cls, traces: list[Trace]) -> RunModel:
-        return cls(Run.of([TraceModel.build(t) for t in traces]))
+    run: Run  # opened with TraceModel.build (tracer.analysis.opening)
 
     @property
     def models(self) -> list[TraceModel]:

@@ -8,6 +8,8 @@ from typing import Any
 from dash import Dash
 
 from tracer.analysis.engines import Run
+from tracer.analysis.opening import Opened, Spec, open_input
+from tracer.analysis.session import Session
 from tracer.trace.reader import Trace
 from tracer.trace.source import TraceSource
 from web import layout as ui
@@ -23,8 +25,8 @@ from web.why_view import WhyHandlers, register_why
 
 
 def make_app(
-    trace_a: Trace | TraceSource | None = None,
-    trace_b: Trace | None = None,
+    trace_a: Trace | Session | TraceSource | None = None,
+    trace_b: Trace | Session | None = None,
     *,
     follow: str | Path | TraceSource | None = None,
     strict: bool = True,
@@ -33,36 +35,37 @@ def make_app(
     follow_interval: float = 0.25,
     sweep: dict[str, Any] | None = None,
     engines: Run | None = None,
+    opened: Opened | None = None,
 ) -> Dash:
     """A Dash app over traces (A, optionally B) and/or a live source.
 
-    `trace_a`: a loaded Trace, or a `TraceSource` (the one the TUI takes): a complete file
-    shows as A while it loads; a growing file or a live stream is the live trace, as is
-    `follow` (a path is followed as it grows, `strict` or not). The sources start here;
-    `app.feeds` hold them (`feed.stop()` ends one). `sweep`: a `schedscope sweep --json`
-    document, shown on a Sweep page. `engines`: the engines of one data-parallel run, one lane
-    each on an Engines page; each is also a trace of the timeline page.
+    `opened`: what `schedscope web` opened (tracer.analysis.opening). Otherwise: `trace_a`, a
+    loaded Trace or Session, or a `TraceSource` (the one the TUI takes): a complete file shows
+    as A while it loads; a growing file or a live stream is the live trace, as is `follow` (a
+    path is followed as it grows, `strict` or not). The sources start here; `app.feeds` hold
+    them (`feed.stop()` ends one). `sweep`: a `schedscope sweep --json` document, shown on a
+    Sweep page. `engines`: the engines of one data-parallel run, one lane each on an Engines
+    page; each is also a trace of the timeline page. ValueError for two live sources.
     """
-    if isinstance(trace_a, TraceSource) and trace_a.live:
-        if follow is not None:
-            raise ValueError("one live source at a time")
-        trace_a, follow = None, trace_a
+    if opened is None:
+        opened = _given(trace_a, trace_b, follow, strict, follow_interval, engines)
     store = TraceStore(max_upload=max_upload)
     feeds: list[StoreFeed] = []
-    if isinstance(trace_a, TraceSource):
-        feeds.append(StoreFeed(trace_a, store, "a", "A: "))
-    elif trace_a is not None:
-        store.add("a", f"A: {Path(trace_a.path).name}", trace_a)
-    if trace_b is not None:
-        store.add("b", f"B: {Path(trace_b.path).name}", trace_b)
-    run = RunView.build(engines) if engines is not None else None
+    # A and B: a complete file shown while it loads first, then the traces opened whole (an
+    # engine run's Sessions are its lanes, not A and B).
+    shown = [opened.source] if opened.source is not None else []
+    ab: list[TraceSource | Session] = [*shown, *(opened.sessions if opened.run is None else [])]
+    for key, item in zip(("a", "b"), ab[:2], strict=False):  # the one check allows two
+        if isinstance(item, TraceSource):
+            feeds.append(StoreFeed(item, store, key, f"{key.upper()}: "))
+        else:
+            store.add(key, f"{key.upper()}: {item.name}", item)
+    run = RunView.build(opened.run) if opened.run is not None else None
     for engine_view in run.views if run is not None else []:
         store.put(engine_view)
     live = None
-    if follow is not None:
-        if not isinstance(follow, TraceSource):
-            follow = TraceSource.follow(follow, strict=strict, interval=follow_interval, poll=follow_interval)
-        live = StoreFeed(follow, store, LIVE, "live: ")
+    if opened.live is not None:
+        live = StoreFeed(opened.live, store, LIVE, "live: ")
         feeds.append(live)
 
     # The dropdown names every slot, in order, whether or not its source has read anything yet.
@@ -72,7 +75,7 @@ def make_app(
     options = [{"label": labels[k], "value": k} for k in ("a", "b", *engine_keys, LIVE) if k in labels]
     keys = [o["value"] for o in options]
     default = LIVE if live is not None else (keys[0] if keys else None)
-    if trace_b is not None:
+    if len(ab) > 1:
         pair: tuple[str | None, str | None] = ("a", "b")
     elif live is not None and "a" in keys:
         pair = ("a", LIVE)
@@ -106,6 +109,35 @@ def make_app(
     app.feeds = feeds  # type: ignore[attr-defined]
     app.handlers = handlers  # type: ignore[attr-defined]
     return app
+
+
+def _given(
+    trace_a: Trace | Session | TraceSource | None,
+    trace_b: Trace | Session | None,
+    follow: str | Path | TraceSource | None,
+    strict: bool,
+    follow_interval: float,
+    engines: Run | None,
+) -> Opened:
+    """What make_app's arguments name, opened as `schedscope web`'s inputs are: the sources
+    (a path to follow made one), checked by the one check (no two live sources); traces already
+    loaded become Sessions (a Session given is kept, with what it has computed)."""
+    made = tuple(s for s in (trace_a, follow) if isinstance(s, TraceSource))
+    path = None if isinstance(follow, TraceSource) else follow
+    opened = Opened()
+    if made or path is not None:
+        pace = {"interval": follow_interval, "poll": follow_interval}
+        opened = open_input(
+            Spec(
+                sources=made, follow=path, strict=strict, live_beside=True, viewer="web", source_options=pace
+            )
+        )
+    loaded = [Session.of(t) for t in (trace_a, trace_b) if t is not None and not isinstance(t, TraceSource)]
+    if engines is not None:
+        opened.run = engines
+    else:
+        opened.sessions = loaded
+    return opened
 
 
 def engines_figure(run: RunView, max_points: int = MAX_POINTS) -> Any:

@@ -307,12 +307,12 @@ class Handlers:
         """-> (figure or Patch, headline, totals, compare state). Computed only while the tab is open."""
         if tab != "compare":
             raise PreventUpdate
-        c = self.store.comparison(key_a, key_b)
-        if c is None:
+        found = self.store.compared(key_a, key_b)
+        if found is None:
             msg = "Load two traces to compare: `schedscope web A B`, or upload one."
             return _empty_figure(msg), html.P(msg), None, None
-        cache_key = f"{key_a}:{self.store.get(key_a).version}|{key_b}:{self.store.get(key_b).version}"
-        chart = self._compare_chart(cache_key, c)
+        pair, c, cache_key = found
+        chart = pair.once("chart", lambda: compare_chart(c))  # kept with the comparison
         same_pair = bool(state) and state.get("pair") == [key_a, key_b]
         # Until the browser holds this pair's figure, every trigger builds it: Dash keeps only the
         # newest answer of a callback, so the graph's own first relayout must not answer "no update".
@@ -330,12 +330,6 @@ class Handlers:
             return patch, lines, totals_children(c), {**state, "key": cache_key}
         fig = build_figure(chart, None, self.max_points, uirevision=cache_key)
         return fig, lines, totals_children(c), {"key": cache_key, "pair": [key_a, key_b], "range": None}
-
-    def _compare_chart(self, cache_key: str, c: Any) -> Any:
-        cache = getattr(self, "_cmp_cache", None)
-        if cache is None or cache[0] != cache_key:
-            self._cmp_cache = (cache_key, compare_chart(c))
-        return self._cmp_cache[1]
 
     # -- engines -------------------------------------------------------------------------
     def engines_zoom(self, relayout: dict[str, Any] | None) -> Patch:
@@ -371,12 +365,12 @@ class Handlers:
         elif tab == "compare":
             if not cmp_state:
                 raise PreventUpdate
-            c = self.store.comparison(*cmp_state["pair"])
-            if c is None:
+            found = self.store.compared(*cmp_state["pair"])
+            if found is None:
                 raise PreventUpdate
-            fig = build_figure(
-                compare_chart(c), cmp_state.get("range"), self.max_points, title=headline(c)[0]
-            )
+            pair, c, _ = found
+            chart = pair.once("chart", lambda: compare_chart(c))
+            fig = build_figure(chart, cmp_state.get("range"), self.max_points, title=headline(c)[0])
             name = "schedscope-compare"
         else:
             view = self.store.get((view_state or {}).get("key"))

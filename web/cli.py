@@ -5,19 +5,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING
+from dataclasses import replace
 
-from tracer.cli import progress, viewer_args, viewer_inputs
-
-if TYPE_CHECKING:
-    from tracer.trace.reader import Trace
-    from tracer.trace.source import TraceSource
+from tracer.cli import viewer_args, viewer_inputs
 
 
 def cmd_web(args: argparse.Namespace) -> int:
     """Serve the Dash web app over one or two traces and/or a growing file; loopback unless --allow-remote."""
     from tracer.live.net import is_loopback
-    from tracer.trace.source import TraceSource
 
     try:
         inputs = viewer_inputs(args, "web", live_beside=True)
@@ -42,20 +37,11 @@ def cmd_web(args: argparse.Namespace) -> int:
     except ImportError as exc:
         print(f"schedscope: error: the web app needs: pip install 'schedscope[web]' ({exc})", file=sys.stderr)
         return 2
-    strict = not args.lenient
-    trace_a: Trace | TraceSource | None = None
-    trace_b = None
-    if len(inputs.traces) == 2:  # compare: both whole before the comparison is made, both at once
-        from tracer.analysis.pair import load_pair
+    from tracer.analysis.opening import open_input
 
-        trace_a, trace_b = (s.trace for s in load_pair(*inputs.traces, strict=strict, progress=progress))
-    elif inputs.traces:  # one trace: shown while it loads
-        trace_a = TraceSource.file(inputs.traces[0], strict=strict)
-    run = None
-    if inputs.engines:  # every engine whole, and checked to be one run (a TraceError names file and field)
-        from tracer.analysis.engines import Run
-
-        run = Run.load(list(inputs.engines), strict=strict, progress=progress)
+    # One trace is shown while it loads; two (compare) and --engines are opened whole, the two
+    # at once, the engines checked to be one run (a TraceError names file and field).
+    opened = open_input(replace(inputs, shown_while_loading=True))
     sweep = None
     if args.sweep:
         from tracer.whatif.sweep import SweepFileError, load_sweep
@@ -65,9 +51,7 @@ def cmd_web(args: argparse.Namespace) -> int:
         except SweepFileError as exc:
             print(f"schedscope: error: --sweep {exc}", file=sys.stderr)
             return 2
-    app = make_app(
-        trace_a, trace_b, follow=inputs.source, max_upload=args.max_upload_mb << 20, sweep=sweep, engines=run
-    )
+    app = make_app(opened=opened, max_upload=args.max_upload_mb << 20, sweep=sweep)
     from web.plotlyjs import fallback
 
     if reason := fallback():

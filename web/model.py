@@ -6,7 +6,7 @@ the view only keeps a snapshot's session together with the key the browser names
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -24,11 +24,16 @@ class TraceView:
     label: str
     session: Session
     version: int = 0  # bumps each time a followed file grows
-    cache: dict[str, Any] = field(default_factory=dict)  # derived view objects (charts)
+
+    @property
+    def cache(self) -> dict[str, Any]:
+        """Derived view objects (charts), kept in the trace's memo (tracer.analysis.pertrace)
+        with everything else derived from this snapshot. They must not hold the view."""
+        return self.session.memo.once("web.views", dict)
 
     @classmethod
-    def build(cls, key: str, label: str, trace: Trace, *, version: int = 0) -> TraceView:
-        session = Session(trace)
+    def build(cls, key: str, label: str, trace: Trace | Session, *, version: int = 0) -> TraceView:
+        session = Session.of(trace)  # a Session given keeps what it has computed
         # Computed now, on the loading or following thread, not in the first callback that asks.
         _ = session.report, session.series
         return cls(key, label, session, version)
@@ -73,7 +78,11 @@ class RunView(ReadsRun):
 
     run: Run
     views: list[TraceView]
-    cache: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def cache(self) -> dict[str, Any]:
+        """Derived view objects (the engines' chart), kept with the run's (Run.memo)."""
+        return self.run.memo.once("web.views", dict)
 
     @classmethod
     def build(cls, run: Run, key: str = "engine") -> RunView:

@@ -1,8 +1,8 @@
 """Server-side registry of loaded traces, and opening uploads.
 
 The browser names a trace only by the key the server gave it; it never sends a
-path. Uploads are parsed in memory by tracer.trace.ingest (no pickle, no eval, nothing
-written to disk) and only the newest few are kept.
+path. Uploads are opened through tracer.analysis.opening: parsed in memory by
+tracer.trace.ingest (no pickle, no eval, nothing written to disk); only the newest few are kept.
 """
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ from collections import OrderedDict
 from typing import Any
 
 from tracer.analysis.compare import Comparison, compare
-from tracer.trace.ingest import load_bytes
+from tracer.analysis.opening import Spec, Upload, open_input
+from tracer.analysis.pertrace import Memo, joint_memo
+from tracer.analysis.session import Session
 from tracer.trace.reader import Trace, TraceError
 from web.model import TraceView
 
@@ -32,14 +34,13 @@ class TraceStore:
         self._views: OrderedDict[str, TraceView] = OrderedDict()
         self._lock = threading.Lock()
         self._uploads = 0
-        self._compare: dict[tuple[str, int, str, int], Comparison] = {}
 
     def put(self, view: TraceView) -> TraceView:
         with self._lock:
             self._views[view.key] = view
         return view
 
-    def add(self, key: str, label: str, trace: Trace, *, version: int = 0) -> TraceView:
+    def add(self, key: str, label: str, trace: Trace | Session, *, version: int = 0) -> TraceView:
         return self.put(TraceView.build(key, label, trace, version=version))
 
     def get(self, key: str | None) -> TraceView | None:
@@ -69,7 +70,9 @@ class TraceStore:
         except (binascii.Error, ValueError):
             raise UploadError(f"{name}: the upload is not valid base64") from None
         try:
-            trace = load_bytes(data, name, max_decompressed=16 * self.max_upload)
+            session = open_input(
+                Spec(upload=Upload(data, name, max_decompressed=16 * self.max_upload))
+            ).session
         except TraceError as exc:
             raise UploadError(f"not a schedscope trace: {exc}") from None
         with self._lock:
@@ -78,19 +81,16 @@ class TraceStore:
             stale = [k for k in self._views if k.startswith("upload-")][: -(MAX_UPLOADS_KEPT - 1) or None]
             for k in stale:
                 del self._views[k]
-        return self.add(key, f"upload: {name}", trace)
+        return self.add(key, f"upload: {name}", session)
 
-    def comparison(self, key_a: str | None, key_b: str | None) -> Comparison | None:
+    def compared(self, key_a: str | None, key_b: str | None) -> tuple[Memo, Comparison, str] | None:
+        """The two traces' comparison, remembered for their two Sessions (tracer.analysis.pertrace
+        .joint_memo: each snapshot's own report, nothing detects again), with that memo (for what a
+        view derives from the comparison) and the key naming the two snapshots. None unless both
+        traces are here."""
         a, b = self.get(key_a), self.get(key_b)
         if a is None or b is None:
             return None
-        cache_key = (a.key, a.version, b.key, b.version)
-        with self._lock:
-            hit = self._compare.get(cache_key)
-        if hit is None:
-            hit = compare(a.session, b.session)  # each snapshot's own report: nothing detects again
-            with self._lock:
-                if len(self._compare) >= 4:
-                    self._compare.pop(next(iter(self._compare)))
-                self._compare[cache_key] = hit
-        return hit
+        pair = joint_memo(a.session, b.session)
+        comparison = pair.once("comparison", lambda: compare(a.session, b.session))
+        return pair, comparison, f"{a.key}:{a.version}|{b.key}:{b.version}"

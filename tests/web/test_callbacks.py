@@ -285,6 +285,34 @@ def test_compare_against_a_growing_trace_patches(h: Handlers) -> None:
     assert _only_data(patch)
 
 
+def test_a_comparison_and_its_chart_are_kept_for_the_pair_of_snapshots(
+    h: Handlers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One memo (tracer.analysis.pertrace.joint_memo) keeps a pair's comparison and chart: asked
+    again, by a zoom or a download, neither is made again; a new snapshot of a side is a new pair."""
+    import web.callbacks
+    import web.store
+
+    made = {"compare": 0, "chart": 0}
+
+    def counted(name: str, real: Any) -> Any:
+        def call(*args: Any) -> Any:
+            made[name] += 1
+            return real(*args)
+
+        return call
+
+    monkeypatch.setattr(web.store, "compare", counted("compare", web.store.compare))
+    monkeypatch.setattr(web.callbacks, "compare_chart", counted("chart", web.callbacks.compare_chart))
+    _, _, _, state = h.compare(None, "compare", "a", "b", None, None)
+    h.compare(ids.CMP_GRAPH, "compare", "a", "b", {"xaxis.range[0]": 1, "xaxis.range[1]": 3}, state)
+    h.download(ids.DOWNLOAD_HTML, "compare", None, state)
+    assert made == {"compare": 1, "chart": 1}
+    h.store.add("b", "B: separate", sample("dflash_k7_separate.jsonl"), version=1)
+    _, _, _, state = h.compare(ids.VERSION, "compare", "a", "b", None, state)
+    assert made == {"compare": 2, "chart": 2} and state["key"] == "a:0|b:1"
+
+
 def test_downloads_rebuild_the_figure_on_the_server(h: Handlers) -> None:
     _, state, *_ = h.timeline(None, "a", None, None, None, None)
     page = h.download(ids.DOWNLOAD_HTML, "timeline", state, None)

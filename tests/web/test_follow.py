@@ -237,3 +237,17 @@ def test_the_page_holds_a_loading_file_until_its_first_figure_is_shown(
     finally:
         for feed in app.feeds:  # type: ignore[attr-defined]
             feed.stop()
+
+
+def test_the_web_app_keeps_the_sessions_it_is_given_and_refuses_two_live_sources(tmp_path: Path) -> None:
+    """make_app shows the Sessions the door opened (nothing computed again) and runs the door's
+    one check: a live source and a file to follow are two live sources."""
+    from tracer.analysis.opening import Spec, open_input
+
+    a, b = open_input(Spec(traces=(ADDITIVE, ADDITIVE))).pair
+    report = a.report
+    app = make_app(a, b)
+    assert app.store.get("a").session is a and app.store.get("a").report is report  # type: ignore[attr-defined]
+    assert app.store.get("b").session is b  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match="not both"):
+        make_app(TraceSource.follow(tmp_path / "x.jsonl"), follow=tmp_path / "y.jsonl")

@@ -13,11 +13,11 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 
 import numpy as np
 
+from tracer.analysis.pertrace import Memo, joint_memo
 from tracer.analysis.session import Session
 from tracer.trace.errors import TraceHeaderError
 from tracer.trace.reader import Progress, Trace, load
@@ -79,8 +79,16 @@ class Axis:
 class Run:
     engines: list[Engine]
 
-    @cached_property
+    @property
+    def memo(self) -> Memo:
+        """What the run's engines give together, kept for their Sessions (tracer.analysis.pertrace)."""
+        return joint_memo(*(e.session for e in self.engines))
+
+    @property
     def axis(self) -> Axis:
+        return self.memo.once("axis", self._axis)
+
+    def _axis(self) -> Axis:
         columns = [e.trace.columns["step"] for e in self.engines]
         steps = np.unique(np.concatenate(columns)) if columns else np.zeros(0, np.int64)
         return Axis(steps, [np.searchsorted(steps, c) for c in columns])
@@ -122,10 +130,9 @@ class Run:
         return cls.of(sessions)
 
     def totals(self) -> RunTotals:
-        return self._totals
+        return self.memo.once("totals", self._totals)  # every view asks for the same numbers
 
-    @cached_property
-    def _totals(self) -> RunTotals:  # once per run: every view asks for the same numbers
+    def _totals(self) -> RunTotals:
         traces = [e.trace for e in self.engines]
         return RunTotals(
             engines=len(self.engines),

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from tracer.analysis import timing
-from tracer.analysis.pertrace import PerTrace
+from tracer.analysis.pertrace import memo
 from tracer.analysis.throughput import RequestTimes
 from tracer.trace import heap
 from tracer.trace.entries import NO_CONTEXT, S_ALIGNED, S_NONE, Entries
@@ -51,7 +51,7 @@ class EntryPass:
     since: tuple[np.ndarray, np.ndarray]
 
 
-_DONE: PerTrace[EntryPass] = PerTrace()
+MEMO_NAME = "entrypass"  # its name in the Trace's memo (tracer.analysis.pertrace)
 # The last phases of a pass are its peak in memory (a few arrays per request at once): two
 # passes at once (`diff`'s two threads) take turns there, so their peaks never add up.
 _LAST_PHASES = threading.Lock()
@@ -60,7 +60,7 @@ _LAST_PHASES = threading.Lock()
 def computed(trace: Trace) -> EntryPass | None:
     """The pass for `trace`, run once per Trace object (the step pass and the request index
     each take their part); None when the trace's records do not fit entry columns."""
-    found = _DONE.get(trace)
+    found: EntryPass | None = memo(trace).get(MEMO_NAME)
     if found is None:
         e = entries_of(trace)
         if e is None:
@@ -71,7 +71,7 @@ def computed(trace: Trace) -> EntryPass | None:
             return None
         finally:
             e.release()  # the results are kept; the columns stay mapped
-        _DONE.put(trace, found)
+        memo(trace).put(MEMO_NAME, found)
     return found
 
 

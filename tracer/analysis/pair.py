@@ -22,35 +22,42 @@ import os
 import stat
 import subprocess
 import sys
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from tracer.analysis.compare import prepare
 from tracer.analysis.session import Session
 from tracer.trace import codec, index_files, sidecar
-from tracer.trace.reader import Progress, entries_of, reopen
+from tracer.trace.reader import Progress, Trace, entries_of, load, reopen
 
 
 def load_pair(
-    path_a: str | Path, path_b: str | Path, *, strict: bool = True, progress: Progress | None = None
+    path_a: str | Path,
+    path_b: str | Path,
+    *,
+    strict: bool = True,
+    progress: Progress | None = None,
+    session: Callable[[Trace], Session] = Session,
 ) -> tuple[Session, Session]:
-    """Sessions over A and B, their entry columns collected (`load(..., entries=True)`)."""
+    """Sessions over A and B, their entry columns collected (`load(..., entries=True)`);
+    `session` makes each (a viewer's Session class). Opened through tracer.analysis.opening."""
     with ThreadPoolExecutor(2, thread_name_prefix="schedscope-load") as pool:
         # Each from its index when it has one (mostly NumPy: both at once).
-        a, b = pool.map(lambda p: _reopened(p, strict), (path_a, path_b))
+        a, b = pool.map(lambda p: _reopened(p, strict, session), (path_a, path_b))
     if a is not None and b is not None:
         return a, b
     child = _child(path_b, strict) if a is None and b is None else None
     try:
         with ThreadPoolExecutor(2, thread_name_prefix="schedscope-load") as pool:
             # A parse holds the GIL, a reopen mostly does not: one of each at once.
-            fa = pool.submit(_opened, path_a, a, strict, progress)
-            fb = None if child is not None else pool.submit(_opened, path_b, b, strict, None)
+            fa = pool.submit(_opened, path_a, a, strict, progress, session)
+            fb = None if child is not None else pool.submit(_opened, path_b, b, strict, None, session)
             a = fa.result()
             if child is not None:
                 prepare(a)  # A's passes while the child does B's
                 child.wait()
-                b = _opened(path_b, None, strict, None)
+                b = _opened(path_b, None, strict, None, session)
             else:
                 assert fb is not None
                 b = fb.result()
@@ -61,19 +68,25 @@ def load_pair(
     return a, b
 
 
-def _reopened(path: str | Path, strict: bool) -> Session | None:
+def _reopened(path: str | Path, strict: bool, make: Callable[[Trace], Session]) -> Session | None:
     trace = reopen(path, strict=strict)
     if trace is None:
         return None
     if trace.entries is None:
         entries_of(trace)
-    return Session(trace)
+    return make(trace)
 
 
-def _opened(path: str | Path, session: Session | None, strict: bool, progress: Progress | None) -> Session:
-    return (
-        session if session is not None else Session.load(path, strict=strict, progress=progress, entries=True)
-    )
+def _opened(
+    path: str | Path,
+    session: Session | None,
+    strict: bool,
+    progress: Progress | None,
+    make: Callable[[Trace], Session],
+) -> Session:
+    if session is not None:
+        return session
+    return make(load(path, strict=strict, progress=progress, entries=True))
 
 
 def _child(path: str | Path, strict: bool) -> subprocess.Popen[bytes] | None:
@@ -107,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("trace", type=Path)
     p.add_argument("--lenient", action="store_true")
     args = p.parse_args(argv)
-    prepare(Session.load(args.trace, strict=not args.lenient, entries=True))
+    prepare(Session(load(args.trace, strict=not args.lenient, entries=True)))
     return 0
 
 

@@ -21,7 +21,7 @@ import numpy as np
 import orjson
 
 from tracer.analysis import detail, entrypass
-from tracer.analysis.pertrace import PerTrace
+from tracer.analysis.pertrace import memo
 from tracer.trace import sidecar
 from tracer.trace.reader import Trace
 
@@ -202,24 +202,22 @@ class RequestIndex:
         return self._since
 
 
-_INDEX: PerTrace[RequestIndex] = PerTrace()
-
-
 def cached_index(trace: Trace) -> RequestIndex | None:
     """The index if it was already built for this Trace object, else None (never builds)."""
-    return _INDEX.get(trace)
+    found: RequestIndex | None = memo(trace).get(NAME)
+    return found
 
 
 def request_index(trace: Trace) -> RequestIndex:
     """The per-request index of `trace`, built on first use and cached with the Trace (and,
     for a big trace file, beside it: `<trace>.requests.ssidx`, as tracer.analysis.steppass)."""
-    index = _INDEX.get(trace)
+    index = cached_index(trace)
     if index is None:
         index = _read(trace)
         if index is None:
             index = _build(trace)
             _write(trace, index)
-        _INDEX.put(trace, index)
+        memo(trace).put(NAME, index)
     return index
 
 

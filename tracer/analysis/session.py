@@ -1,11 +1,13 @@
 """One analysis session per trace snapshot.
 
 In the manner of pyinstrument's Session (one recorded profile that every renderer reads), a
-`Session` holds one loaded trace snapshot and everything the model layer derives from it: the
-budget analysis, the flag report, the plotted series, the flag index and the lookups. Each is
-computed on first use and then kept, so `schedscope summary`, `flags`, `diff`, the Perfetto
-export, the TUI and the web app never run the budget model or the detectors twice over one
-snapshot. A followed trace that grows is a new snapshot, so it gets a new Session.
+`Session` holds one loaded trace snapshot and reads everything the model layer derives from
+it: the budget analysis, the flag report, the plotted series, the flag index and the lookups.
+Each is computed on first use and kept in the trace's memo (tracer.analysis.pertrace, the one
+place whole-trace results are remembered), so `schedscope summary`, `flags`, `diff`, the
+Perfetto export, the TUI and the web app never run the budget model or the detectors twice over
+one snapshot. A followed trace that grows is a new snapshot (a new Trace), so it gets a new
+Session and a new memo.
 
 It also gives the views typed request entries (`RequestEntry`, `Demand`), so no view indexes a
 raw `[id, tokens, spec_tokens, demand]` list.
@@ -28,9 +30,10 @@ from tracer.analysis.budget import BudgetAnalysis, analyze
 from tracer.analysis.detail import rows_of_steps
 from tracer.analysis.flags import Flag, FlagReport, detect
 from tracer.analysis.lookup import flag_rows, matching_ids, request_life
+from tracer.analysis.pertrace import memo
 from tracer.analysis.requests import RequestLife
 from tracer.analysis.series import step_series
-from tracer.trace.reader import Progress, Trace, load
+from tracer.trace.reader import Trace
 
 T = TypeVar("T")
 
@@ -125,20 +128,12 @@ class Session:
 
     def __init__(self, trace: Trace, *, report: FlagReport | None = None) -> None:
         self.trace = trace
-        self._done: dict[str, Any] = {}
-        # The web app's callbacks run on several threads: one computes, the others wait for it.
-        self._lock = threading.RLock()
-        self._lanes: OrderedDict[tuple[int, int | None, int], lanes_model.RequestLanes] = OrderedDict()
-        self._lanes_lock = threading.Lock()
+        # Results live in the Trace's memo (tracer.analysis.pertrace), not here: two Sessions
+        # over one snapshot share them, and a new snapshot (a new Trace) starts afresh.
+        self.memo = memo(trace)
         if report is not None:
-            self._done["report"] = report
-            self._done["analysis"] = report.analysis
-
-    @classmethod
-    def load(
-        cls, path: str | Path, *, strict: bool = True, progress: Progress | None = None, entries: bool = False
-    ) -> Session:
-        return cls(load(path, strict=strict, progress=progress, entries=entries))
+            self.memo.once("report", lambda: report)
+            self.memo.once("analysis", lambda: report.analysis)
 
     @classmethod
     def of(cls, source: Session | Trace) -> Session:
@@ -146,14 +141,7 @@ class Session:
         return source if isinstance(source, Session) else cls(source)
 
     def _once(self, name: str, compute: Callable[[], T]) -> T:
-        try:
-            return self._done[name]  # type: ignore[no-any-return]
-        except KeyError:
-            pass
-        with self._lock:
-            if name not in self._done:
-                self._done[name] = compute()
-            return self._done[name]  # type: ignore[no-any-return]
+        return self.memo.once(name, compute)
 
     # -- what the model layer computes ---------------------------------------------------
     @property
@@ -258,8 +246,8 @@ class Session:
         asked are kept (a zoom in and back out finds the wider window again: each costs about
         1.3 ms a step at 256 running), and a window asked from two threads is computed once."""
         key = (start, end, max_lanes)
-        with self._lanes_lock:
-            held: OrderedDict[tuple[int, int | None, int], lanes_model.RequestLanes] = self._lanes
+        held, lock = self._once("request_lanes", lambda: (OrderedDict(), threading.Lock()))
+        with lock:
             lanes = held.get(key)
             if lanes is None:
                 lanes = lanes_model.request_lanes(self.trace, start, end, max_lanes=max_lanes)

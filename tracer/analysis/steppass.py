@@ -20,7 +20,7 @@ import numpy as np
 import orjson
 
 from tracer.analysis import entrypass, timing
-from tracer.analysis.pertrace import PerTrace
+from tracer.analysis.pertrace import memo
 from tracer.analysis.throughput import LatencyTracker, RequestTimes
 from tracer.trace import sidecar
 from tracer.trace.reader import Trace
@@ -42,26 +42,23 @@ class StepPass:
     requests: RequestTimes
 
 
-_PASSES: PerTrace[StepPass] = PerTrace()
-
-
 def step_pass(trace: Trace) -> StepPass:
-    """The pass for `trace`: remembered with the Trace object, else read back from its file's
-    cache, else run (and saved there when the trace has a fingerprint)."""
-    found = _PASSES.get(trace)
+    """The pass for `trace`: remembered in the Trace's memo (tracer.analysis.pertrace), else
+    read back from its file's cache, else run (and saved there when the trace has a fingerprint)."""
+    found: StepPass | None = memo(trace).get(NAME)
     if found is not None:
         return found
     found = _read(trace)
     if found is None:
         found = _run(trace)
         _write(trace, found)
-    _PASSES.put(trace, found)
+    memo(trace).put(NAME, found)
     return found
 
 
 def share(trace: Trace, copy: Trace) -> None:
     """`copy` holds `trace`'s records (a retimed copy, say): it shares the pass, not run again."""
-    _PASSES.put(copy, step_pass(trace))
+    memo(copy).put(NAME, step_pass(trace))
 
 
 def _run(trace: Trace) -> StepPass:

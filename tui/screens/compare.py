@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import ClassVar
 
@@ -12,7 +13,7 @@ from textual.containers import Horizontal, Vertical
 from textual.markup import escape
 from textual.widgets import Footer, ProgressBar, Static
 
-from tracer.analysis.pair import load_pair
+from tracer.analysis.opening import Spec, open_input
 from tracer.render.compare import headline_sentences, performance_note, performance_rows
 from tracer.render.step import arithmetic
 from tracer.render.text import compare_totals
@@ -71,15 +72,15 @@ class CompareScreen(StepScreen):
     CompareScreen DeltaTable { height: 1fr; min-height: 5; }
     """
 
-    def __init__(self, path_a: str | Path, path_b: str | Path, *, strict: bool = True) -> None:
+    def __init__(self, spec: Spec) -> None:
         super().__init__()
-        self.paths = (Path(path_a), Path(path_b))
-        self.strict = strict
+        self.spec = spec  # A and B (tracer.analysis.opening)
+        self.strict = spec.strict
         self.model: CompareModel | None = None
         self.loaded = False
 
     def compose(self) -> ComposeResult:
-        a, b = self.paths
+        a, b = (Path(p) for p in self.spec.traces)
         with Vertical(id="top"):
             with Horizontal(id="titlebar"):
                 yield Static(
@@ -124,8 +125,8 @@ class CompareScreen(StepScreen):
             self.app.call_from_thread(bar.update, total=max(1, total), progress=done)
 
         try:
-            a, b = load_pair(*self.paths, strict=self.strict, progress=progress)
-            model = CompareModel.build(a.trace, b.trace)
+            opened = open_input(replace(self.spec, progress=progress, session=TraceModel.build))
+            model = CompareModel.build(*opened.pair)
         except TraceError as exc:
             self.app.call_from_thread(self.app.show_error, exc, strict=self.strict)  # type: ignore[attr-defined]
             return

@@ -7,7 +7,7 @@ reservation withheld; the line above them is the run's totals (tracer.analysis.e
 
 from __future__ import annotations
 
-from pathlib import Path
+from dataclasses import replace
 from typing import ClassVar
 
 from textual import on, work
@@ -17,11 +17,12 @@ from textual.containers import Horizontal, Vertical
 from textual.markup import escape
 from textual.widgets import Footer, ProgressBar, Static
 
+from tracer.analysis.opening import Spec, open_input
 from tracer.render.text import run_totals_line
 from tracer.trace.reader import TraceError
 from tracer.trace.source import TraceSource
 from tui.bins import Window
-from tui.data import RunModel
+from tui.data import RunModel, TraceModel
 from tui.lanes import engine_lanes
 from tui.screens.base import Command, StepScreen
 from tui.screens.main import MainScreen
@@ -58,10 +59,10 @@ class EnginesScreen(StepScreen):
     EnginesScreen Timeline { border: round $primary 40%; }
     """
 
-    def __init__(self, paths: list[Path], *, strict: bool = True) -> None:
+    def __init__(self, spec: Spec) -> None:
         super().__init__()
-        self.paths = paths
-        self.strict = strict
+        self.spec = spec  # the run's traces (tracer.analysis.opening)
+        self.strict = spec.strict
         self.model: RunModel | None = None
         self.selected = 0
         self.loaded = False
@@ -69,7 +70,7 @@ class EnginesScreen(StepScreen):
     def compose(self) -> ComposeResult:
         with Vertical(id="top"):
             with Horizontal(id="titlebar"):
-                yield Static(f"[b]Engines[/b] · {len(self.paths)} traces of one run", id="run-title")
+                yield Static(f"[b]Engines[/b] · {len(self.spec.engines)} traces of one run", id="run-title")
                 yield Static("loading…", id="status")
             yield ProgressBar(id="progress", show_eta=False)
         yield Static("", id="run-totals")
@@ -97,7 +98,9 @@ class EnginesScreen(StepScreen):
             self.app.call_from_thread(bar.update, total=total, progress=done)
 
         try:
-            model = RunModel.load(self.paths, strict=self.strict, progress=progress)
+            opened = open_input(replace(self.spec, progress=progress, session=TraceModel.build))
+            assert opened.run is not None
+            model = RunModel(opened.run)
         except TraceError as exc:
             self.app.call_from_thread(self.app.show_error, exc, strict=self.strict)  # type: ignore[attr-defined]
             return
