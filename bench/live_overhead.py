@@ -90,8 +90,16 @@ from _common import fmt_spread, machine, spread  # noqa: E402
 
 from tests.live_support import LiveServer, bench_serve, build_tiny_llama, free_port, start_server  # noqa: E402
 
-CONTENDERS = ("stock", "traced", "streamed")
-LABEL = {"stock": "A stock", "traced": "B traced", "streamed": "C streamed"}
+CONTENDERS = ("stock", "traced", "streamed", "traced-thread", "streamed-thread")
+LABEL = {
+    "stock": "A stock",
+    "traced": "B traced",
+    "streamed": "C streamed",
+    # --writer-thread: B and C with SCHEDSCOPE_WRITER=thread, the records built on a writer
+    # thread in EngineCore as before the trace process (before and after, in one run).
+    "traced-thread": "D traced, writer thread",
+    "streamed-thread": "E streamed, writer thread",
+}
 # (key in `vllm bench serve`'s saved result, printed name, higher is better)
 FIGURES = (
     ("output_throughput", "output tok/s", True),
@@ -172,7 +180,9 @@ class Contender:
     runs: list[dict[str, Any]] = field(default_factory=list)
 
 
-def contenders(workdir: Path, max_num_seqs: int, metrics: bool) -> list[Contender]:
+def contenders(
+    workdir: Path, max_num_seqs: int, metrics: bool, writer_thread: bool = False
+) -> list[Contender]:
     common = [
         "--async-scheduling", "--enable-prefix-caching", "--max-num-seqs", str(max_num_seqs),
         "--shutdown-timeout", "10",
@@ -184,7 +194,7 @@ def contenders(workdir: Path, max_num_seqs: int, metrics: bool) -> list[Contende
     streamed_env["SCHEDSCOPE_STREAM"] = f"127.0.0.1:{stream_port}"
     if not metrics:
         streamed_env["SCHEDSCOPE_METRICS"] = "off"
-    return [
+    cs = [
         Contender("stock", common, dict(dev)),
         Contender(
             "traced",
@@ -194,6 +204,16 @@ def contenders(workdir: Path, max_num_seqs: int, metrics: bool) -> list[Contende
         ),
         Contender("streamed", traced_args, streamed_env, workdir / "streamed.jsonl", stream_port),
     ]
+    if writer_thread:
+        thread = {"SCHEDSCOPE_WRITER": "thread"}
+        traced_env = {**dev, **thread, "SCHEDSCOPE_TRACE": str(workdir / "traced-thread.jsonl")}
+        port = free_port()
+        streamed_trace = workdir / "streamed-thread.jsonl"
+        streamed_thread = {**streamed_env, **thread, "SCHEDSCOPE_TRACE": str(streamed_trace)}
+        streamed_thread["SCHEDSCOPE_STREAM"] = f"127.0.0.1:{port}"
+        cs.append(Contender("traced-thread", traced_args, traced_env, workdir / "traced-thread.jsonl"))
+        cs.append(Contender("streamed-thread", traced_args, streamed_thread, streamed_trace, port))
+    return cs
 
 
 @contextlib.contextmanager
@@ -332,6 +352,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0, help="bench serve --seed, the same for every run")
     ap.add_argument("--servers", choices=("restart", "kept"), default="restart", help="see above")
     ap.add_argument("--no-metrics", action="store_true", help="C with SCHEDSCOPE_METRICS=off")
+    ap.add_argument(
+        "--writer-thread",
+        action="store_true",
+        help="also D and E: B and C with SCHEDSCOPE_WRITER=thread (the writer thread in EngineCore)",
+    )
     ap.add_argument("--quick", action="store_true", help="smoke: 1 round, 64 prompts")
     ap.add_argument("--workdir", type=Path, help="keep logs, traces and results here")
     args = ap.parse_args(argv)
@@ -356,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def measure(args: argparse.Namespace, workdir: Path) -> int:
     model = build_tiny_llama(Path(tempfile.gettempdir()) / "schedscope-bench-tiny-llama")
-    cs = contenders(workdir, max(256, 2 * args.concurrency), not args.no_metrics)
+    cs = contenders(workdir, max(256, 2 * args.concurrency), not args.no_metrics, args.writer_thread)
     print(f"Live server overhead: {machine()}")
     print(
         f"vllm bench serve: random {args.prefix_len}+{args.input_len} -> {args.output_len} tokens "
