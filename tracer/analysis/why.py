@@ -45,7 +45,8 @@ from tracer.analysis.reasons import (
     SKIP_STATUS,
     UNKNOWN,
 )
-from tracer.analysis.requests import request_index
+from tracer.analysis.requests import RequestEvents, request_index
+from tracer.analysis.steppass import step_pass
 from tracer.analysis.throughput import steps_clock
 from tracer.trace import schema
 from tracer.trace.reader import Trace
@@ -711,22 +712,52 @@ class RequestStory:
         }
 
 
-def durations(trace: Trace) -> np.ndarray:
-    """Each step's duration on the scheduler clock: to the next step's start (the last: the median)."""
-    t = trace.columns["t"]
+@dataclass(frozen=True)
+class StorySpan:
+    """Where one request's story lies, from the trace's per-request index (read once): its
+    events, and the rows from the first that can name it (its arrival, else its first
+    listing) up to the step that finished it."""
+
+    events: RequestEvents | None
+    first: int
+    stop: int
+
+
+def story_span(trace: Trace, request_id: str) -> StorySpan:
+    """The rows to search for `request_id`: the request index bounds them (the whole trace
+    when it does not know the request)."""
+    index = request_index(trace)
+    events = index.events.get(request_id)
+    times = step_pass(trace).requests  # the same entry pass made both, or their sidecars
+    if events is None or request_id not in times.ids:
+        return StorySpan(events, 0, len(trace))
+    i = times.ids.index(request_id)
+    starts = [int(r) for r in (times.arrived[i], times.seen[i]) if r >= 0]
+    first = min(starts) if starts else 0
+    stop = len(trace)
+    if events.finished is not None:
+        row = int(detail.rows_of_steps(trace, [events.finished])[0])
+        stop = row + 1 if row >= 0 else stop
+    return StorySpan(events, first, stop)
+
+
+def _seconds(t: np.ndarray, row: int) -> float:
+    """A step's duration on the scheduler clock: to the next step's start (the last: the median)."""
     if len(t) < 2:
-        return np.zeros(len(t))
-    d = np.diff(t)
-    return np.append(d, float(np.median(d)))
+        return 0.0
+    if row + 1 < len(t):
+        return float(t[row + 1] - t[row])
+    return float(np.median(np.diff(t)))
 
 
 def request_story(trace: Trace, request_id: str) -> RequestStory | None:
-    """A request's life step by step, with its reason at every step it was held back."""
-    rows = detail.rows_mentioning(trace, orjson.dumps(request_id))
+    """A request's life step by step, with its reason at every step it was held back: the
+    trace's request index is read once, and only the records of the request's span."""
+    span = story_span(trace, request_id)
+    rows = detail.rows_mentioning(trace, orjson.dumps(request_id), span.first, span.stop)
     if not len(rows):
         return None
     cfg = Config(trace)
-    dur = durations(trace)
     steps: list[LifeStep] = []
     preemptions: list[PreemptionWhy] = []
     waited: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
@@ -738,8 +769,8 @@ def request_story(trace: Trace, request_id: str) -> RequestStory | None:
     added_t = scheduled_t = frontend_s = None
     finished: int | None = None
     for row, rec in detail.records(trace, rows):
-        why = step_why(trace, row, rec, config=cfg)
-        seconds = float(dur[row])
+        why = step_why(trace, row, rec, config=cfg, resume_costs=False)  # only its own, below
+        seconds = _seconds(t, row)
         arrival = next((e for e in rec.get("inputs") or () if e[0] == "a" and e[1] == request_id), None)
         if arrival is not None:
             steps.append(LifeStep(why.step, "arrived", 0, -1, None, 0.0))
@@ -775,7 +806,7 @@ def request_story(trace: Trace, request_id: str) -> RequestStory | None:
                     ttft_wait[mine.cause.root] += seconds
         for p in why.preemptions:
             if p.victim == request_id:
-                preemptions.append(resume_cost(trace, p, why.step))
+                preemptions.append(resume_cost(trace, p, why.step, span.events))
                 steps.append(LifeStep(why.step, "preempted", 0, -1, None, 0.0))
         if request_id in (rec.get("finished") or ()):
             steps.append(LifeStep(why.step, "finished", 0, -1, None, 0.0))
@@ -826,12 +857,15 @@ def _sampled(rec: dict[str, Any], rid: str) -> int:
 RESUME_WINDOW = 16  # records read at a time while following a victim after it resumed
 
 
-def resume_cost(trace: Trace, p: PreemptionWhy, step: int) -> PreemptionWhy:
+def resume_cost(
+    trace: Trace, p: PreemptionWhy, step: int, events: RequestEvents | None = None
+) -> PreemptionWhy:
     """A preemption's cost later: the steps until the victim resumed, and the tokens spent
     re-computing its lost work (what the prefix cache gave back on resume aside). Reads only
     the scheduled groups of the victim's steps from its resumption until it caught up."""
     looked = dataclasses.replace(p, looked_for_resume=True)
-    events = request_index(trace).events.get(p.victim)
+    if events is None:  # a caller that holds the victim's events passes them
+        events = request_index(trace).events.get(p.victim)
     resumed = next((s for s in events.resumed if s > step), None) if events is not None else None
     if resumed is None:
         return looked
