@@ -212,8 +212,9 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
+    from tracer.render.fidelity import fidelity_lines
     from tracer.trace.reader import load
-    from tracer.whatif.fidelity import check_fidelity, fidelity_lines
+    from tracer.whatif.fidelity import check_fidelity
     from tracer.whatif.replay import replay
     from tracer.whatif.workload import WorkloadError, workload_from_file, workload_from_trace
 
