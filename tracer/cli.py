@@ -244,7 +244,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
         clock = None
         if args.timed or args.arrivals == "time":
             from tracer.analysis.clock import NoClock, clock_for
-            from tracer.whatif.clock import attach_frontend_delays, attach_idle_waits, clock_sentence
+            from tracer.render.clock import clock_sentence
+            from tracer.whatif.clock import attach_frontend_delays, attach_idle_waits
 
             if recorded is None:
                 print("schedscope: error: --timed needs a recorded trace to fit on", file=sys.stderr)
@@ -315,7 +316,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     import orjson
 
     from tracer.analysis.clock import NoClock
-    from tracer.render.sweep_report import sweep_lines
+    from tracer.render.sweep_report import sweep_document, sweep_lines
     from tracer.whatif.sweep import POLICIES, default_workers, grid, sweep
     from tracer.whatif.workload import WorkloadError
 
@@ -347,14 +348,16 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     trace = _load(args)
     try:
-        doc = sweep(
-            args.trace,
-            settings,
-            objective=args.objective,
-            arrivals=args.arrivals,
-            workers=workers,
-            progress=progress,
-            trace=trace,
+        doc = sweep_document(
+            sweep(
+                args.trace,
+                settings,
+                objective=args.objective,
+                arrivals=args.arrivals,
+                workers=workers,
+                progress=progress,
+                trace=trace,
+            )
         )
     except (NoClock, WorkloadError) as exc:
         print(f"schedscope: error: {exc}", file=sys.stderr)
