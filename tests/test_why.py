@@ -314,7 +314,8 @@ def test_why_checks_its_arguments_before_it_reads_the_trace(
 def test_one_request_story_reads_the_index_once_and_only_its_rows(monkeypatch: pytest.MonkeyPatch) -> None:
     """`mid` is preempted twice, resumed, and lives from row 2 to 37 of 60: its story reads
     the request index once (its preemptions' costs included, the other victims' never), and
-    no record outside its span (the index built before, as a session's is)."""
+    no record outside its span, each record of it once (the index built before, as a
+    session's is)."""
     trace = load(SAMPLES / "priority_preempt.jsonl")
     span = why.story_span(trace, "mid")
     assert (span.first, span.stop) == (2, 38)
@@ -334,4 +335,4 @@ def test_one_request_story_reads_the_index_once_and_only_its_rows(monkeypatch: p
     story = why.request_story(trace, "mid")
     assert story is not None and [p.resumed_step for p in story.preemptions] == [20, 33]
     assert reads == ["request_index", "step_pass"]
-    assert rows and min(rows) >= span.first and max(rows) < span.stop
+    assert rows == list(range(span.first, span.stop))

@@ -111,8 +111,7 @@ def rows_of_steps(trace: Trace, steps: np.ndarray | list[int]) -> np.ndarray:
     return np.where(recorded[pos] == steps, pos, -1)
 
 
-def rows_mentioning(trace: Trace, needle: bytes, first: int = 0, stop: int | None = None) -> np.ndarray:
-    """Rows from row `first` up to `stop` (default: the end) whose record contains `needle`."""
-    end = len(trace) if stop is None else min(stop, len(trace))
-    hits = [row for row, raw in trace.raw_many(range(first, end)) if needle in raw]
+def rows_mentioning(trace: Trace, needle: bytes, first: int = 0) -> np.ndarray:
+    """Rows from row `first` on whose record contains `needle`."""
+    hits = [row for row, raw in trace.raw_many(range(first, len(trace))) if needle in raw]
     return np.asarray(hits, dtype=np.int64)

@@ -27,9 +27,9 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import orjson
@@ -754,12 +754,10 @@ def request_story(trace: Trace, request_id: str) -> RequestStory | None:
     """A request's life step by step, with its reason at every step it was held back: the
     trace's request index is read once, and only the records of the request's span."""
     span = story_span(trace, request_id)
-    rows = detail.rows_mentioning(trace, orjson.dumps(request_id), span.first, span.stop)
-    if not len(rows):
-        return None
     cfg = Config(trace)
     steps: list[LifeStep] = []
-    preemptions: list[PreemptionWhy] = []
+    preempted: list[tuple[PreemptionWhy, int]] = []
+    after: list[_Later] = []  # what a preemption's cost reads of each later step
     waited: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
     ttft_wait: dict[str, float] = defaultdict(float)
     prefill_s = first_s = 0.0
@@ -768,8 +766,12 @@ def request_story(trace: Trace, request_id: str) -> RequestStory | None:
     t = trace.columns["t"]
     added_t = scheduled_t = frontend_s = None
     finished: int | None = None
-    for row, rec in detail.records(trace, rows):
+    named = False
+    for row, rec in _mentioning(trace, orjson.dumps(request_id), span.first, span.stop):
+        named = True
         why = step_why(trace, row, rec, config=cfg, resume_costs=False)  # only its own, below
+        if span.events is not None and span.events.resumed:
+            after.append(_later(rec, request_id))
         seconds = _seconds(t, row)
         arrival = next((e for e in rec.get("inputs") or () if e[0] == "a" and e[1] == request_id), None)
         if arrival is not None:
@@ -806,11 +808,15 @@ def request_story(trace: Trace, request_id: str) -> RequestStory | None:
                     ttft_wait[mine.cause.root] += seconds
         for p in why.preemptions:
             if p.victim == request_id:
-                preemptions.append(resume_cost(trace, p, why.step, span.events))
+                preempted.append((p, why.step))
                 steps.append(LifeStep(why.step, "preempted", 0, -1, None, 0.0))
         if request_id in (rec.get("finished") or ()):
             steps.append(LifeStep(why.step, "finished", 0, -1, None, 0.0))
             finished = why.step
+    if not named:
+        return None
+    exact = has_why_fields(trace)
+    preemptions = [_resumed_cost(p, step, span.events, after, exact) for p, step in preempted]
     # Steps the request waited through without being listed (a step lists at most 32 waiting
     # requests): the engine had it, so it waited, but the trace cannot say why.
     unlisted = None
@@ -841,6 +847,81 @@ def request_story(trace: Trace, request_id: str) -> RequestStory | None:
     )
 
 
+def _mentioning(trace: Trace, needle: bytes, first: int, stop: int) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(row, record) for the rows in [first, stop) whose record contains `needle`: one read of
+    those rows' raw bytes, the hits parsed in batches as tracer.analysis.detail.records does."""
+    batch: list[tuple[int, bytes]] = []
+    for row, raw in trace.raw_many(range(first, min(stop, len(trace)))):
+        if needle in raw:
+            batch.append((row, raw))
+        if len(batch) >= detail.BATCH:
+            yield from _parsed(batch)
+            batch = []
+    yield from _parsed(batch)
+
+
+def _parsed(batch: list[tuple[int, bytes]]) -> Iterator[tuple[int, dict[str, Any]]]:
+    if batch:
+        parsed = orjson.loads(b"[" + b",".join(raw for _, raw in batch) + b"]")
+        for (row, _), rec in zip(batch, parsed, strict=True):
+            yield row, detail.with_defaults(rec)
+
+
+class _Later(NamedTuple):
+    """What a preemption's cost reads of one step naming its victim."""
+
+    step: int
+    cached: int  # the victim's prefix-cache hit
+    preempted: bool
+    tokens: int  # scheduled to the victim as a resumed or running request
+
+
+def _later(rec: dict[str, Any], rid: str) -> _Later:
+    groups = (rec.get("resumed") or [], rec.get("running") or [])
+    return _Later(
+        int(rec.get("step", -1)),  # a region of a record (resume_cost) holds no step
+        int((rec.get("cached") or {}).get(rid, 0)),
+        rid in (rec.get("preempted") or ()),
+        next((e[1] for g in groups for e in g if e[0] == rid), 0),
+    )
+
+
+def _recomputed(owed: int, later: Iterable[_Later]) -> int:
+    """The tokens spent re-computing `owed` lost tokens over the steps from the resumption
+    on, until caught up or preempted again."""
+    spent = 0
+    if owed <= 0:
+        return spent
+    for s in later:
+        if s.preempted and spent:
+            break
+        spent += min(s.tokens, owed - spent)
+        if spent >= owed:
+            break
+    return spent
+
+
+def _resumed_cost(
+    p: PreemptionWhy, step: int, events: RequestEvents | None, later: list[_Later], exact: bool
+) -> PreemptionWhy:
+    """resume_cost from the story's own records (every later step naming the victim)."""
+    looked = dataclasses.replace(p, looked_for_resume=True)
+    resumed = next((s for s in events.resumed if s > step), None) if events is not None else None
+    at = next((i for i, s in enumerate(later) if s.step == resumed), None)
+    if resumed is None or at is None:
+        return looked
+    cached = later[at].cached if exact else None
+    owed = None if p.lost is None else max(0, p.lost - (cached or 0))
+    spent = 0 if owed is None else _recomputed(owed, later[at:])
+    return dataclasses.replace(
+        looked,
+        resumed_step=resumed,
+        steps_until_resumed=resumed - step,
+        recomputed=spent if owed is not None else None,
+        cached_on_resume=cached,
+    )
+
+
 def _frontend_seconds(trace: Trace, arrival: list[Any], added_t: float) -> float | None:
     """From the request's arrival (its `a` input) to the schedule() call it was added before;
     None where the arrival is not a wall time within the run (throughput.steps_clock)."""
@@ -857,15 +938,12 @@ def _sampled(rec: dict[str, Any], rid: str) -> int:
 RESUME_WINDOW = 16  # records read at a time while following a victim after it resumed
 
 
-def resume_cost(
-    trace: Trace, p: PreemptionWhy, step: int, events: RequestEvents | None = None
-) -> PreemptionWhy:
+def resume_cost(trace: Trace, p: PreemptionWhy, step: int) -> PreemptionWhy:
     """A preemption's cost later: the steps until the victim resumed, and the tokens spent
     re-computing its lost work (what the prefix cache gave back on resume aside). Reads only
     the scheduled groups of the victim's steps from its resumption until it caught up."""
     looked = dataclasses.replace(p, looked_for_resume=True)
-    if events is None:  # a caller that holds the victim's events passes them
-        events = request_index(trace).events.get(p.victim)
+    events = request_index(trace).events.get(p.victim)
     resumed = next((s for s in events.resumed if s > step), None) if events is not None else None
     if resumed is None:
         return looked
@@ -877,18 +955,15 @@ def resume_cost(
         fact = next(detail.region(trace, [row], "cached", "waiting_status"))[1]
         cached = int((fact.get("cached") or {}).get(p.victim, 0))
     owed = None if p.lost is None else max(0, p.lost - (cached or 0))
-    spent = 0
-    while owed is not None and spent < owed and row < len(trace):
-        window = range(row, min(row + RESUME_WINDOW, len(trace)))
-        for _, rec in detail.region(trace, window, "resumed", "finished", batch=RESUME_WINDOW):
-            if p.victim in (rec.get("preempted") or ()) and spent:
-                owed = spent  # preempted again before it caught up
-                break
-            groups = (rec.get("resumed") or [], rec.get("running") or [])
-            spent += min(next((e[1] for g in groups for e in g if e[0] == p.victim), 0), owed - spent)
-            if spent >= owed:
-                break
-        row = window.stop
+
+    def later(row: int) -> Iterator[_Later]:  # read a window at a time, until caught up
+        while row < len(trace):
+            window = range(row, min(row + RESUME_WINDOW, len(trace)))
+            for _, rec in detail.region(trace, window, "resumed", "finished", batch=RESUME_WINDOW):
+                yield _later(rec, p.victim)
+            row = window.stop
+
+    spent = 0 if owed is None else _recomputed(owed, later(row))
     return dataclasses.replace(
         looked,
         resumed_step=resumed,
