@@ -314,7 +314,7 @@ class RequestsScreen(StepScreen):
 
     @work(thread=True, exclusive=True, group="story")
     def story(self, request_id: str) -> None:
-        """tracer.analysis.why.request_story searches the whole trace: off the UI thread."""
+        """tracer.analysis.why.request_story may build the trace's request index: off the UI thread."""
         story = self.model.request_story(request_id)
         lines = list(story_lines(story)) if story is not None else [f"no request {request_id} in this trace"]
         self.app.call_from_thread(self.app.push_screen, StoryScreen(lines))
