@@ -729,9 +729,12 @@ def story_span(trace: Trace, request_id: str) -> StorySpan:
     index = request_index(trace)
     events = index.events.get(request_id)
     times = step_pass(trace).requests  # the same entry pass made both, or their sidecars
-    if events is None or request_id not in times.ids:
+    try:
+        i = times.ids.index(request_id)
+    except ValueError:
+        i = -1
+    if events is None or i < 0:
         return StorySpan(events, 0, len(trace))
-    i = times.ids.index(request_id)
     starts = [int(r) for r in (times.arrived[i], times.seen[i]) if r >= 0]
     first = min(starts) if starts else 0
     stop = len(trace)
