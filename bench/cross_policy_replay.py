@@ -71,8 +71,9 @@ def main() -> int:
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     from tracer.policies import scheduler_class
+    from tracer.render.fidelity import fidelity_lines
     from tracer.trace.reader import load
-    from tracer.whatif.fidelity import compare_runs, fidelity_lines
+    from tracer.whatif.fidelity import compare_runs
     from tracer.whatif.offline import build_scheduler, run_workload
     from tracer.whatif.replay import recording_to, replay
     from tracer.whatif.workload import workload_from_trace

@@ -32,8 +32,9 @@ def main() -> int:
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     from tracer.policies import scheduler_class
+    from tracer.render.fidelity import fidelity_lines
     from tracer.trace.reader import load
-    from tracer.whatif.fidelity import check_fidelity, fidelity_lines
+    from tracer.whatif.fidelity import check_fidelity
     from tracer.whatif.offline import EngineSpec, RequestSpec, build_scheduler
     from tracer.whatif.replay import Replayer, recording_to
     from tracer.whatif.workload import PositionTable, Workload

@@ -21,6 +21,7 @@ from tests.conftest import ROOT
 from tests.stream_support import records, wait_for
 from tracer.cli import main
 from tracer.live.stream import StreamHub, StreamServer
+from tracer.render.source import source_line
 from tracer.trace import index_files, sidecar
 from tracer.trace.attach import RunSaver, StreamEvent, StreamFollower, link_status, run_path
 from tracer.trace.reader import Trace, TraceError, load, reopen
@@ -213,7 +214,7 @@ def test_a_mirror_follows_a_restart_into_a_new_file(
     wait_for(lambda: mirror.saver.path == tmp_path / "live.1.jsonl" and steps_in(mirror.saver.path) == [4, 5])
     # Steps 1..3 of the new run left its backlog before the viewer got back: an explicit gap.
     assert load(mirror.saver.path, strict=True).gaps == [(0, 4)]
-    assert "new run 2 (the server restarted) → live.1.jsonl" in mirror.state.text()
+    assert "new run 2 (the server restarted) → live.1.jsonl" in source_line(mirror.state)
     assert steps_in(tmp_path / "live.jsonl") == [1]
 
 
@@ -258,10 +259,12 @@ def test_the_mirror_reports_idle_and_saves_no_heartbeat(
     mirror = TraceSource.stream(server.url, save=tmp_path / "m.jsonl", **FAST).start()
     mirrors.append(mirror)
     wait_for(lambda: mirror.state.phase == "idle")  # nothing published at all yet
-    assert mirror.state.text() == "idle (no step yet)"
+    assert source_line(mirror.state) == "idle (no step yet)"
     hub.publish(records([header(), step(1)]))
     wait_for(lambda: mirror.state.phase == "idle" and mirror.state.link.last_step == 1)
-    assert mirror.state.text().startswith("idle since ") and mirror.state.text().endswith("(last step 1)")
+    assert source_line(mirror.state).startswith("idle since ") and source_line(mirror.state).endswith(
+        "(last step 1)"
+    )
     time.sleep(6 * BEAT)
     assert mirror.follower.reconnects == 0 and kinds(tmp_path / "m.jsonl") == ["header", "step"]
 
@@ -325,7 +328,7 @@ def test_a_refused_mirror_says_so(tmp_path: Path, mirrors: list[TraceSource]) ->
         mirror = TraceSource.stream(server.url, save=tmp_path / "m.jsonl", token="wrong", **FAST).start()
         mirrors.append(mirror)
         wait_for(lambda: mirror.state.phase == "unauthorised")  # a token problem, not retried
-        assert mirror.state.text().startswith("unauthorised: HTTP 401")
+        assert source_line(mirror.state).startswith("unauthorised: HTTP 401")
         assert (tmp_path / "m.jsonl").read_bytes() == b""
     finally:
         server.close()

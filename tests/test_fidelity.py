@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 from tests.conftest import ROOT
 from tracer.cli import main
 from tracer.policies import scheduler_class
+from tracer.render.fidelity import fidelity_lines
 from tracer.trace.reader import load
-from tracer.whatif.fidelity import check_fidelity, compare_runs, decisions, fidelity_lines
+from tracer.whatif.fidelity import check_fidelity, compare_runs, decisions
 from tracer.whatif.offline import EngineSpec, RequestSpec, build_scheduler
 from tracer.whatif.replay import Replayer, recording_to
 from tracer.whatif.workload import PositionTable, Workload

@@ -16,9 +16,10 @@ import pytest
 
 from tests.live_support import abandon_streams, bench_serve, build_tiny_llama, renice_engine, start_server
 from tracer.cli import main
+from tracer.render.fidelity import fidelity_lines
 from tracer.trace import index_files, sidecar
 from tracer.trace.reader import Trace, load, reopen
-from tracer.whatif.fidelity import check_fidelity, fidelity_lines
+from tracer.whatif.fidelity import check_fidelity
 
 pytestmark = pytest.mark.live  # a CPU `vllm serve`: not on the CUDA 0.33 environment
 

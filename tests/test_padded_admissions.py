@@ -19,8 +19,9 @@ from typing import Any
 import pytest
 
 from tracer.policies import scheduler_class
+from tracer.render.fidelity import fidelity_lines
 from tracer.trace.reader import Trace, load
-from tracer.whatif.fidelity import compare_runs, fidelity_lines
+from tracer.whatif.fidelity import compare_runs
 from tracer.whatif.offline import (
     PLACEHOLDER_DRAFT,
     EngineSpec,

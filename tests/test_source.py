@@ -16,6 +16,7 @@ import pytest
 
 from tests.stream_support import records, wait_for
 from tracer.live.stream import StreamHub, StreamServer
+from tracer.render.source import source_line
 from tracer.trace.reader import Trace, TraceError, TraceHeaderError, load
 from tracer.trace.source import Mode, Phase, SourceState, TraceSource
 
@@ -93,7 +94,7 @@ def test_a_complete_file_loads_progressively_and_ends_equal_to_load(
     assert seen.phases()[0] is Phase.LOADING and seen.phases()[-1] is Phase.COMPLETE
     assert seen.progress[-1] == (path.stat().st_size, path.stat().st_size)
     assert seen.last is not None and same(seen.last, load(path)) and seen.errors == []
-    assert source.state.text() == "big.jsonl: 12000 steps"
+    assert source_line(source.state) == "big.jsonl: 12000 steps"
 
 
 def test_a_held_file_reads_nothing_until_released_or_the_hold_ends(
@@ -182,7 +183,9 @@ def test_strict_stops_at_a_malformed_line_and_lenient_skips_it(tmp_path: Path) -
     assert len(seen.errors) == 1 and seen.updates == []
     error = seen.errors[0]
     assert (error.line, error.field) == (3, "input") and not isinstance(error, TraceHeaderError)
-    assert strict.state.phase is Phase.FAILED and "bad.jsonl:3: field 'input': missing" in strict.state.text()
+    assert strict.state.phase is Phase.FAILED and "bad.jsonl:3: field 'input': missing" in source_line(
+        strict.state
+    )
     lenient = TraceSource.file(path, strict=False)
     assert lenient.start().join(10)
     assert lenient.trace is not None and len(lenient.trace) == 2 and len(lenient.trace.problems) == 1
@@ -216,9 +219,9 @@ def test_a_growing_file_appended_in_chunks_with_a_torn_line(tmp_path: Path) -> N
     seen = Recorder(source)
     source.start()
     try:
-        wait_for(lambda: source.state.phase is Phase.WAITING and "to appear" in source.state.text())
+        wait_for(lambda: source.state.phase is Phase.WAITING and "to appear" in source_line(source.state))
         path.write_bytes(lines[0][:30])  # half a header
-        wait_for(lambda: "waiting for the header record" in source.state.text())
+        wait_for(lambda: "waiting for the header record" in source_line(source.state))
         with path.open("ab") as f:
             f.write(lines[0][30:] + lines[1] + lines[2][:25])  # ... a step and a torn one
         wait_for(lambda: seen.steps == 1)
@@ -234,7 +237,7 @@ def test_a_growing_file_appended_in_chunks_with_a_torn_line(tmp_path: Path) -> N
         assert versions == list(range(1, len(versions) + 1))
         path.write_bytes(lines[0] + lines[1])  # rewritten shorter: a new run, read from the start
         wait_for(lambda: seen.steps == 1)
-        assert source.state.text() == "following live.jsonl: 1 steps"
+        assert source_line(source.state) == "following live.jsonl: 1 steps"
     finally:
         source.close()
 
@@ -295,7 +298,7 @@ def test_a_stream_with_a_wrong_token_is_unauthorised(servers: list[StreamServer]
     seen = Recorder(source)
     assert source.start().join(10)  # nothing more can come: the source ends by itself
     assert seen.phases()[-1] is Phase.UNAUTHORISED and source.state.problem and seen.updates == []
-    assert source.state.text().startswith("unauthorised: HTTP 401")
+    assert source_line(source.state).startswith("unauthorised: HTTP 401")
     right = TraceSource.stream(servers[0].url, token="s3cret", **FAST)
     seen_right = Recorder(right)
     right.start()
@@ -328,10 +331,12 @@ def test_a_stream_reconnects_and_the_save_tee_equals_the_servers_file(
         assert save.read_bytes() == ADDITIVE.read_bytes()
         assert seen.last is not None and same(seen.last, load(ADDITIVE)) and seen.last.path == str(save)
         assert Phase.CONNECTING in seen.phases() and Phase.LIVE in seen.phases()
-        assert source.state.text().startswith("idle since ") and source.state.mode is Mode.STREAM
+        assert source_line(source.state).startswith("idle since ") and source.state.mode is Mode.STREAM
         servers[0].close()  # the run wrote its footer, then the server went away: ended, not connecting
         wait_for(lambda: source.state.phase is Phase.ENDED)
-        assert source.state.text() == "ended: the run wrote its footer · last step 7 · saved to copy.jsonl"
+        assert (
+            source_line(source.state) == "ended: the run wrote its footer · last step 7 · saved to copy.jsonl"
+        )
     finally:
         source.close()
 
@@ -352,7 +357,7 @@ def test_a_stream_gap_is_shown_as_a_gap(servers: list[StreamServer]) -> None:
         assert seen.last is not None and seen.last.gaps == [(2, 7)] and source.state.gaps == 1
         assert list(seen.last.columns["step"]) == [1, 2, *range(7, 13)]
         assert source.state.phase is Phase.GAP  # held a few seconds, so a viewer sees it
-        assert source.state.text().startswith("gap: steps 3..6 missing")
+        assert source_line(source.state).startswith("gap: steps 3..6 missing")
     finally:
         source.close()
 

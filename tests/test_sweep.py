@@ -247,3 +247,16 @@ def test_a_setting_beyond_the_sources_steps_is_flagged() -> None:
     assert (
         "1.00 ms †" in text and "stock seqs=16: " in text and "requests up to 8 a step (the source: 1" in text
     )
+
+
+def test_the_sweep_document_words_its_clock_beside_it() -> None:
+    """`sweep --json` keeps `clock_sentence` right after `clock`, worded by tracer.render.clock
+    from the clock's own facts (a median clock here: the DFlash sample is too short to fit)."""
+    from tracer.render.clock import clock_sentence
+    from tracer.render.sweep_report import sweep_document
+
+    clock = clock_for(load(DFLASH))
+    doc = sweep_document({"trace": "t", "clock": clock.to_dict(), "error_pct": None, "results": []})
+    assert list(doc) == ["trace", "clock", "clock_sentence", "error_pct", "results"]
+    assert doc["clock_sentence"] == clock_sentence(clock)
+    assert doc["clock_sentence"].startswith("every step priced at the source's measured median step")

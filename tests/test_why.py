@@ -309,3 +309,30 @@ def test_why_checks_its_arguments_before_it_reads_the_trace(
     to read) the trace."""
     assert main(["why", str(tmp_path / "not-there.jsonl")]) == 2
     assert capsys.readouterr().err.strip() == "schedscope: error: give a REQUEST_ID or --step N (one of them)"
+
+
+def test_one_request_story_reads_the_index_once_and_only_its_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`mid` is preempted twice, resumed, and lives from row 2 to 37 of 60: its story reads
+    the request index once (its preemptions' costs included, the other victims' never), and
+    no record outside its span, each record of it once (the index built before, as a
+    session's is)."""
+    trace = load(SAMPLES / "priority_preempt.jsonl")
+    span = why.story_span(trace, "mid")
+    assert (span.first, span.stop) == (2, 38)
+    reads: list[str] = []
+    rows: list[int] = []
+    for name in ("request_index", "step_pass"):
+        real = getattr(why, name)
+        monkeypatch.setattr(why, name, lambda t, real=real, name=name: reads.append(name) or real(t))
+    raw_many = type(trace).raw_many
+
+    def counted(self: Any, wanted: Any) -> Any:
+        for row, raw in raw_many(self, wanted):
+            rows.append(row)
+            yield row, raw
+
+    monkeypatch.setattr(type(trace), "raw_many", counted)
+    story = why.request_story(trace, "mid")
+    assert story is not None and [p.resumed_step for p in story.preemptions] == [20, 33]
+    assert reads == ["request_index", "step_pass"]
+    assert rows == list(range(span.first, span.stop))

@@ -211,7 +211,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from tracer.analysis.opening import Spec, open_input
-    from tracer.whatif.fidelity import check_fidelity, fidelity_lines
+    from tracer.render.fidelity import fidelity_lines
+    from tracer.whatif.fidelity import check_fidelity
     from tracer.whatif.replay import replay
     from tracer.whatif.workload import WorkloadError, workload_from_file, workload_from_trace
 
@@ -241,7 +242,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
         clock = None
         if args.timed or args.arrivals == "time":
             from tracer.analysis.clock import NoClock, clock_for
-            from tracer.whatif.clock import attach_frontend_delays, attach_idle_waits, clock_sentence
+            from tracer.render.clock import clock_sentence
+            from tracer.whatif.clock import attach_frontend_delays, attach_idle_waits
 
             if recorded is None:
                 print("schedscope: error: --timed needs a recorded trace to fit on", file=sys.stderr)
@@ -312,7 +314,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     import orjson
 
     from tracer.analysis.clock import NoClock
-    from tracer.render.sweep_report import sweep_lines
+    from tracer.render.sweep_report import sweep_document, sweep_lines
     from tracer.whatif.sweep import POLICIES, default_workers, grid, sweep
     from tracer.whatif.workload import WorkloadError
 
@@ -344,14 +346,16 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     trace = _session(args).trace
     try:
-        doc = sweep(
-            args.trace,
-            settings,
-            objective=args.objective,
-            arrivals=args.arrivals,
-            workers=workers,
-            progress=progress,
-            trace=trace,
+        doc = sweep_document(
+            sweep(
+                args.trace,
+                settings,
+                objective=args.objective,
+                arrivals=args.arrivals,
+                workers=workers,
+                progress=progress,
+                trace=trace,
+            )
         )
     except (NoClock, WorkloadError) as exc:
         print(f"schedscope: error: {exc}", file=sys.stderr)

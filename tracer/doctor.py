@@ -409,6 +409,7 @@ def record_verdicts(trace: Trace) -> list[Verdict]:
 
 
 def replay_verdicts(trace: Trace) -> list[Verdict]:
+    from tracer.render.fidelity import fidelity_lines
     from tracer.whatif import fidelity
     from tracer.whatif.workload import WorkloadError, workload_from_trace
 
@@ -425,7 +426,7 @@ def replay_verdicts(trace: Trace) -> list[Verdict]:
         return [Verdict(SKIP, "identity replay", f"needs vLLM installed here ({exc})")]
     except Exception as exc:
         return [Verdict(FAIL, "identity replay", f"the replay raised {type(exc).__name__}: {exc}")]
-    summary = fidelity.fidelity_lines(result)[0].removeprefix("identity replay ")
+    summary = fidelity_lines(result)[0].removeprefix("identity replay ")
     return [Verdict(PASS if result.identical else FAIL, "identity replay", summary)]
 
 

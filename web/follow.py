@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from tracer.render.source import source_line
 from tracer.trace.reader import Trace, TraceError
 from tracer.trace.source import Phase, SourceState, TraceSource
 from web.model import TraceView
@@ -40,7 +41,7 @@ class StoreFeed:
         """The source's state in one line; nothing once a complete file is shown."""
         if self.state.phase is Phase.COMPLETE and not self.source.live:
             return ""
-        return self.state.text()
+        return source_line(self.state)
 
     def start(self) -> StoreFeed:
         self.source.start()

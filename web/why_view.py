@@ -27,7 +27,7 @@ from tracer.analysis.request_lanes import (
     WAITING,
     RequestLanes,
 )
-from tracer.render.why import lanes_note, segment_text, state_label, story_lines
+from tracer.render.why import lanes_note, no_story_line, segment_text, state_label, story_lines
 from web.chart import AXIS_LOOK, LOOK, MARGIN, XAXIS_LOOK, whole_range
 from web.decimate import MAX_POINTS, parse_xrange, row_range, select_rows
 from web.model import TraceView
@@ -191,7 +191,7 @@ def why_panel(view: TraceView | None, request_id: str | None) -> list[Any]:
         return [html.P("Click a request's lane in the Gantt to read its why.", className="muted")]
     story = view.session.request_story(request_id)
     if story is None:
-        return [html.P(f"No request {request_id} in this trace.")]
+        return [html.P(no_story_line(request_id))]
     text = html.Pre(
         "\n".join(story_lines(story)),
         id="request-why-text",

@@ -27,9 +27,9 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import orjson
@@ -45,7 +45,8 @@ from tracer.analysis.reasons import (
     SKIP_STATUS,
     UNKNOWN,
 )
-from tracer.analysis.requests import request_index
+from tracer.analysis.requests import RequestEvents, request_index
+from tracer.analysis.steppass import step_pass
 from tracer.analysis.throughput import steps_clock
 from tracer.trace import schema
 from tracer.trace.reader import Trace
@@ -711,24 +712,55 @@ class RequestStory:
         }
 
 
-def durations(trace: Trace) -> np.ndarray:
-    """Each step's duration on the scheduler clock: to the next step's start (the last: the median)."""
-    t = trace.columns["t"]
+@dataclass(frozen=True)
+class StorySpan:
+    """Where one request's story lies, from the trace's per-request index (read once): its
+    events, and the rows from the first that can name it (its arrival, else its first
+    listing) up to the step that finished it."""
+
+    events: RequestEvents | None
+    first: int
+    stop: int
+
+
+def story_span(trace: Trace, request_id: str) -> StorySpan:
+    """The rows to search for `request_id`: the request index bounds them (the whole trace
+    when it does not know the request)."""
+    index = request_index(trace)
+    events = index.events.get(request_id)
+    times = step_pass(trace).requests  # the same entry pass made both, or their sidecars
+    try:
+        i = times.ids.index(request_id)
+    except ValueError:
+        i = -1
+    if events is None or i < 0:
+        return StorySpan(events, 0, len(trace))
+    starts = [int(r) for r in (times.arrived[i], times.seen[i]) if r >= 0]
+    first = min(starts) if starts else 0
+    stop = len(trace)
+    if events.finished is not None:
+        row = int(detail.rows_of_steps(trace, [events.finished])[0])
+        stop = row + 1 if row >= 0 else stop
+    return StorySpan(events, first, stop)
+
+
+def _seconds(t: np.ndarray, row: int) -> float:
+    """A step's duration on the scheduler clock: to the next step's start (the last: the median)."""
     if len(t) < 2:
-        return np.zeros(len(t))
-    d = np.diff(t)
-    return np.append(d, float(np.median(d)))
+        return 0.0
+    if row + 1 < len(t):
+        return float(t[row + 1] - t[row])
+    return float(np.median(np.diff(t)))
 
 
 def request_story(trace: Trace, request_id: str) -> RequestStory | None:
-    """A request's life step by step, with its reason at every step it was held back."""
-    rows = detail.rows_mentioning(trace, orjson.dumps(request_id))
-    if not len(rows):
-        return None
+    """A request's life step by step, with its reason at every step it was held back: the
+    trace's request index is read once, and only the records of the request's span."""
+    span = story_span(trace, request_id)
     cfg = Config(trace)
-    dur = durations(trace)
     steps: list[LifeStep] = []
-    preemptions: list[PreemptionWhy] = []
+    preempted: list[tuple[PreemptionWhy, int]] = []
+    after: list[_Later] = []  # what a preemption's cost reads of each later step
     waited: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
     ttft_wait: dict[str, float] = defaultdict(float)
     prefill_s = first_s = 0.0
@@ -737,9 +769,13 @@ def request_story(trace: Trace, request_id: str) -> RequestStory | None:
     t = trace.columns["t"]
     added_t = scheduled_t = frontend_s = None
     finished: int | None = None
-    for row, rec in detail.records(trace, rows):
-        why = step_why(trace, row, rec, config=cfg)
-        seconds = float(dur[row])
+    named = False
+    for row, rec in _mentioning(trace, orjson.dumps(request_id), span.first, span.stop):
+        named = True
+        why = step_why(trace, row, rec, config=cfg, resume_costs=False)  # only its own, below
+        if span.events is not None and span.events.resumed:
+            after.append(_later(rec, request_id))
+        seconds = _seconds(t, row)
         arrival = next((e for e in rec.get("inputs") or () if e[0] == "a" and e[1] == request_id), None)
         if arrival is not None:
             steps.append(LifeStep(why.step, "arrived", 0, -1, None, 0.0))
@@ -775,11 +811,15 @@ def request_story(trace: Trace, request_id: str) -> RequestStory | None:
                     ttft_wait[mine.cause.root] += seconds
         for p in why.preemptions:
             if p.victim == request_id:
-                preemptions.append(resume_cost(trace, p, why.step))
+                preempted.append((p, why.step))
                 steps.append(LifeStep(why.step, "preempted", 0, -1, None, 0.0))
         if request_id in (rec.get("finished") or ()):
             steps.append(LifeStep(why.step, "finished", 0, -1, None, 0.0))
             finished = why.step
+    if not named:
+        return None
+    exact = has_why_fields(trace)
+    preemptions = [_resumed_cost(p, step, span.events, after, exact) for p, step in preempted]
     # Steps the request waited through without being listed (a step lists at most 32 waiting
     # requests): the engine had it, so it waited, but the trace cannot say why.
     unlisted = None
@@ -807,6 +847,81 @@ def request_story(trace: Trace, request_id: str) -> RequestStory | None:
         ttft=ttft,
         preemptions=preemptions,
         finished=finished,
+    )
+
+
+def _mentioning(trace: Trace, needle: bytes, first: int, stop: int) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(row, record) for the rows in [first, stop) whose record contains `needle`: one read of
+    those rows' raw bytes, the hits parsed in batches as tracer.analysis.detail.records does."""
+    batch: list[tuple[int, bytes]] = []
+    for row, raw in trace.raw_many(range(first, min(stop, len(trace)))):
+        if needle in raw:
+            batch.append((row, raw))
+        if len(batch) >= detail.BATCH:
+            yield from _parsed(batch)
+            batch = []
+    yield from _parsed(batch)
+
+
+def _parsed(batch: list[tuple[int, bytes]]) -> Iterator[tuple[int, dict[str, Any]]]:
+    if batch:
+        parsed = orjson.loads(b"[" + b",".join(raw for _, raw in batch) + b"]")
+        for (row, _), rec in zip(batch, parsed, strict=True):
+            yield row, detail.with_defaults(rec)
+
+
+class _Later(NamedTuple):
+    """What a preemption's cost reads of one step naming its victim."""
+
+    step: int
+    cached: int  # the victim's prefix-cache hit
+    preempted: bool
+    tokens: int  # scheduled to the victim as a resumed or running request
+
+
+def _later(rec: dict[str, Any], rid: str) -> _Later:
+    groups = (rec.get("resumed") or [], rec.get("running") or [])
+    return _Later(
+        int(rec.get("step", -1)),  # a region of a record (resume_cost) holds no step
+        int((rec.get("cached") or {}).get(rid, 0)),
+        rid in (rec.get("preempted") or ()),
+        next((e[1] for g in groups for e in g if e[0] == rid), 0),
+    )
+
+
+def _recomputed(owed: int, later: Iterable[_Later]) -> int:
+    """The tokens spent re-computing `owed` lost tokens over the steps from the resumption
+    on, until caught up or preempted again."""
+    spent = 0
+    if owed <= 0:
+        return spent
+    for s in later:
+        if s.preempted and spent:
+            break
+        spent += min(s.tokens, owed - spent)
+        if spent >= owed:
+            break
+    return spent
+
+
+def _resumed_cost(
+    p: PreemptionWhy, step: int, events: RequestEvents | None, later: list[_Later], exact: bool
+) -> PreemptionWhy:
+    """resume_cost from the story's own records (every later step naming the victim)."""
+    looked = dataclasses.replace(p, looked_for_resume=True)
+    resumed = next((s for s in events.resumed if s > step), None) if events is not None else None
+    at = next((i for i, s in enumerate(later) if s.step == resumed), None)
+    if resumed is None or at is None:
+        return looked
+    cached = later[at].cached if exact else None
+    owed = None if p.lost is None else max(0, p.lost - (cached or 0))
+    spent = 0 if owed is None else _recomputed(owed, later[at:])
+    return dataclasses.replace(
+        looked,
+        resumed_step=resumed,
+        steps_until_resumed=resumed - step,
+        recomputed=spent if owed is not None else None,
+        cached_on_resume=cached,
     )
 
 
@@ -843,18 +958,15 @@ def resume_cost(trace: Trace, p: PreemptionWhy, step: int) -> PreemptionWhy:
         fact = next(detail.region(trace, [row], "cached", "waiting_status"))[1]
         cached = int((fact.get("cached") or {}).get(p.victim, 0))
     owed = None if p.lost is None else max(0, p.lost - (cached or 0))
-    spent = 0
-    while owed is not None and spent < owed and row < len(trace):
-        window = range(row, min(row + RESUME_WINDOW, len(trace)))
-        for _, rec in detail.region(trace, window, "resumed", "finished", batch=RESUME_WINDOW):
-            if p.victim in (rec.get("preempted") or ()) and spent:
-                owed = spent  # preempted again before it caught up
-                break
-            groups = (rec.get("resumed") or [], rec.get("running") or [])
-            spent += min(next((e[1] for g in groups for e in g if e[0] == p.victim), 0), owed - spent)
-            if spent >= owed:
-                break
-        row = window.stop
+
+    def later(row: int) -> Iterator[_Later]:  # read a window at a time, until caught up
+        while row < len(trace):
+            window = range(row, min(row + RESUME_WINDOW, len(trace)))
+            for _, rec in detail.region(trace, window, "resumed", "finished", batch=RESUME_WINDOW):
+                yield _later(rec, p.victim)
+            row = window.stop
+
+    spent = 0 if owed is None else _recomputed(owed, later(row))
     return dataclasses.replace(
         looked,
         resumed_step=resumed,

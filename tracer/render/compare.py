@@ -10,9 +10,9 @@ import numpy as np
 from tracer.analysis.clock import Performance
 from tracer.analysis.compare import DELTA_COLUMNS, Comparison
 from tracer.analysis.flags import ADDITIVE
+from tracer.render.fidelity import identity_line
 from tracer.render.text import TTFT_FROM_SENTENCE, TTFT_FROM_SHORT, totals_lines
 from tracer.trace.schema import OFFLINE_MODEL_NAME
-from tracer.whatif.fidelity import identity_line
 
 
 def headline(c: Comparison) -> str:

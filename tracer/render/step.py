@@ -22,6 +22,18 @@ def schedule_time(rec: dict[str, Any]) -> str:
     return f"schedule() {rec.get('sched_us', 0):.0f} µs"
 
 
+def buffers_line(trace: Trace, i: int) -> str | None:
+    """The rows the model runner's passes used of their buffers at step row i (None: no
+    runner record)."""
+    run = trace.runner
+    passes = [
+        f"{name} pass {int(run[rows][i])}/{int(run[cap][i])} rows"
+        for name, rows, cap in (("target", "target_rows", "target_cap"), ("draft", "draft_rows", "draft_cap"))
+        if run[rows][i] >= 0
+    ]
+    return f"buffers: {' · '.join(passes)}" if passes else None
+
+
 def arithmetic(trace: Trace, i: int, analysis: BudgetAnalysis | None = None) -> list[str]:
     """The budget arithmetic of step row i written out, one line per budget."""
     col = trace.columns

@@ -5,8 +5,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from tracer.analysis.clock import StepClock
+from tracer.render.clock import clock_sentence
 from tracer.render.text import TTFT_FROM_SENTENCE
 from tracer.whatif.sweep import OBJECTIVES
+
+
+def sweep_document(doc: dict[str, Any]) -> dict[str, Any]:
+    """tracer.whatif.sweep's result as `sweep --json` writes it and the Sweep page reads it:
+    its clock's sentence beside the clock."""
+    out: dict[str, Any] = {}
+    for key, value in doc.items():
+        out[key] = value
+        if key == "clock":
+            out["clock_sentence"] = clock_sentence(StepClock.from_dict(value))
+    return out
 
 
 def error_text(err: float | None) -> str:

@@ -157,6 +157,12 @@ class Total:
         fmt = f"{{:.{self.digits}f}}"
         return fmt.format(self.a), fmt.format(self.b), fmt.format(self.delta)
 
+    def signed_delta(self) -> str:
+        """B − A with its sign, "0" when equal: the compare screen's delta column."""
+        if not self.delta:
+            return "0"
+        return ("+" if self.delta > 0 else "") + self.cells()[2]
+
 
 def compare_totals(c: Comparison) -> list[Total]:
     """The totals of a comparison, in the order `schedscope diff` prints them."""

@@ -188,6 +188,11 @@ def _runs(steps: list[LifeStep]) -> list[list[LifeStep]]:
     return runs
 
 
+def no_story_line(request_id: str) -> str:
+    """What the views' why panels say when the trace never names the request."""
+    return f"No request {request_id} in this trace."
+
+
 def story_lines(story: RequestStory) -> Iterator[str]:
     yield f"request {story.id}"
     for run in _runs(story.steps):

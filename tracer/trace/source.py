@@ -93,7 +93,7 @@ PROBLEMS = frozenset({Phase.STALLED, Phase.GAP, Phase.REFUSED, Phase.UNAUTHORISE
 
 @dataclass(frozen=True)
 class SourceState:
-    """A source's state; `text()` is the one line both viewers show."""
+    """A source's state; tracer.render.source.source_line words it as the one line both viewers show."""
 
     mode: Mode
     phase: Phase
@@ -109,37 +109,6 @@ class SourceState:
     @property
     def problem(self) -> bool:
         return self.phase in PROBLEMS
-
-    def text(self) -> str:
-        name = Path(self.target).name if self.mode is not Mode.STREAM else self.target
-        phase = self.phase
-        if phase is Phase.FAILED:
-            return f"cannot read: {self.detail}"
-        if self.mode is Mode.STREAM:
-            return self._stream_text()
-        if phase is Phase.WAITING:
-            return self.detail or f"waiting for {self.target}"
-        if phase is Phase.LOADING:
-            share = f" {self.done / self.total:.0%}" if self.total else ""
-            return f"loading {name}{share}: {self.steps} steps"
-        if phase is Phase.FOLLOWING:
-            return f"following {name}: {self.steps} steps"
-        return f"{name}: {self.steps} steps"
-
-    def _stream_text(self) -> str:
-        link = self.link if self.link is not None else LinkState(self.target)
-        saving = Path(self.saving) if self.saving else None
-        if self.phase is Phase.ENDED:
-            ended = self.detail or "the stream ended"
-            return f"ended: {ended} · last step {link.last_step}" + (
-                f" · saved to {saving.name}" if saving else ""
-            )
-        text = link_status(link, saving)
-        if self.phase is Phase.GAP:
-            text = f"gap: {self.detail} · {text}"
-        elif self.gaps:
-            text += f" · {self.gaps} gap{'s' if self.gaps > 1 else ''}"
-        return text
 
 
 Callback = Callable[..., Any] | None

@@ -1,6 +1,6 @@
-"""Pricing a replay: what the clock (tracer.analysis.clock.StepClock) is, in a sentence,
-the recording's idle gaps as waits a timed replay repeats, and each request's time in the
-frontend, which a replay by arrival time repeats.
+"""Pricing a replay with its clock (tracer.analysis.clock.StepClock, which tracer.render.clock
+puts in a sentence): the recording's idle gaps as waits a timed replay repeats, and each
+request's time in the frontend, which a replay by arrival time repeats.
 """
 
 from __future__ import annotations
@@ -13,24 +13,6 @@ from tracer.analysis import timing
 from tracer.analysis.clock import StepClock
 from tracer.analysis.steppass import step_pass
 from tracer.trace.reader import Trace
-
-
-def clock_sentence(clock: StepClock) -> str:
-    """What prices a replayed step, and how far to trust it."""
-    if clock.kind == "median":
-        ms = clock.model.coef["step"]
-        return (
-            f"every step priced at the source's measured median step, {ms:,.3f} ms ({clock.steps} usable "
-            f"steps: too few to fit a step-time model); error unknown"
-        )
-    warmup = ""
-    if clock.warmup_ms:
-        warmup = f"; the first step also pays the recorded server's warm-up, {clock.warmup_ms:,.1f} ms"
-    return (
-        f"step-time model fitted on the source ({clock.steps} usable steps): held-out error "
-        f"{clock.heldout_median_pct:.1f}% median, {clock.heldout_p90_pct:.1f}% p90 per step, "
-        f"{clock.heldout_total_pct:+.1f}% summed{warmup}"
-    )
 
 
 def attach_idle_waits(workload: Any, trace: Trace, clock: StepClock) -> None:

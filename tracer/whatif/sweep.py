@@ -26,7 +26,7 @@ from tracer.analysis import timing
 from tracer.analysis.clock import StepClock, clock_for, performance
 from tracer.analysis.steppass import step_pass
 from tracer.trace.reader import Trace, load
-from tracer.whatif.clock import attach_frontend_delays, attach_idle_waits, clock_sentence
+from tracer.whatif.clock import attach_frontend_delays, attach_idle_waits
 
 # objective -> (result key, label, unit, True when higher is better)
 OBJECTIVES: dict[str, tuple[str, str, str, bool]] = {
@@ -220,7 +220,6 @@ def sweep(
         "objective": objective,
         "arrivals": arrivals,
         "clock": doc,
-        "clock_sentence": clock_sentence(clock),
         "error_pct": err,
         "results": results,
     }

@@ -34,13 +34,14 @@ SHOWN_TOTALS = ("steps_to_drain", "tokens_per_step", "tokens_withheld", "flags",
 
 
 def totals_lines(model: CompareModel) -> list[str]:
-    """A, B and B−A for tracer.render.text's totals; the delta is green where B is better, red where worse."""
+    """tracer.render.text's totals laid out as A, B and B−A; the delta is green where B is better,
+    red where worse."""
     c = model.comparison
     out = [f"[$text-muted]{'':20}{'A':>9}{'B':>9}{'B−A':>9}[/]"]
     totals = {t.key: t for t in compare_totals(c)}
     for total in (totals[key] for key in SHOWN_TOTALS):
-        va, vb, d = total.cells()
-        delta = ("+" if total.delta > 0 else "") + d if total.delta else "0"
+        va, vb, _ = total.cells()
+        delta = total.signed_delta()
         out.append(f"{escape(total.label):<20}{va:>9}{vb:>9}[{VERDICT_STYLE[total.verdict]}]{delta:>9}[/]")
     if c.perf is not None:  # throughput and latency: measured, or a replay's prediction
         for label, pa, pb in performance_rows(*c.perf):

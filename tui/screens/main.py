@@ -13,6 +13,7 @@ from textual.markup import escape
 from textual.widgets import Footer, ProgressBar, Static, TabbedContent, TabPane
 
 from tracer.analysis.requests import RequestLife
+from tracer.render.source import source_line
 from tui.bins import Window
 from tui.data import TraceModel
 from tui.feed import Failed, Progress, Snapshot, StateChanged, connect
@@ -120,7 +121,7 @@ class MainScreen(StepScreen):
         """Say what the source waits for (no data yet) or what went wrong (a stall, a gap, a 401)."""
         state, waiting = self.state, self.query_one("#waiting", Static)
         if state.problem or (self.model is None and self.follow):
-            waiting.update(escape(state.text()))
+            waiting.update(escape(source_line(state)))
             waiting.add_class("shown")
         else:
             waiting.remove_class("shown")
@@ -181,7 +182,7 @@ class MainScreen(StepScreen):
         if self.follow:
             tail = "[$success]tail on[/]" if self.tail else "tail off (t)"
             new = f" · +{self._new_since} new" if self._new_since and not self.tail else ""
-            parts.append(f"{escape(self.state.text())}{new} · {tail}")
+            parts.append(f"{escape(source_line(self.state))}{new} · {tail}")
         elif not self.loaded:
             parts.append("loading…")
         self.query_one(Timeline).border_title = "timeline · " + " · ".join(parts)

@@ -37,7 +37,7 @@ from tracer.analysis.request_lanes import (
     RequestLane,
     RequestLanes,
 )
-from tracer.render.why import lanes_note, segment_text, state_label, story_lines
+from tracer.render.why import lanes_note, no_story_line, segment_text, state_label, story_lines
 from tui.bins import Columns, Window
 from tui.data import TraceModel
 from tui.screens.base import Command, StepScreen
@@ -314,9 +314,9 @@ class RequestsScreen(StepScreen):
 
     @work(thread=True, exclusive=True, group="story")
     def story(self, request_id: str) -> None:
-        """tracer.analysis.why.request_story searches the whole trace: off the UI thread."""
+        """tracer.analysis.why.request_story may build the trace's request index: off the UI thread."""
         story = self.model.request_story(request_id)
-        lines = list(story_lines(story)) if story is not None else [f"no request {request_id} in this trace"]
+        lines = list(story_lines(story)) if story is not None else [no_story_line(request_id)]
         self.app.call_from_thread(self.app.push_screen, StoryScreen(lines))
 
     def action_back(self) -> None:

@@ -16,7 +16,8 @@ from tracer.analysis.flags import glyph
 from tracer.analysis.requests import RequestLife
 from tracer.analysis.session import StepRequests, step_requests
 from tracer.analysis.why import StepWhy
-from tracer.render.step import arithmetic, schedule_time, step_status
+from tracer.render.life import life_rows
+from tracer.render.step import arithmetic, buffers_line, schedule_time, step_status
 from tracer.render.text import RunLine, engine_parts
 from tracer.render.why import cause_text, reason_cell
 from tui.data import TraceModel
@@ -27,22 +28,6 @@ MAX_REQUEST_LINES = 200
 # How the inspector names each record group of scheduled requests, and colours it.
 ROLE = {"new": "admitted"}
 ROLE_STYLE = {"new": "$success", "resumed": "$accent"}
-
-
-def ranges(steps: list[int]) -> str:
-    """[1, 2, 3, 7, 9, 10] -> '1–3, 7, 9–10'."""
-    if not steps:
-        return "–"
-    parts: list[str] = []
-    start = prev = steps[0]
-    for s in [*steps[1:], None]:
-        if s is not None and s == prev + 1:
-            prev = s
-            continue
-        parts.append(f"{start}" if start == prev else f"{start}–{prev}")
-        if s is not None:
-            start = prev = s
-    return ", ".join(parts)
 
 
 def engine_line(model: TraceModel) -> str:
@@ -93,16 +78,9 @@ class Inspector(TextView):
         for line in arithmetic(trace, row, model.report.analysis):
             style = "$error" if line.startswith("withheld") else "$text"
             out.append(f"  [{style}]{escape(line)}[/]")
-        run = trace.runner
-        passes = []
-        for name, rows, cap in (
-            ("target", "target_rows", "target_cap"),
-            ("draft", "draft_rows", "draft_cap"),
-        ):
-            if run[rows][row] >= 0:
-                passes.append(f"{name} pass {int(run[rows][row])}/{int(run[cap][row])} rows")
-        if passes:
-            out.append(f"  buffers: {' · '.join(passes)}")
+        buffers = buffers_line(trace, row)
+        if buffers:
+            out.append(f"  {buffers}")
         out.append(f"  {escape(step_status(rec))}")
         # Flags before requests: why the step was flagged is the first thing to read.
         flags = model.flags_at(row)
@@ -163,20 +141,8 @@ class LifetimePanel(Static):
                 text += "\nIds starting with it: " + ", ".join(escape(s) for s in suggestions)
             self.update(text)
             return
-        prefill = (
-            f"step {life.prefill_done} ({life.prefill_steps} steps)" if life.prefill_done is not None else "–"
-        )
-        rows = [
-            ("admitted", f"step {life.admitted}" if life.admitted is not None else "– (before the trace)"),
-            ("scheduled", f"{len(life.scheduled)} steps: {ranges(life.scheduled)}"),
-            ("first token", prefill),
-            ("preempted", ranges(life.preempted)),
-            ("resumed", ranges(life.resumed)),
-            ("finished", f"step {life.finished}" if life.finished is not None else "– (not in the trace)"),
-            ("tokens", f"{life.tokens} scheduled in all"),
-        ]
         lines = [f"[b]Request {escape(life.id)}[/b]"]
-        lines += [f"  [$text-muted]{k:<12}[/]{escape(v)}" for k, v in rows]
+        lines += [f"  [$text-muted]{k:<12}[/]{escape(v)}" for k, v in life_rows(life)]
         lines.append("[$text-muted]  the cursor moved to its admission; [b]/[/b] searches again[/]")
         self.update("\n".join(lines))
 
