@@ -26,6 +26,7 @@ from tracer.live.spans import LiveSpans
 from tracer.record.recorder import RecorderConfig
 from tracer.record.writer import Record
 from tracer.render import otlp
+from tracer.trace.reader import load
 
 SAMPLES = ROOT / "sample_traces"
 SCENARIO = "ngram_preempt"
@@ -236,3 +237,26 @@ def test_a_collector_that_does_not_take_the_spans_costs_the_server_nothing(
     assert f"OTLP collector {url}/v1/traces: " in err  # the first failure, once
     assert err.count(f"OTLP collector {url}/v1/traces: ") == 1
     assert f"OTLP spans of 40 requests: 0 sent to {url}/v1/traces, {total} dropped" in err
+
+
+def test_a_writer_thread_in_engine_core_sends_no_spans_and_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SCHEDSCOPE_WRITER=thread: the taps run in EngineCore, which is kept free of the SDK and
+    the analysis; the trace is written as ever, no span is sent, and the log says why."""
+    from tracer.scheduler import TracingScheduler
+    from tracer.whatif.offline import build_scheduler, run_workload
+    from tracer.whatif.scenarios import SCENARIOS, mixed_accept
+
+    spec, requests = SCENARIOS[SCENARIO]
+    with receiver() as (url, got):
+        monkeypatch.setenv("SCHEDSCOPE_TRACE", str(tmp_path / "t.jsonl"))
+        monkeypatch.setenv("SCHEDSCOPE_WRITER", "thread")
+        monkeypatch.setenv("SCHEDSCOPE_OTLP", url)
+        sched = build_scheduler(spec, TracingScheduler)
+        assert sched._schedscope_live is not None and sched._schedscope_live.spans is None
+        run_workload(sched, requests, accept=mixed_accept)
+        sched.shutdown()
+    assert got.posts == 0
+    assert "SCHEDSCOPE_OTLP needs the trace process (SCHEDSCOPE_WRITER=process" in caplog.text
+    assert len(load(tmp_path / "t.jsonl")) > 10

@@ -4,19 +4,23 @@
         --scheduler-cls tracer.scheduler.TracingScheduler
 
 A writer tap in the trace process (tracer.live.trace_process), never in EngineCore. The tap only
-appends the records it is handed. Its own thread, at most every `interval` seconds, builds a
-Trace of the records it keeps (tracer.trace.reader.TraceBuilder) and hands the requests that
-finished since to the very code the export uses (tracer.analysis.request_phases, then
-tracer.render.otlp's spans, ids and resource), so a request's live spans are its exported ones.
-Another thread sends them (tracer.send_spans, the SDK's OTLP/HTTP exporter, `timeout` seconds a
-batch, retries included) from a bounded queue.
+appends the records it is handed. Its own thread, at most every `interval` seconds (and, after
+a build that took long, `BUSY_FACTOR` times its duration), builds a Trace of the records it keeps
+(tracer.trace.reader.TraceBuilder) and hands the requests that finished since to the very code
+the export uses (tracer.analysis.request_phases, then tracer.render.otlp's spans, ids and
+resource), so a request's live spans are its exported ones. Another thread sends them
+(tracer.send_spans, the SDK's OTLP/HTTP exporter, `timeout` seconds a batch, retries included)
+from a bounded queue.
 
 What is kept stays bounded: only the records from the first step of the oldest request not yet
 sent (the window); older ones are let go. A request is sent once `SETTLE_STEPS` steps followed
 the step that finished it, as the end of its last step is the start of a later one; at the end
 of the trace every request left is sent (those still open as `schedscope.finished` false), as
-the export does. A window past `MAX_WINDOW_BYTES` (a request that never ends) gives up its
-oldest requests; their spans are counted as dropped.
+the export does. A window past `MAX_WINDOW_BYTES` (requests open that long) gives up its oldest
+requests; their spans so far are counted as dropped. Two facts the analysis reads off the whole
+trace are read off the window: whether the run schedules asynchronously (its first 64 steps,
+tracer.analysis.timing.duration_lag) and where TTFT starts (every request's arrival known,
+throughput's `basis`); both hold for a server's whole run.
 
 A collector that is down, refusing or slow costs the server nothing: the trace process writes,
 streams and counts on its own threads; spans that find the queue full, or whose batch the
@@ -52,6 +56,10 @@ SETTLE_STEPS = 4  # steps after a request's finish before its last step's end is
 MAX_WINDOW_BYTES = 64 << 20  # records kept for the requests not yet sent
 MAX_QUEUED_SPANS = 16384  # spans waiting for the collector; beyond: dropped, counted
 FINAL_S = 5.0  # at the end, how long the last spans get (none after a failed batch)
+# A build re-reads the window: with long requests at high concurrency it takes a few hundred ms.
+# Waiting BUSY_FACTOR times as long as the last build took keeps it to a fifth of a core, so the
+# trace process's writer (and its stream and metrics) keep their time; the spans come later.
+BUSY_FACTOR = 4.0
 
 
 class LiveSpans:
@@ -133,10 +141,13 @@ class LiveSpans:
 
     # -- the build thread ------------------------------------------------------------------
     def _build_loop(self) -> None:
+        took = 0.0
         while not self._closed:
-            self._wake_build.wait(self.interval)
+            self._wake_build.wait(max(self.interval, BUSY_FACTOR * took))
             self._wake_build.clear()
+            began = time.thread_time()
             self.build()
+            took = time.thread_time() - began
 
     def build(self, *, final: bool = False) -> int:
         """Make the spans of the requests ready to send and queue them; returns how many spans.
