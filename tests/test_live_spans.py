@@ -141,7 +141,10 @@ def test_the_counters_on_metrics_count_what_a_down_collector_did_not_take() -> N
     rows = [line for line in text.splitlines() if line.startswith("schedscope_otlp_")]
     values = {line.split("{")[0]: float(line.split()[-1]) for line in rows}
     assert values == {"schedscope_otlp_spans_sent_total": 0, "schedscope_otlp_spans_dropped_total": total}
-    assert "schedscope_otlp" not in TraceMetrics().render().decode()  # off: no such series
+    assert (
+        'schedscope_otlp_spans_dropped_total{engine="0",model_name=""} 0.0'
+        in TraceMetrics().render().decode()
+    )
 
 
 def test_the_setting(caplog: pytest.LogCaptureFixture) -> None:
