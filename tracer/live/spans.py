@@ -43,7 +43,7 @@ from tracer.analysis.steppass import step_pass
 from tracer.record.writer import Record
 from tracer.render import otlp
 from tracer.render.parquet import engine_name
-from tracer.send_spans import endpoint_url, send
+from tracer.send_spans import Delivery, endpoint_url, send
 from tracer.trace import schema
 from tracer.trace.reader import TraceBuilder
 
@@ -165,6 +165,8 @@ class LiveSpans:
         with self._pending_lock:
             header, records, self._pending = self._header, self._pending, []
             self._pending_bytes = 0
+        if not records and not final:
+            return 0  # no new step: no request finished or settled since the last build
         self._window.extend(records)
         self._window_bytes += sum(len(r.line) for r in records)
         if header is None or self._clockless or not any(r.kind == schema.STEP for r in self._window):
@@ -259,7 +261,10 @@ class LiveSpans:
                     batch = self._queue.popleft()
                     self._queued -= len(batch)
                     self._in_flight = len(batch)
-                done = send([batch], len(batch), self.url, timeout=self.timeout)
+                try:
+                    done = send([batch], len(batch), self.url, timeout=self.timeout)
+                except Exception as exc:  # the exporter itself failed: this batch is lost, counted
+                    done = Delivery(self.url, len(batch), 0, 0.0, f"{type(exc).__name__}: {exc}")
                 with self._count_lock:
                     if self._in_flight:  # else close() counted it as dropped already
                         self._in_flight = 0
