@@ -58,6 +58,8 @@ class TracingMixin:
                 metrics_at=config.metrics,
                 metrics_token=metrics_token,
                 engine=engine,
+                otlp=config.otlp,
+                otlp_timeout=config.otlp_timeout,
             )
         live = None
         if shipper is None:  # the stream and the counters run here, on the writer thread
@@ -67,6 +69,8 @@ class TracingMixin:
                 metrics_at=config.metrics,
                 metrics_token=metrics_token,
                 engine=engine,
+                otlp=config.otlp,
+                in_engine_core=True,
             )
             self._schedscope_live = live
         try:

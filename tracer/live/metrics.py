@@ -75,6 +75,7 @@ class TraceMetrics:
         self.model_name = ""
         self.interval = interval
         self.dropped_source: Callable[[], int] | None = None  # the writer's dropped count
+        self.spans_source: Any = None  # tracer.live.spans.LiveSpans when SCHEDSCOPE_OTLP is on
         self.totals = dict.fromkeys((name for name, _ in _COUNTERS), 0)
         self.flags = dict.fromkeys(_flags.KINDS, 0)
         self.waiting = dict.fromkeys(CODES, 0)  # waiting request-steps by reason (tracer.analysis.why)
@@ -254,6 +255,19 @@ class _Collector:
         )
         hist.add_metric(values, buckets, sum_value=m.util_sum)
         yield hist
+        spans = m.spans_source  # SCHEDSCOPE_OTLP (tracer.live.spans); 0 and 0 when it is off
+        for name, value, doc in (
+            ("sent", spans.sent if spans else 0, "Request spans an OTLP collector took (SCHEDSCOPE_OTLP)."),
+            (
+                "dropped",
+                spans.dropped if spans else 0,
+                "Request spans not sent (SCHEDSCOPE_OTLP): the collector down, refusing or too slow, "
+                "or its queue full.",
+            ),
+        ):
+            family = CounterMetricFamily(f"schedscope_otlp_spans_{name}", doc, labels=names)
+            family.add_metric(values, value)
+            yield family
         # A count that only grows: a counter (`_total`), as vLLM serves its own counts.
         errors = CounterMetricFamily(
             "schedscope_metrics_errors", "Batches the metrics could not count (logged once).", labels=names

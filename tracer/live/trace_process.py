@@ -2,11 +2,13 @@
 
     python -m tracer.live.trace_process TRACE|- [--queue N] [--stream HOST:PORT]
                                                [--metrics SPEC] [--engine N]
+                                               [--otlp URL] [--otlp-timeout S]
 
 Started by tracer.record.shipper.TraceShipper; reads its frames (length, then a pickle of
 (items, the server's footer facts, end)) from stdin. Everything the writer thread would do
 in EngineCore happens here, under this process's own GIL: the encoder (tracer.record.encoder),
-the file and its kept footer, the born index's follower, the live stream and /metrics. The
+the file and its kept footer, the born index's follower, the live stream and /metrics, and
+each request's OpenTelemetry spans (tracer.live.spans, SCHEDSCOPE_OTLP). The
 stream and metrics tokens come from the environment (SCHEDSCOPE_STREAM_TOKEN,
 SCHEDSCOPE_METRICS_TOKEN), as in EngineCore.
 
@@ -35,6 +37,7 @@ from tracer.trace import schema
 logger = logging.getLogger("schedscope.writer")
 
 STREAM_FLUSH_S = 1.0  # at the end, how long connected viewers get to receive the footer
+SPANS_FLUSH_S = 5.0  # at the end (the footer written), how long the collector gets for the last spans
 SHUTDOWN_S = 10.0
 
 
@@ -78,13 +81,25 @@ def read_frames(stream: IO[bytes]) -> Any:
         yield pickle.loads(body)
 
 
-def run(path: Path | None, *, queue: int, stream_at: str, metrics_at: str, engine: str) -> int:
+def run(
+    path: Path | None,
+    *,
+    queue: int,
+    stream_at: str,
+    metrics_at: str,
+    engine: str,
+    otlp: str = "",
+    otlp_timeout: float = 5.0,
+) -> int:
     live = live_taps.start(
         stream_at=stream_at,
         stream_token=os.environ.get("SCHEDSCOPE_STREAM_TOKEN") or None,
         metrics_at=metrics_at,
         metrics_token=os.environ.get("SCHEDSCOPE_METRICS_TOKEN") or None,
         engine=engine,
+        otlp=otlp,
+        otlp_timeout=otlp_timeout,
+        path=str(path) if path is not None else None,
     )
     trace = ShippedTrace()
     if path is None:
@@ -107,6 +122,8 @@ def run(path: Path | None, *, queue: int, stream_at: str, metrics_at: str, engin
     # With the end: the footer. Without (EngineCore gone): the kept facts stay beside the trace.
     writer.shutdown(SHUTDOWN_S, last=trace.facts if ended else None)
     live.flush_stream(STREAM_FLUSH_S)
+    # Last: the trace and its footer are whole whatever the collector does.
+    live.close_spans(SPANS_FLUSH_S)
     return 0
 
 
@@ -121,10 +138,20 @@ def main(argv: list[str] | None = None) -> int:
         "--metrics", default="", help="HOST:PORT for /metrics, 'off', or '' (on the stream's port)"
     )
     ap.add_argument("--engine", default="0", help="the engine label of the metrics")
+    ap.add_argument("--otlp", default="", help="send each request's spans to this OTLP/HTTP collector")
+    ap.add_argument("--otlp-timeout", type=float, default=5.0, help="seconds a batch of spans gets")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     path = None if args.trace == "-" else Path(args.trace)
-    return run(path, queue=args.queue, stream_at=args.stream, metrics_at=args.metrics, engine=args.engine)
+    return run(
+        path,
+        queue=args.queue,
+        stream_at=args.stream,
+        metrics_at=args.metrics,
+        engine=args.engine,
+        otlp=args.otlp,
+        otlp_timeout=args.otlp_timeout,
+    )
 
 
 if __name__ == "__main__":

@@ -49,6 +49,9 @@ ENV_TRACE = "SCHEDSCOPE_TRACE"
 ENV_QUEUE = "SCHEDSCOPE_QUEUE"
 ENV_WRITER = "SCHEDSCOPE_WRITER"
 DEFAULT_QUEUE = 65536
+ENV_OTLP = "SCHEDSCOPE_OTLP"
+ENV_OTLP_TIMEOUT = "SCHEDSCOPE_OTLP_TIMEOUT"
+DEFAULT_OTLP_TIMEOUT = 5.0  # tracer.live.spans.TIMEOUT: the recorder does not import it
 
 # A step whose update_from_output never arrives is written without outcomes
 # once this many newer steps are pending (async scheduling keeps one or two).
@@ -75,10 +78,19 @@ class RecorderConfig:
     # Where records are built and written: "process" (a server's default: the trace process,
     # off EngineCore's GIL) or "thread" (a writer thread beside the scheduler; the offline harness).
     writer: str = "thread"
+    # SCHEDSCOPE_OTLP: an OTLP/HTTP collector for each request's spans (tracer.live.spans, in the
+    # trace process only); SCHEDSCOPE_OTLP_TIMEOUT: seconds a batch of them gets.
+    otlp: str = ""
+    otlp_timeout: float = DEFAULT_OTLP_TIMEOUT
 
     @property
     def active(self) -> bool:
-        return self.trace is not None or bool(self.stream) or self.metrics.lower() not in ("", "off")
+        return (
+            self.trace is not None
+            or bool(self.stream)
+            or bool(self.otlp)
+            or self.metrics.lower() not in ("", "off")
+        )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> RecorderConfig:
@@ -104,8 +116,25 @@ class RecorderConfig:
                 "schedscope: %s=%r is neither 'process' nor 'thread'; using process", ENV_WRITER, writer
             )
             writer = "process"
+        otlp_timeout = DEFAULT_OTLP_TIMEOUT
+        text = env.get(ENV_OTLP_TIMEOUT, "").strip()
+        if text:
+            try:
+                otlp_timeout = float(text)
+                if not 0 < otlp_timeout < float("inf"):
+                    raise ValueError("not a positive number")
+            except ValueError:
+                otlp_timeout = DEFAULT_OTLP_TIMEOUT
+                logger.warning(
+                    "schedscope: %s=%r is not a positive number of seconds; using %g",
+                    ENV_OTLP_TIMEOUT,
+                    text,
+                    otlp_timeout,
+                )
         return cls(
             writer=writer,
+            otlp=env.get(ENV_OTLP, "").strip(),
+            otlp_timeout=otlp_timeout,
             trace=Path(raw.replace("{pid}", str(os.getpid()))) if raw else None,
             stream=env.get("SCHEDSCOPE_STREAM", "").strip(),
             stream_token=env.get("SCHEDSCOPE_STREAM_TOKEN") or None,

@@ -88,6 +88,8 @@ class TraceShipper:
         metrics_at: str = "",
         metrics_token: str | None = None,
         engine: str = "0",
+        otlp: str = "",
+        otlp_timeout: float = 5.0,
     ) -> TraceShipper | None:
         """The trace process for `path` (None: no file, the stream or metrics only), or None if
         it cannot start (the caller then writes on a thread of its own)."""
@@ -114,6 +116,8 @@ class TraceShipper:
         argv = [sys.executable, "-m", "tracer.live.trace_process", str(path) if path is not None else "-"]
         argv += ["--queue", str(max_queue), "--stream", stream_at, "--metrics", metrics_at]
         argv += ["--engine", engine]
+        if otlp:
+            argv += ["--otlp", otlp, "--otlp-timeout", repr(otlp_timeout)]
         try:
             proc = subprocess.Popen(
                 argv,

@@ -267,3 +267,35 @@ def failed_line(endpoint: str, reason: str, sent: int, dropped: int, timeout: fl
 
 def nothing_line(path: str) -> str:
     return f"{path}: no request was queued within the trace: no spans to export"
+
+
+# -- what the live spans (tracer.live.spans, SCHEDSCOPE_OTLP) log ----------------------------
+
+
+def live_failed_line(endpoint: str, reason: str, dropped: int) -> str:
+    return (
+        f"OTLP collector {endpoint}: {reason}; {dropped:,} spans dropped (the server goes on; "
+        "later failures are counted in schedscope_otlp_spans_dropped_total, not logged)"
+    )
+
+
+def live_queue_line(endpoint: str, limit: int) -> str:
+    return (
+        f"OTLP collector {endpoint} is behind: {limit:,} spans wait for it; newer spans are "
+        "dropped and counted (schedscope_otlp_spans_dropped_total)"
+    )
+
+
+def live_window_line(requests: int, spans: int) -> str:
+    return (
+        f"{requests:,} requests open too long for the OTLP spans' bounded memory were given up "
+        f"({spans:,} spans dropped)"
+    )
+
+
+def live_behind_line() -> str:
+    return "the OTLP spans fell too far behind the trace; records dropped from them (the trace keeps them)"
+
+
+def live_totals_line(endpoint: str, requests: int, sent: int, dropped: int) -> str:
+    return f"OTLP spans of {requests:,} requests: {sent:,} sent to {endpoint}, {dropped:,} dropped"
