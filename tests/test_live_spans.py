@@ -135,7 +135,7 @@ def test_the_counters_on_metrics_count_what_a_down_collector_did_not_take() -> N
     for tap in (live.tap, metrics.tap):
         tap(_records(path))
     live.close()
-    total = otlp.span_count(request_phases(Session.load(path)))
+    total = otlp.span_count(request_phases(Session(load(path))))
     assert (live.sent, live.dropped) == (0, total) and live.failure is not None
     text = metrics.render().decode()
     rows = [line for line in text.splitlines() if line.startswith("schedscope_otlp_")]
@@ -235,7 +235,7 @@ def test_a_collector_that_does_not_take_the_spans_costs_the_server_nothing(
     assert run["slowest"] < 1.0  # below one batch's timeout: the scheduler never waited for one
     assert run["shutdown"] < 6.0  # the shipper's own bound (5 s) and no more
     assert comparable(run["path"]) == comparable(without_otlp["path"])
-    total = otlp.span_count(request_phases(Session.load(run["path"])))
+    total = otlp.span_count(request_phases(Session(load(run["path"]))))
     err = capfd.readouterr().err
     assert f"OTLP collector {url}/v1/traces: " in err  # the first failure, once
     assert err.count(f"OTLP collector {url}/v1/traces: ") == 1

@@ -127,7 +127,7 @@ def request_phases(
     basis = times.basis(trace)
     events = request_events(trace)
     t = trace.columns["t"]
-    seconds = why.durations(trace)
+    seconds = _step_seconds(t)
     measured = timing.step_durations(trace).end
     # A step's end: when its output was back; where the trace cannot say (its last steps),
     # the next schedule() call, or its start plus the median step.
@@ -231,3 +231,12 @@ def _preemptions(trace: Trace, offset: float) -> dict[str, list[Preemption]]:
                 )
             )
     return out
+
+
+def _step_seconds(t: np.ndarray) -> np.ndarray:
+    """Each step's duration on the scheduler clock: to the next step's start (the last: the
+    median), as why's per-step figures count it."""
+    if len(t) < 2:
+        return np.zeros(len(t))
+    d = np.diff(t)
+    return np.append(d, float(np.median(d)))
