@@ -24,7 +24,7 @@ import orjson
 import pytest
 
 from tests.conftest import ROOT
-from tracer.analysis import detail, pertrace
+from tracer.analysis import detail, memo
 from tracer.analysis import requests as requests_module
 from tracer.analysis.budget import MethodModel, analyze, simulate_without_excess
 from tracer.analysis.compare import common_requests, compare
@@ -218,14 +218,14 @@ def test_request_life_with_the_index_built_equals_the_lifetimes(generated: Path)
 
 
 def test_the_index_is_dropped_with_its_trace(generated: Path) -> None:
-    """Kept in the trace's memo (tracer.analysis.pertrace), which goes with the Trace."""
+    """Kept in the trace's memo (tracer.analysis.memo), which goes with the Trace."""
     trace = load(generated)
     request_index(trace)
     key = id(trace)
-    assert key in pertrace._MEMOS and requests_module.cached_index(trace) is not None
+    assert key in memo._MEMOS and requests_module.cached_index(trace) is not None
     del trace
     gc.collect()
-    assert key not in pertrace._MEMOS
+    assert key not in memo._MEMOS
 
 
 def test_compare_uses_the_events(generated: Path) -> None:

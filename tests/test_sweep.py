@@ -76,8 +76,8 @@ def timed_source(tmp_path_factory: pytest.TempPathFactory) -> Trace:
 
 
 def _replay(source: Trace, out: Path, **kwargs: Any) -> Trace:
-    from tracer.whatif.clock import attach_frontend_delays, attach_idle_waits
     from tracer.whatif.replay import replay
+    from tracer.whatif.replay_clock import attach_frontend_delays, attach_idle_waits
     from tracer.whatif.workload import workload_from_trace
 
     workload, clock = workload_from_trace(source), clock_for(source)

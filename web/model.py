@@ -27,7 +27,7 @@ class TraceView:
 
     @property
     def cache(self) -> dict[str, Any]:
-        """Derived view objects (charts), kept in the trace's memo (tracer.analysis.pertrace)
+        """Derived view objects (charts), kept in the trace's memo (tracer.analysis.memo)
         with everything else derived from this snapshot. They must not hold the view."""
         return self.session.memo.once("web.views", dict)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tracer.analysis.pertrace import Memo, joint_memo
+from tracer.analysis.memo import Memo, joint_memo
 from tracer.analysis.session import Session
 from tracer.trace.errors import TraceHeaderError
 from tracer.trace.reader import Progress, Trace, load
@@ -81,7 +81,7 @@ class Run:
 
     @property
     def memo(self) -> Memo:
-        """What the run's engines give together, kept for their Sessions (tracer.analysis.pertrace)."""
+        """What the run's engines give together, kept for their Sessions (tracer.analysis.memo)."""
         return joint_memo(*(e.session for e in self.engines))
 
     @property

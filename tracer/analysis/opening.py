@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from tracer.analysis.engines import Run
-from tracer.analysis.pair import load_pair
+from tracer.analysis.open_pair import load_pair
 from tracer.analysis.session import Session
 from tracer.trace.ingest import load_bytes
 from tracer.trace.reader import Progress, Trace, load
@@ -125,7 +125,7 @@ def open_input(spec: Spec) -> Opened:
     """Check `spec` (ValueError), then open it (TraceError naming file, line and field).
 
     One trace is read whole into a Session, or, `shown_while_loading`, made a TraceSource.file;
-    two are opened at once (tracer.analysis.pair); engines are read in turn and checked to be
+    two are opened at once (tracer.analysis.open_pair); engines are read in turn and checked to be
     one run (tracer.analysis.engines); an upload is parsed in memory (tracer.trace.ingest). A
     live input becomes a TraceSource, not started."""
     check(spec)

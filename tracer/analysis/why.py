@@ -46,7 +46,7 @@ from tracer.analysis.reasons import (
     UNKNOWN,
 )
 from tracer.analysis.requests import RequestEvents, request_index
-from tracer.analysis.steppass import step_pass
+from tracer.analysis.step_features import step_pass
 from tracer.analysis.throughput import steps_clock
 from tracer.trace import schema
 from tracer.trace.reader import Trace

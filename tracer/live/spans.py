@@ -39,7 +39,7 @@ from typing import Any
 from tracer.analysis.request_phases import NoWallClock, request_phases
 from tracer.analysis.requests import request_events
 from tracer.analysis.session import Session
-from tracer.analysis.steppass import step_pass
+from tracer.analysis.step_features import step_pass
 from tracer.record.writer import Record
 from tracer.render import otlp
 from tracer.render.parquet import engine_name

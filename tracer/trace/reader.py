@@ -180,7 +180,7 @@ class Trace:
     store: Store = field(default_factory=lambda: MemoryStore(b""))
     _spans: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), dtype=np.int64))
     # The file state (tracer.trace.sidecar.fingerprint) a whole big file was loaded from:
-    # derived sidecars (tracer.analysis.steppass) are valid for exactly it. None otherwise.
+    # derived sidecars (tracer.analysis.step_features) are valid for exactly it. None otherwise.
     fingerprint: dict[str, Any] | None = None
     # Per-request entry columns (tracer.trace.entries), when the load collected them or its
     # sidecar holds them; None otherwise (`entries_of` collects them then).
@@ -310,7 +310,7 @@ def fast_step_row(
     """The packed row of step record `r` (its line at bytes [start, end)) when it is shaped
     as the recorder writes it and its step number exceeds `last`; None sends it down the
     general path, which decides. The reader's fast path, and the born index's
-    (tracer.trace.born) for the records the recorder hands its writer; `pool`: the header's
+    (tracer.trace.born_index) for the records the recorder hands its writer; `pool`: the header's
     KV blocks, which no free count may exceed."""
     try:
         step, t, tg, ip, q, new, res, run, pre, fin, smp, nw, nr, su, kv = _STEP_KEYS(r)
@@ -1315,7 +1315,7 @@ def _from_sidecar(
         return None, None
     meta, pieces, status = found
     try:
-        # A born index comes in segments (tracer.trace.born): the step and runner rows are
+        # A born index comes in segments (tracer.trace.born_index): the step and runner rows are
         # joined here, the entry columns on first use.
         arrays = {name: _joined(pieces[name]) for name in ("rows", "runner", "members") if name in pieces}
         if meta["store"] != kind or (status == "grown" and kind != "plain"):

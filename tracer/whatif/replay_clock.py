@@ -11,7 +11,7 @@ import numpy as np
 
 from tracer.analysis import timing
 from tracer.analysis.clock import StepClock
-from tracer.analysis.steppass import step_pass
+from tracer.analysis.step_features import step_pass
 from tracer.trace.reader import Trace
 
 

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from tracer.analysis import timing
-from tracer.analysis.steppass import step_pass
+from tracer.analysis.step_features import step_pass
 from tracer.trace.reader import Trace
 
 # cmpl-<X-Request-Id>-<prompt index>-<suffix>; the bench's id is its prefix (`bench-<hex>-` by

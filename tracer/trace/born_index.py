@@ -2,7 +2,7 @@
 
 A first open of a trace then maps its columns instead of parsing it (tracer.trace.reader's
 sidecar, docs/trace-format.md). Two feed one: a process beside the recorder that follows
-the file as the writer thread writes it (tracer.trace.born_follow), and the saver of a
+the file as the writer thread writes it (tracer.trace.born_index_follower), and the saver of a
 followed stream (`attach.RunSaver`, a viewer's `--save` copy). Each hands every record
 written here, with its parsed value: the step rows are packed by the reader's fast path
 (`reader.fast_step_row`, every type checked) and the per-request entry columns collected
