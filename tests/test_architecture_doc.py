@@ -153,7 +153,7 @@ def test_every_name_the_doc_mentions_exists() -> None:
 
 
 def test_resolve_names_what_is_missing() -> None:
-    assert resolve("tracer.trace.reader.TraceBuilder") is None
+    assert resolve("tracer.trace.builder.TraceBuilder") is None
     assert resolve("tracer.trace.source.SourceState.problem") is None
     assert resolve("tracer.analysis") is None
     assert resolve("tracer.trace.nowhere") == "tracer.trace.nowhere: no such module or name"

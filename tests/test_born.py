@@ -38,7 +38,8 @@ from tracer.trace import reader, sidecar
 from tracer.trace.born_index import born_index
 from tracer.trace.born_index_follower import follow
 from tracer.trace.errors import TraceOrderError
-from tracer.trace.reader import Trace, load
+from tracer.trace.reader import load
+from tracer.trace.trace_type import Trace
 
 
 def _generate(out: Path, *extra: str) -> Path:

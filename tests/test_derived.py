@@ -20,7 +20,8 @@ from tests.conftest import ROOT
 from tracer.analysis import clock, requests, step_features, timing
 from tracer.analysis.throughput import LatencyTracker
 from tracer.trace import index_files, sidecar
-from tracer.trace.reader import Trace, load
+from tracer.trace.reader import load
+from tracer.trace.trace_type import Trace
 
 SAMPLES = sorted((ROOT / "sample_traces").glob("*.jsonl"))
 

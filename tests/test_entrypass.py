@@ -26,7 +26,8 @@ from tests.test_derived import assert_same_pass
 from tracer.analysis import entry_features, requests, step_features
 from tracer.trace import compact, sidecar
 from tracer.trace.entries import HAND_BACK_PIECES, Entries
-from tracer.trace.reader import Trace, entries_of, load
+from tracer.trace.reader import load
+from tracer.trace.trace_type import Trace, entries_of
 
 SAMPLES = sorted((ROOT / "sample_traces").glob("*.jsonl"))
 

@@ -18,7 +18,8 @@ from tests.live_support import abandon_streams, bench_serve, build_tiny_llama, r
 from tracer.cli import main
 from tracer.render.fidelity import fidelity_lines
 from tracer.trace import index_files, sidecar
-from tracer.trace.reader import Trace, load, reopen
+from tracer.trace.reader import load, reopen
+from tracer.trace.trace_type import Trace
 from tracer.whatif.fidelity import check_fidelity
 
 pytestmark = pytest.mark.live  # a CPU `vllm serve`: not on the CUDA 0.33 environment

@@ -29,7 +29,8 @@ from tracer.doctor import fetch_metrics, per_request
 from tracer.trace import index_files, sidecar
 from tracer.trace.attach import RunSaver, StreamEvent, StreamFollower
 from tracer.trace.errors import TraceError
-from tracer.trace.reader import Trace, load, reopen
+from tracer.trace.reader import load, reopen
+from tracer.trace.trace_type import Trace
 
 pytestmark = pytest.mark.live
 

@@ -31,7 +31,8 @@ from tracer.analysis.compare import common_requests, compare
 from tracer.analysis.lookup import request_life
 from tracer.analysis.requests import RequestEvents, cached_index, lifetimes, request_events, request_index
 from tracer.trace import schema
-from tracer.trace.reader import Trace, load
+from tracer.trace.reader import load
+from tracer.trace.trace_type import Trace
 
 HEADER = {"kind": "header", "schema": "1.1", "policy": "stock", "t0": 0.0}
 CONFIGS = {

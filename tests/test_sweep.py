@@ -14,7 +14,8 @@ import pytest
 from tests.conftest import ROOT
 from tracer.analysis.clock import clock_for, performance
 from tracer.cli import main
-from tracer.trace.reader import Trace, load
+from tracer.trace.reader import load
+from tracer.trace.trace_type import Trace
 
 SAMPLES = ROOT / "sample_traces"
 DFLASH = SAMPLES / "dflash_k7_additive.jsonl"

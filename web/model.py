@@ -15,7 +15,7 @@ from tracer.analysis.engines import ReadsRun, Run
 from tracer.analysis.flags import Flag, FlagReport
 from tracer.analysis.session import Session
 from tracer.render.text import RunLine, engine_line, run_totals_line
-from tracer.trace.reader import Trace
+from tracer.trace.trace_type import Trace
 
 
 @dataclass

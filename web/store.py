@@ -17,7 +17,8 @@ from tracer.analysis.compare import Comparison, compare
 from tracer.analysis.memo import Memo, joint_memo
 from tracer.analysis.opening import Spec, Upload, open_input
 from tracer.analysis.session import Session
-from tracer.trace.reader import Trace, TraceError
+from tracer.trace.errors import TraceError
+from tracer.trace.trace_type import Trace
 from web.model import TraceView
 
 DEFAULT_MAX_UPLOAD = 64 << 20  # bytes, before base64

@@ -25,7 +25,7 @@ import numpy as np
 from tracer.analysis import step_features, timing
 from tracer.analysis.step_features import step_pass
 from tracer.analysis.throughput import BASES, busy_mask, measure_throughput
-from tracer.trace.reader import Trace
+from tracer.trace.trace_type import Trace
 
 
 @dataclass(frozen=True)

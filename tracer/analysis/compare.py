@@ -26,7 +26,7 @@ from tracer.analysis.flags import FlagReport
 from tracer.analysis.requests import NO_STEP, EventsView, request_events
 from tracer.analysis.step_features import step_pass
 from tracer.trace import release_memory
-from tracer.trace.reader import Trace
+from tracer.trace.trace_type import Trace
 
 if TYPE_CHECKING:
     from tracer.analysis.session import Session

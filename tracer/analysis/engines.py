@@ -19,8 +19,10 @@ import numpy as np
 
 from tracer.analysis.memo import Memo, joint_memo
 from tracer.analysis.session import Session
+from tracer.trace.builder import Progress
 from tracer.trace.errors import TraceHeaderError
-from tracer.trace.reader import Progress, Trace, load
+from tracer.trace.reader import load
+from tracer.trace.trace_type import Trace
 
 # Header fields every engine of one server shares; (section, key): section None is the header.
 SHARED = (

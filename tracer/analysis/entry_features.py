@@ -29,7 +29,7 @@ from tracer.analysis.memo import memo
 from tracer.analysis.throughput import RequestTimes
 from tracer.trace import release_memory
 from tracer.trace.entries import NO_CONTEXT, S_ALIGNED, S_NONE, Entries
-from tracer.trace.reader import Trace, entries_of
+from tracer.trace.trace_type import Trace, entries_of
 
 NEW, RESUMED, RUNNING = range(3)
 # Keys that order a step's entries as its record lists them: row, then kind (scheduled,

@@ -29,7 +29,9 @@ from pathlib import Path
 from tracer.analysis.compare import prepare
 from tracer.analysis.session import Session
 from tracer.trace import codec, index_files, sidecar
-from tracer.trace.reader import Progress, Trace, entries_of, load, reopen
+from tracer.trace.builder import Progress
+from tracer.trace.reader import load, reopen
+from tracer.trace.trace_type import Trace, entries_of
 
 
 def load_pair(

@@ -22,9 +22,11 @@ from typing import Any
 from tracer.analysis.engines import Run
 from tracer.analysis.open_pair import load_pair
 from tracer.analysis.session import Session
+from tracer.trace.builder import Progress
 from tracer.trace.ingest import load_bytes
-from tracer.trace.reader import Progress, Trace, load
+from tracer.trace.reader import load
 from tracer.trace.source import TraceSource
+from tracer.trace.trace_type import Trace
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ import orjson
 from tracer.analysis import detail, entry_features
 from tracer.analysis.memo import memo
 from tracer.trace import sidecar
-from tracer.trace.reader import Trace
+from tracer.trace.trace_type import Trace
 
 
 @dataclass(slots=True)

@@ -33,7 +33,7 @@ from tracer.analysis.lookup import flag_rows, matching_ids, request_life
 from tracer.analysis.memo import memo
 from tracer.analysis.requests import RequestLife
 from tracer.analysis.series import step_series
-from tracer.trace.reader import Trace
+from tracer.trace.trace_type import Trace
 
 T = TypeVar("T")
 

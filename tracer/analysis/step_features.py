@@ -23,7 +23,7 @@ from tracer.analysis import entry_features, timing
 from tracer.analysis.memo import memo
 from tracer.analysis.throughput import LatencyTracker, RequestTimes
 from tracer.trace import sidecar
-from tracer.trace.reader import Trace
+from tracer.trace.trace_type import Trace
 
 NAME = "steppass"
 # Bump when FeatureBuilder or LatencyTracker changes what it computes: older files are rebuilt.

@@ -13,8 +13,8 @@ from tracer.analysis import client_ttft, timing
 from tracer.analysis.step_features import step_pass
 from tracer.analysis.throughput import BASIS_LOWER_BOUND, Latency, Throughput, measure_throughput
 from tracer.render.text import TTFT_FROM_SENTENCE, ttft_parts_phrase
-from tracer.trace.reader import Trace
 from tracer.trace.schema import OFFLINE_MODEL_NAME
+from tracer.trace.trace_type import Trace
 
 MANY_STALLS = 0.05  # over this share of usable steps, stalls suggest a cost the model lacks
 

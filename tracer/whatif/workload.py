@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tracer.trace.reader import Trace, load
+from tracer.trace.reader import load
+from tracer.trace.trace_type import Trace
 from tracer.whatif.offline import EngineSpec, RequestSpec
 
 # Inputs of one recorded step, in the order the scheduler received them:
