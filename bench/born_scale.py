@@ -3,7 +3,7 @@
 
 The trace is bench/gen_trace.py's, written through the recorder's own writer thread, so it
 is born with its index (`<trace>.ssidx`, written by the recorder's follower process,
-tracer.trace.born_follow); B is a copy of it (trace and
+tracer.trace.born_index_follower); B is a copy of it (trace and
 index, mtimes kept) unless --b names another. Every figure is the command as a subprocess,
 from its start to its exit, peak RSS from the kernel (wait4):
 

@@ -7,7 +7,7 @@ in for vLLM's (same attribute names as `Scheduler`, `Request`,
 `tracer.record.recorder.Recorder`'s own hooks and encoder and its writer thread
 (tracer.record.writer.TraceWriter), so the file is exactly what the recorder writes:
 header, step, runner and footer records, and for a plain file its born index
-(`<trace>.ssidx`, tracer.trace.born; `--no-index` leaves it out).
+(`<trace>.ssidx`, tracer.trace.born_index; `--no-index` leaves it out).
 
 The mix is what a busy server looks like: Poisson-ish arrivals with
 log-normal prompt and output lengths, chunked prefills under the token

@@ -20,7 +20,7 @@ a server while the engine waits for the model's forward pass (the GIL is
 released then). So the ratio is the scheduler thread's cost; the writer
 thread's encoding is reported beside it, per step, from a separate timed pass, and so is
 the CPU of the process that builds the trace's born index beside the server
-(tracer.trace.born_follow), which the scheduler thread never waits for.
+(tracer.trace.born_index_follower), which the scheduler thread never waits for.
 
 `--baseline REF` loads the whole `tracer` package of git revision REF beside today's
 and times its TracingScheduler in the same rounds: before and after in one run.
@@ -241,12 +241,12 @@ def measure(
 
 
 def follow_cpu(trace: Path, copy: Path) -> float:
-    """CPU µs the born index's follower (tracer.trace.born_follow) takes over a copy of
+    """CPU µs the born index's follower (tracer.trace.born_index_follower) takes over a copy of
     the finished `trace`, in this thread: its steady cost, without its start-up."""
     import shutil
 
     from tracer.trace import sidecar
-    from tracer.trace.born_follow import follow
+    from tracer.trace.born_index_follower import follow
 
     shutil.copyfile(trace, copy)
     # P1's trace stays under the size below which no index is written (and nothing parsed):
@@ -296,7 +296,7 @@ def hook_times(rec: Any, loop: Loop, steps: int) -> dict[str, float]:
         rec.writer._encode = timed("encode", rec.writer._encode)
     else:
         rec.writer._ship = timed("ship", rec.writer._ship)
-    # A revision whose writer thread feeds the born index (tracer.trace.born) per record.
+    # A revision whose writer thread feeds the born index (tracer.trace.born_index) per record.
     index = getattr(rec.writer, "_index", None)
     if not hasattr(index, "add"):
         index = None  # today's: a process beside the server builds it (follow_cpu)

@@ -155,7 +155,7 @@ def where_time_goes(path: Path, reps: int) -> dict[str, float]:
 
     import orjson
 
-    from tracer.trace.reader import TraceBuilder
+    from tracer.trace.builder import TraceBuilder
 
     data = path.read_bytes()
     loads = orjson.loads

@@ -50,7 +50,8 @@ def worker(kind: str, path: Path) -> dict[str, Any]:
     import random
     import resource
 
-    from tracer.trace.reader import TraceBuilder, load
+    from tracer.trace.builder import TraceBuilder
+    from tracer.trace.reader import load
 
     t0, c0 = time.perf_counter(), time.process_time()
     if kind == "whole":

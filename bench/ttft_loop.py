@@ -119,7 +119,7 @@ def measured(path: Path, client: dict[str, Any]) -> dict[str, Any]:
     split against it (`schedscope timing --client`)."""
     import numpy as np
 
-    from tracer.analysis.client import split
+    from tracer.analysis.client_ttft import split
     from tracer.analysis.clock import performance
     from tracer.trace.reader import load
 

@@ -30,8 +30,9 @@ from _common import BENCH
 
 from tracer.analysis import why
 from tracer.analysis.requests import request_index
-from tracer.analysis.steppass import step_pass
-from tracer.trace.reader import Trace, load
+from tracer.analysis.step_features import step_pass
+from tracer.trace.reader import load
+from tracer.trace.trace_type import Trace
 
 STORIES = 20
 

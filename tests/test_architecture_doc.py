@@ -153,7 +153,7 @@ def test_every_name_the_doc_mentions_exists() -> None:
 
 
 def test_resolve_names_what_is_missing() -> None:
-    assert resolve("tracer.trace.reader.TraceBuilder") is None
+    assert resolve("tracer.trace.builder.TraceBuilder") is None
     assert resolve("tracer.trace.source.SourceState.problem") is None
     assert resolve("tracer.analysis") is None
     assert resolve("tracer.trace.nowhere") == "tracer.trace.nowhere: no such module or name"
@@ -165,6 +165,6 @@ def test_resolve_names_what_is_missing() -> None:
 
 def test_the_tree_walk_sees_the_packages() -> None:
     tree = tree_modules()
-    assert {"reader", "errors", "born_follow"} <= tree["tracer/trace/"]
+    assert {"reader", "errors", "born_index_follower"} <= tree["tracer/trace/"]
     assert {"scheduler", "cli"} <= tree[TOP_LEVEL]
     assert "__init__" not in tree["tracer/analysis/"]

@@ -24,8 +24,10 @@ from tracer.live.stream import StreamHub, StreamServer
 from tracer.render.source import source_line
 from tracer.trace import index_files, sidecar
 from tracer.trace.attach import RunSaver, StreamEvent, StreamFollower, link_status, run_path
-from tracer.trace.reader import Trace, TraceError, load, reopen
+from tracer.trace.errors import TraceError
+from tracer.trace.reader import load, reopen
 from tracer.trace.source import TraceSource
+from tracer.trace.trace_type import Trace
 
 BEAT = 0.1  # heartbeat interval for these tests
 FAST = {"backoff": (0.01, 0.05), "timeout": 4 * BEAT}

@@ -11,7 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import ROOT
-from tracer.trace.reader import TraceBuilder, TraceError, load
+from tracer.trace.builder import TraceBuilder
+from tracer.trace.errors import TraceError
+from tracer.trace.reader import load
 
 SAMPLE = ROOT / "sample_traces" / "dflash_k7_additive.jsonl"
 

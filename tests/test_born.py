@@ -1,5 +1,5 @@
-"""The born index (tracer.trace.born): the reader's sidecar, written while the recorder's
-writer thread writes the trace, by a process that follows the file (tracer.trace.born_follow).
+"""The born index (tracer.trace.born_index): the reader's sidecar, written while the recorder's
+writer thread writes the trace, by a process that follows the file (tracer.trace.born_index_follower).
 
 - A trace the recorder's writer wrote opens without being parsed, and what it opens to equals
   a parse of the file: columns, runner columns, spans, header, footer, hooks and the entry
@@ -35,10 +35,11 @@ import pytest
 from tests.conftest import ROOT
 from tests.test_entrypass import assert_equals_reference, assert_same_entries
 from tracer.trace import reader, sidecar
-from tracer.trace.born import born_index
-from tracer.trace.born_follow import follow
+from tracer.trace.born_index import born_index
+from tracer.trace.born_index_follower import follow
 from tracer.trace.errors import TraceOrderError
-from tracer.trace.reader import Trace, load
+from tracer.trace.reader import load
+from tracer.trace.trace_type import Trace
 
 
 def _generate(out: Path, *extra: str) -> Path:

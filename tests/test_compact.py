@@ -10,8 +10,8 @@ from __future__ import annotations
 import orjson
 
 from tracer.record.encoder import _aligned
+from tracer.trace.builder import TraceBuilder
 from tracer.trace.compact import expand
-from tracer.trace.reader import TraceBuilder
 
 ORDER = ["n1", "r1", "r2"]
 

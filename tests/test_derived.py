@@ -1,4 +1,4 @@
-"""What analysis keeps beside a big trace: the full-record pass (tracer.analysis.steppass:
+"""What analysis keeps beside a big trace: the full-record pass (tracer.analysis.step_features:
 step-time features, request token rows) and the request index (tracer.analysis.requests).
 
 - `RequestTimes.latency` (vectorised) must equal the per-request loop it replaced, to the bit.
@@ -17,10 +17,11 @@ import numpy as np
 import pytest
 
 from tests.conftest import ROOT
-from tracer.analysis import clock, requests, steppass, timing
+from tracer.analysis import clock, requests, step_features, timing
 from tracer.analysis.throughput import LatencyTracker
 from tracer.trace import index_files, sidecar
-from tracer.trace.reader import Trace, load
+from tracer.trace.reader import load
+from tracer.trace.trace_type import Trace
 
 SAMPLES = sorted((ROOT / "sample_traces").glob("*.jsonl"))
 
@@ -107,10 +108,10 @@ def _refuse_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(trace: Trace) -> None:
         raise AssertionError("ran the pass instead of reading it back")
 
-    monkeypatch.setattr(steppass, "_run", refuse)
+    monkeypatch.setattr(step_features, "_run", refuse)
 
 
-def assert_same_pass(a: steppass.StepPass, b: steppass.StepPass) -> None:
+def assert_same_pass(a: step_features.StepPass, b: step_features.StepPass) -> None:
     for name in timing.FEATURES:
         np.testing.assert_array_equal(a.features.columns[name], b.features.columns[name], err_msg=name)
     assert a.features.context_recorded == b.features.context_recorded
@@ -123,33 +124,33 @@ def test_a_big_trace_keeps_its_pass_and_a_reopen_reads_it_back(
     big: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     trace = load(big)
-    first = steppass.step_pass(trace)
+    first = step_features.step_pass(trace)
     assert _derived(big).exists() and trace.fingerprint is not None
-    assert steppass.step_pass(trace) is first  # remembered with the Trace object
+    assert step_features.step_pass(trace) is first  # remembered with the Trace object
     performance = clock.performance(trace)
     with monkeypatch.context() as m:
         _refuse_runs(m)
         again = load(big)
-        assert_same_pass(first, steppass.step_pass(again))
+        assert_same_pass(first, step_features.step_pass(again))
         assert clock.performance(again) == performance
-    uncached = steppass._run(load(big, sidecar=False))
+    uncached = step_features._run(load(big, sidecar=False))
     assert_same_pass(first, uncached)
 
 
 def test_the_kept_pass_is_not_used_once_the_file_changed(big: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    steppass.step_pass(load(big))
+    step_features.step_pass(load(big))
     lines = big.read_bytes().splitlines(keepends=True)
     big.write_bytes(b"".join(lines[:-3]))  # the same file, three records shorter
     shorter = load(big)
-    assert len(shorter) < len(steppass.step_pass(load(big)).features.columns["step"]) + 3
-    assert_same_pass(steppass.step_pass(shorter), steppass._run(shorter))
+    assert len(shorter) < len(step_features.step_pass(load(big)).features.columns["step"]) + 3
+    assert_same_pass(step_features.step_pass(shorter), step_features._run(shorter))
     stamp = big.stat().st_mtime_ns
     os.utime(big, ns=(stamp + 10**9, stamp + 10**9))  # touched: the reader's fingerprint differs
     touched = load(big)
     calls: list[Trace] = []
-    real = steppass._run
-    monkeypatch.setattr(steppass, "_run", lambda t: calls.append(t) or real(t))
-    steppass.step_pass(touched)
+    real = step_features._run
+    monkeypatch.setattr(step_features, "_run", lambda t: calls.append(t) or real(t))
+    step_features.step_pass(touched)
     assert calls == [touched]
 
 
@@ -159,14 +160,14 @@ def test_the_kept_pass_is_not_used_once_the_file_changed(big: Path, monkeypatch:
 )
 def test_a_damaged_kept_pass_is_run_again(big: Path, monkeypatch: pytest.MonkeyPatch, damage: str) -> None:
     trace = load(big)
-    good = steppass.step_pass(trace)
+    good = step_features.step_pass(trace)
     where = _derived(big)
     if damage == "torn":
         where.write_bytes(where.read_bytes()[:-100])
     else:
         arrays = {f"f_{n}": good.features.columns[n] for n in timing.FEATURES}
         arrays |= {f"r_{n}": getattr(good.requests, n) for n in ("seen", "first", "last", "tokens")}
-        version, steps = steppass.VERSION, len(trace)
+        version, steps = step_features.VERSION, len(trace)
         if damage == "other version":
             version += 1
         elif damage == "other step count":
@@ -176,12 +177,14 @@ def test_a_damaged_kept_pass_is_run_again(big: Path, monkeypatch: pytest.MonkeyP
         else:
             arrays["r_first"] = arrays["r_first"] + len(trace)
         assert trace.fingerprint is not None
-        sidecar.write_derived(big, steppass.NAME, trace.fingerprint, arrays, version=version, steps=steps)
+        sidecar.write_derived(
+            big, step_features.NAME, trace.fingerprint, arrays, version=version, steps=steps
+        )
     calls: list[Trace] = []
-    real = steppass._run
-    monkeypatch.setattr(steppass, "_run", lambda t: calls.append(t) or real(t))
+    real = step_features._run
+    monkeypatch.setattr(step_features, "_run", lambda t: calls.append(t) or real(t))
     again = load(big)
-    assert_same_pass(good, steppass.step_pass(again))
+    assert_same_pass(good, step_features.step_pass(again))
     assert calls == [again]
 
 
@@ -190,17 +193,17 @@ def test_no_kept_pass_for_a_part_of_a_trace_or_with_sidecars_off(
 ) -> None:
     part = load(big).subset(np.arange(5))
     assert part.fingerprint is None
-    steppass.step_pass(part)
+    step_features.step_pass(part)
     assert not _derived(big).exists()
     monkeypatch.setenv(index_files.ENV_SIDECAR, "off")
-    steppass.step_pass(load(big))
+    step_features.step_pass(load(big))
     assert not _derived(big).exists() and not list((big.parent / "cache").glob("**/*.ssidx"))
 
 
 def test_a_retimed_copy_shares_the_pass(big: Path) -> None:
     trace = load(big)
     model = timing.TimingModel({"step": 2.0})
-    assert steppass.step_pass(clock.retimed(trace, model)) is steppass.step_pass(trace)
+    assert step_features.step_pass(clock.retimed(trace, model)) is step_features.step_pass(trace)
 
 
 # -- the request index, kept the same way --------------------------------------------------

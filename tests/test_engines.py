@@ -44,7 +44,7 @@ def test_a_run_is_its_engines_in_order_with_the_totals_of_all(engines: list[Path
 
 
 def test_a_runs_axis_and_totals_are_kept_for_its_sessions(engines: list[Path]) -> None:
-    """Kept in the one memo (tracer.analysis.pertrace.joint_memo), keyed by the engines'
+    """Kept in the one memo (tracer.analysis.memo.joint_memo), keyed by the engines'
     Sessions: another Run over the same Sessions reads them; new Sessions compute afresh."""
     run = Run.load(engines)
     again = Run.of([e.session for e in run.engines])

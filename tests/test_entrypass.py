@@ -1,4 +1,4 @@
-"""The step pass and the request index from entry columns (tracer.analysis.entrypass) against
+"""The step pass and the request index from entry columns (tracer.analysis.entry_features) against
 the record-by-record reference, exactly: on every sample trace, a generated 256-running trace,
 the same traces rewritten in the 1.1 layout and down the reader's general path, and records
 made to test the corners (a request named twice in one step, a dict `sampled` naming requests
@@ -23,10 +23,11 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.test_derived import assert_same_pass
-from tracer.analysis import entrypass, requests, steppass
+from tracer.analysis import entry_features, requests, step_features
 from tracer.trace import compact, sidecar
 from tracer.trace.entries import HAND_BACK_PIECES, Entries
-from tracer.trace.reader import Trace, entries_of, load
+from tracer.trace.reader import load
+from tracer.trace.trace_type import Trace, entries_of
 
 SAMPLES = sorted((ROOT / "sample_traces").glob("*.jsonl"))
 
@@ -34,8 +35,8 @@ SAMPLES = sorted((ROOT / "sample_traces").glob("*.jsonl"))
 def assert_equals_reference(trace: Trace) -> None:
     """The NumPy pass and index equal the reference on `trace`, and were computed from columns."""
     assert entries_of(trace) is not None, trace.path
-    assert entrypass.computed(trace) is not None
-    assert_same_pass(steppass._run(trace), steppass.reference(trace))
+    assert entry_features.computed(trace) is not None
+    assert_same_pass(step_features._run(trace), step_features.reference(trace))
     got, want = requests._build(trace), requests.reference(trace)
     assert list(got.events.items()) == list(want.events.items())
     assert list(got.since.items()) == list(want.since.items())
@@ -79,13 +80,13 @@ def test_a_generated_256_running_trace(busy: Path) -> None:
 def test_chunks_of_one_step(busy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every step a chunk of its own: each request's run, reset, sample count and pending
     admission carried across every boundary."""
-    monkeypatch.setattr(entrypass, "CHUNK", 97)
+    monkeypatch.setattr(entry_features, "CHUNK", 97)
     assert_equals_reference(load(busy, entries=True))
 
 
 @pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.name)
 def test_chunks_of_a_few_steps_on_the_samples(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(entrypass, "CHUNK", 5)
+    monkeypatch.setattr(entry_features, "CHUNK", 5)
     assert_equals_reference(load(path, entries=True))
 
 
@@ -143,7 +144,7 @@ def test_other_layouts_and_the_general_path(busy: Path, tmp_path: Path, change: 
     fast = load(busy, entries=True)
     other = load(_rewrite(busy, tmp_path / "other.jsonl", change), entries=True)
     assert_equals_reference(other)
-    assert_same_pass(steppass._run(other), steppass._run(fast))
+    assert_same_pass(step_features._run(other), step_features._run(fast))
     if change is _general:  # the same records, the other path: the same columns
         assert_same_entries(other.entries, fast.entries)  # type: ignore[arg-type]
 
@@ -205,7 +206,7 @@ def test_corners(tmp_path: Path) -> None:
     index = requests._build(trace)
     assert index.events["d"].prefill_done == 6 and index.events["b"].prefill_done == 1
     # Without the step-8 context: estimated, not recorded.
-    assert steppass._run(trace).features.context_recorded is False
+    assert step_features._run(trace).features.context_recorded is False
 
 
 def test_kept_in_the_sidecar_and_mapped_back(
@@ -235,8 +236,8 @@ def test_heap_trim_reaches_glibc() -> None:
     """The pass hands freed heap back through glibc's malloc_trim: found where glibc is."""
     import platform
 
-    from tracer.trace import heap
+    from tracer.trace import release_memory
 
     if platform.libc_ver()[0] == "glibc":
-        assert heap._TRIM is not None
-    heap.trim()  # and harmless wherever it is called
+        assert release_memory._TRIM is not None
+    release_memory.trim()  # and harmless wherever it is called

@@ -18,7 +18,8 @@ from tests.live_support import abandon_streams, bench_serve, build_tiny_llama, r
 from tracer.cli import main
 from tracer.render.fidelity import fidelity_lines
 from tracer.trace import index_files, sidecar
-from tracer.trace.reader import Trace, load, reopen
+from tracer.trace.reader import load, reopen
+from tracer.trace.trace_type import Trace
 from tracer.whatif.fidelity import check_fidelity
 
 pytestmark = pytest.mark.live  # a CPU `vllm serve`: not on the CUDA 0.33 environment
@@ -157,26 +158,26 @@ def test_what_a_big_live_trace_keeps_beside_it_reads_back_equal(
     request index and `diff` read back from the derived sidecars equal what was computed."""
     from tests.test_derived import assert_latency_equals_the_loop, assert_same_pass
     from tests.test_entrypass import assert_equals_reference
-    from tracer.analysis import entrypass, requests, steppass
+    from tracer.analysis import entry_features, requests, step_features
 
     trace, _ = request.getfixturevalue(run)
     assert_latency_equals_the_loop(trace)
     assert_equals_reference(trace)  # the NumPy pass and index against the record-by-record ones
     # Again a few steps a chunk: each request's run, reset and pending admission carried across
     # chunk boundaries through this server's preemptions, prefix hits and async steps.
-    monkeypatch.setattr(entrypass, "CHUNK", 5)
+    monkeypatch.setattr(entry_features, "CHUNK", 5)
     assert_equals_reference(load(trace.path, entries=True))
     monkeypatch.setattr(sidecar, "MIN_SOURCE_BYTES", 0)  # as a big trace: sidecars are kept
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     path = tmp_path / "live.jsonl"
     path.write_bytes(Path(trace.path).read_bytes())
     first = load(path)
-    computed, index = steppass.step_pass(first), requests.request_index(first)
+    computed, index = step_features.step_pass(first), requests.request_index(first)
     assert first.columns["n_preempted"].sum() > 0 and len(index.events) >= 40
-    monkeypatch.setattr(steppass, "_run", lambda t: pytest.fail("ran the step pass again"))
+    monkeypatch.setattr(step_features, "_run", lambda t: pytest.fail("ran the step pass again"))
     monkeypatch.setattr(requests, "_build", lambda t: pytest.fail("built the request index again"))
     again = load(path)
-    assert_same_pass(computed, steppass.step_pass(again))
+    assert_same_pass(computed, step_features.step_pass(again))
     assert list(requests.request_index(again).events.items()) == list(index.events.items())
 
 

@@ -29,7 +29,8 @@ from tracer.doctor import fetch_metrics, per_request
 from tracer.trace import index_files, sidecar
 from tracer.trace.attach import RunSaver, StreamEvent, StreamFollower
 from tracer.trace.errors import TraceError
-from tracer.trace.reader import Trace, load, reopen
+from tracer.trace.reader import load, reopen
+from tracer.trace.trace_type import Trace
 
 pytestmark = pytest.mark.live
 
@@ -293,7 +294,7 @@ def test_the_servers_trace_opens_from_the_born_index_its_follower_wrote(
     ngram_run: Run, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Inside the server, the recorder started the process that follows its trace
-    (tracer.trace.born_follow); it indexed every record up to the footer and ended with the
+    (tracer.trace.born_index_follower); it indexed every record up to the footer and ended with the
     server. The trace opens from that index as a parse of it does."""
     from tests.test_born import _meta, _segments
 
@@ -302,7 +303,7 @@ def test_the_servers_trace_opens_from_the_born_index_its_follower_wrote(
     index = path.with_name(path.name + index_files.SUFFIX)
     last = _meta(index.read_bytes(), _segments(index)[-1])
     assert last["footer"] is not None and last["parsed_end"] == path.stat().st_size
-    followers = [cmd for cmd in _cmdlines() if b"born_follow" in cmd and str(path).encode() in cmd]
+    followers = [cmd for cmd in _cmdlines() if b"born_index_follower" in cmd and str(path).encode() in cmd]
     assert not followers, "the follower outlived the server"
     assert_opens_as_parsed(reopen(path), path)
 

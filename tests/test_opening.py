@@ -8,7 +8,8 @@ from tests.conftest import ROOT
 from tracer.analysis.engines import Run
 from tracer.analysis.opening import Spec, Upload, check, open_input
 from tracer.analysis.session import Session
-from tracer.trace.reader import TraceError, load
+from tracer.trace.errors import TraceError
+from tracer.trace.reader import load
 from tracer.trace.source import Mode, TraceSource
 
 SAMPLES = ROOT / "sample_traces"

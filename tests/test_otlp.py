@@ -23,7 +23,7 @@ from tracer.analysis import why
 from tracer.analysis.request_phases import request_phases
 from tracer.analysis.requests import request_events
 from tracer.analysis.session import Session
-from tracer.analysis.steppass import step_pass
+from tracer.analysis.step_features import step_pass
 from tracer.analysis.timing import step_durations
 from tracer.cli import main
 from tracer.render import otlp

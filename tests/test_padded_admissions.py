@@ -20,7 +20,8 @@ import pytest
 
 from tracer.policies import scheduler_class
 from tracer.render.fidelity import fidelity_lines
-from tracer.trace.reader import Trace, load
+from tracer.trace.reader import load
+from tracer.trace.trace_type import Trace
 from tracer.whatif.fidelity import compare_runs
 from tracer.whatif.offline import (
     PLACEHOLDER_DRAFT,

@@ -1,5 +1,5 @@
 """`schedscope diff` opens two traces without an index at once: B parsed in a child process
-that leaves its sidecars, A here (tracer.analysis.pair). Real traces from the recorder's
+that leaves its sidecars, A here (tracer.analysis.open_pair). Real traces from the recorder's
 writer (bench/gen_trace.py), past the size below which no sidecar is kept."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from tracer.analysis import pair
+from tracer.analysis import open_pair
 from tracer.analysis.compare import compare
 from tracer.render.compare import diff_lines
 from tracer.trace import index_files, sidecar
@@ -50,8 +50,8 @@ def spawned(monkeypatch: pytest.MonkeyPatch) -> list[subprocess.Popen[bytes] | N
         children.append(made := original(path, strict))
         return made
 
-    original = pair._child
-    monkeypatch.setattr(pair, "_child", child)
+    original = open_pair._child
+    monkeypatch.setattr(open_pair, "_child", child)
     return children
 
 
@@ -63,11 +63,11 @@ def test_b_is_parsed_in_a_child_and_the_diff_is_the_same(
         dst.hardlink_to(src)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setenv(index_files.ENV_SIDECAR, "off")
-    reference = list(diff_lines(compare(*pair.load_pair(a, b))))  # as before: two threads, no sidecar
+    reference = list(diff_lines(compare(*open_pair.load_pair(a, b))))  # as before: two threads, no sidecar
     assert spawned == [None] and _sidecars(tmp_path) == []
     monkeypatch.delenv(index_files.ENV_SIDECAR)
 
-    sa, sb = pair.load_pair(a, b)
+    sa, sb = open_pair.load_pair(a, b)
     child = spawned[-1]
     assert child is not None and child.returncode == 0
     # The child's sidecars (B: the reader's, the step pass's, the request index's), A's reader
@@ -81,7 +81,7 @@ def test_b_is_parsed_in_a_child_and_the_diff_is_the_same(
     assert list(diff_lines(compare(sa, sb))) == reference
 
     # Both now open from their sidecars: no child.
-    again = list(diff_lines(compare(*pair.load_pair(a, b))))
+    again = list(diff_lines(compare(*open_pair.load_pair(a, b))))
     assert spawned[-1] is child and again == reference
 
 
@@ -96,7 +96,7 @@ def test_a_bad_b_is_named_by_this_process(
     step = next(line for line in reversed(lines) if line.startswith(b'{"kind":"step"'))
     b.write_bytes(b"".join(lines) + step)  # a step after the footer
     with pytest.raises(TraceError) as caught:
-        pair.load_pair(a, b)
+        open_pair.load_pair(a, b)
     assert str(b) in str(caught.value) and "footer" in str(caught.value)
     child = spawned[-1]
     assert child is not None and child.returncode not in (0, None)  # it failed too, quietly
@@ -105,7 +105,7 @@ def test_a_bad_b_is_named_by_this_process(
     # (A's sidecars removed: with one, A opens at once and B is parsed here).
     for kept in tmp_path.glob("a.jsonl.*"):
         kept.unlink()
-    _, sb = pair.load_pair(a, b, strict=False)
+    _, sb = open_pair.load_pair(a, b, strict=False)
     assert (tmp_path / "b.jsonl.ssidx").exists()
     assert spawned[-1] is not child and spawned[-1].returncode == 0
     assert len(sb.trace) == 2400 and sb.trace.problems

@@ -21,8 +21,9 @@ from tracer.analysis import why
 from tracer.analysis.budget import analyze
 from tracer.analysis.reasons import CODES
 from tracer.cli import main
-from tracer.trace.reader import Trace, load
+from tracer.trace.reader import load
 from tracer.trace.schema import SCHEMA_VERSION
+from tracer.trace.trace_type import Trace
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")

@@ -23,7 +23,8 @@ import pytest
 
 from tests.conftest import ROOT
 from tracer.record import recorder as recorder_module
-from tracer.trace.reader import TraceBuilder, load
+from tracer.trace.builder import TraceBuilder
+from tracer.trace.reader import load
 
 BENCH = ROOT / "bench"
 

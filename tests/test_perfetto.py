@@ -17,7 +17,8 @@ from tests.conftest import ROOT
 from tracer.analysis.flags import detect
 from tracer.cli import main
 from tracer.render.perfetto import REQ_PID, SCHED_PID, export, to_chrome_trace
-from tracer.trace.reader import Trace, load
+from tracer.trace.reader import load
+from tracer.trace.trace_type import Trace
 
 SAMPLES = ROOT / "sample_traces"
 # Every sample trace; these three at least: additive flags, preemption, runner records.

@@ -10,7 +10,8 @@ import pytest
 
 from tests.conftest import probe_schedule
 from tracer.policies import scheduler_class
-from tracer.trace.reader import Trace, load
+from tracer.trace.reader import load
+from tracer.trace.trace_type import Trace
 from tracer.whatif.offline import build_scheduler, run_workload
 from tracer.whatif.replay import recording_to
 from tracer.whatif.scenarios import SCENARIOS, mixed_accept

@@ -10,7 +10,9 @@ from typing import Any
 import orjson
 import pytest
 
-from tracer.trace.reader import TraceBuilder, TraceError, TraceVersionError, load
+from tracer.trace.builder import TraceBuilder
+from tracer.trace.errors import TraceError, TraceVersionError
+from tracer.trace.reader import load
 
 
 def header(**over: Any) -> dict[str, Any]:

@@ -14,7 +14,8 @@ from tracer.analysis.compare import compare
 from tracer.analysis.requests import lifetimes
 from tracer.cli import main
 from tracer.render.compare import diff_lines, headline
-from tracer.trace.reader import Trace, load
+from tracer.trace.reader import load
+from tracer.trace.trace_type import Trace
 from tracer.whatif.replay import replay
 from tracer.whatif.workload import WorkloadError, load_workload, workload_from_file
 

@@ -24,14 +24,15 @@ import orjson
 import pytest
 
 from tests.conftest import ROOT
-from tracer.analysis import detail, pertrace
+from tracer.analysis import detail, memo
 from tracer.analysis import requests as requests_module
 from tracer.analysis.budget import MethodModel, analyze, simulate_without_excess
 from tracer.analysis.compare import common_requests, compare
 from tracer.analysis.lookup import request_life
 from tracer.analysis.requests import RequestEvents, cached_index, lifetimes, request_events, request_index
 from tracer.trace import schema
-from tracer.trace.reader import Trace, load
+from tracer.trace.reader import load
+from tracer.trace.trace_type import Trace
 
 HEADER = {"kind": "header", "schema": "1.1", "policy": "stock", "t0": 0.0}
 CONFIGS = {
@@ -218,14 +219,14 @@ def test_request_life_with_the_index_built_equals_the_lifetimes(generated: Path)
 
 
 def test_the_index_is_dropped_with_its_trace(generated: Path) -> None:
-    """Kept in the trace's memo (tracer.analysis.pertrace), which goes with the Trace."""
+    """Kept in the trace's memo (tracer.analysis.memo), which goes with the Trace."""
     trace = load(generated)
     request_index(trace)
     key = id(trace)
-    assert key in pertrace._MEMOS and requests_module.cached_index(trace) is not None
+    assert key in memo._MEMOS and requests_module.cached_index(trace) is not None
     del trace
     gc.collect()
-    assert key not in pertrace._MEMOS
+    assert key not in memo._MEMOS
 
 
 def test_compare_uses_the_events(generated: Path) -> None:

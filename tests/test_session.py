@@ -142,13 +142,13 @@ def test_totals_carry_their_direction() -> None:
 
 
 def test_results_are_remembered_per_trace_object_and_forgotten_with_it(calls: dict[str, int]) -> None:
-    """The one memo (tracer.analysis.pertrace): two Sessions over one snapshot share its results;
+    """The one memo (tracer.analysis.memo): two Sessions over one snapshot share its results;
     a new snapshot (a new Trace object) computes afresh; a collected Trace's memo goes with it."""
     import gc
     import weakref
 
-    from tracer.analysis import pertrace
-    from tracer.analysis.steppass import step_pass
+    from tracer.analysis import memo
+    from tracer.analysis.step_features import step_pass
 
     trace = load(ADDITIVE)
     first, second = Session(trace), Session(trace)
@@ -157,7 +157,7 @@ def test_results_are_remembered_per_trace_object_and_forgotten_with_it(calls: di
     again = Session(load(ADDITIVE))
     assert again.report is not first.report and calls["detect"] == 2
     gone = weakref.ref(trace)
-    held = len(pertrace._MEMOS)
+    held = len(memo._MEMOS)
     del trace, first, second
     gc.collect()
-    assert gone() is None and len(pertrace._MEMOS) == held - 1
+    assert gone() is None and len(memo._MEMOS) == held - 1

@@ -18,8 +18,10 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.test_store import SAMPLES, members_gz
-from tracer.trace import index_files, reader, sidecar
-from tracer.trace.reader import Trace, TraceError, load
+from tracer.trace import builder, columns, index_files, reader, sidecar, sidecar_restore
+from tracer.trace.errors import TraceError
+from tracer.trace.reader import load
+from tracer.trace.trace_type import Trace
 
 
 @pytest.fixture(autouse=True)
@@ -104,7 +106,7 @@ def test_member_index_past_the_end_is_not_trusted(tmp_path: Path) -> None:
 
 def read_sidecar(path: Path) -> tuple[dict, dict, str]:
     with open(path, "rb") as f:
-        found = sidecar.read(path, f.fileno(), os.fstat(f.fileno()), reader._SIDECAR_ARRAYS)
+        found = sidecar.read(path, f.fileno(), os.fstat(f.fileno()), sidecar_restore.SIDECAR_ARRAYS)
     assert found is not None
     return found
 
@@ -128,14 +130,14 @@ def _bad(tmp_path: Path, damage, src: Path | None = None) -> None:  # type: igno
     load(path)
     damage(path, side(path))
     parses: list[str] = []
-    original = reader.TraceBuilder.finish
+    original = builder.TraceBuilder.finish
 
     def counting(self):  # type: ignore[no-untyped-def]
         parses.append(self.path)
         return original(self)
 
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(reader.TraceBuilder, "finish", counting)
+        m.setattr(builder.TraceBuilder, "finish", counting)
         got = load(path)
     assert parses == [str(path)], "the damaged sidecar was trusted"
     assert_same(load(path, sidecar=False), got)
@@ -204,13 +206,13 @@ def test_a_plain_file_that_grew_parses_only_the_new_tail(
     with open(path, "ab") as f:
         f.write(src[cut:])
     fed: list[int] = []
-    original = reader.TraceBuilder._feed_window
+    original = builder.TraceBuilder._feed_window
 
     def counting(self, chunk):  # type: ignore[no-untyped-def]
         fed.append(len(chunk))
         return original(self, chunk)
 
-    monkeypatch.setattr(reader.TraceBuilder, "_feed_window", counting)
+    monkeypatch.setattr(builder.TraceBuilder, "_feed_window", counting)
     grown = load(path)
     assert sum(fed) == len(src) - early.torn.offset, "parsed more than the new tail"
     monkeypatch.undo()
@@ -299,7 +301,7 @@ def test_sidecar_layout_is_magic_meta_and_aligned_arrays(tmp_path: Path) -> None
     assert meta["source"]["size"] == path.stat().st_size
     for spec in meta["arrays"].values():
         assert (meta["data"] + spec["offset"]) % 64 == 0
-    rows = np.frombuffer(data, reader._ROW_DTYPE, count=meta["arrays"]["rows"]["count"], offset=meta["data"])
+    rows = np.frombuffer(data, columns.ROW_DTYPE, count=meta["arrays"]["rows"]["count"], offset=meta["data"])
     np.testing.assert_array_equal(rows["step"], load(path, sidecar=False).columns["step"])
 
 

@@ -17,8 +17,10 @@ import pytest
 from tests.stream_support import records, wait_for
 from tracer.live.stream import StreamHub, StreamServer
 from tracer.render.source import source_line
-from tracer.trace.reader import Trace, TraceError, TraceHeaderError, load
+from tracer.trace.errors import TraceError, TraceHeaderError
+from tracer.trace.reader import load
 from tracer.trace.source import Mode, Phase, SourceState, TraceSource
+from tracer.trace.trace_type import Trace
 
 ROOT = Path(__file__).resolve().parent.parent
 ADDITIVE = ROOT / "sample_traces" / "dflash_k7_additive.jsonl"
@@ -130,7 +132,7 @@ def test_a_held_file_reads_nothing_until_released_or_the_hold_ends(
 def test_a_complete_file_leaves_a_sidecar_the_next_open_maps_instead_of_parsing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tracer.trace import reader, sidecar
+    from tracer.trace import builder, sidecar
 
     monkeypatch.setattr(sidecar, "MIN_SOURCE_BYTES", 0)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
@@ -141,7 +143,7 @@ def test_a_complete_file_leaves_a_sidecar_the_next_open_maps_instead_of_parsing(
     assert source.start().join(30) and first.errors == []
     assert (tmp_path / "run.jsonl.ssidx").exists()  # written after the last snapshot
     # The second open parses nothing: one snapshot, straight from the sidecar, equal to a parse.
-    monkeypatch.setattr(reader.TraceBuilder, "_consume", lambda *a: pytest.fail("parsed the file again"))
+    monkeypatch.setattr(builder.TraceBuilder, "_consume", lambda *a: pytest.fail("parsed the file again"))
     again = TraceSource.file(path, interval=0.0)
     second = Recorder(again)
     assert again.start().join(30) and second.errors == []

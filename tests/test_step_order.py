@@ -21,10 +21,13 @@ from tests.stream_support import records, wait_for
 from tracer.doctor import record_verdicts
 from tracer.live.stream import StreamHub, StreamServer
 from tracer.render.summary import summary_lines
-from tracer.trace import index_files, reader, sidecar
+from tracer.trace import index_files, reader, sidecar, sidecar_restore
+from tracer.trace.builder import TraceBuilder
+from tracer.trace.errors import TraceError, TraceOrderError
 from tracer.trace.ingest import load_bytes
-from tracer.trace.reader import Trace, TraceBuilder, TraceError, TraceOrderError, load, open_builder
+from tracer.trace.reader import load, open_builder
 from tracer.trace.source import TraceSource
+from tracer.trace.trace_type import Trace
 
 WHY = "(two writers on one file, or a joined copy?)"
 
@@ -193,7 +196,7 @@ def _sidecar_of(path: Path) -> Path:
 
 
 def _checks(path: Path) -> int:
-    meta, _ = sidecar._read_one(_sidecar_of(path), reader._SIDECAR_ARRAYS)
+    meta, _ = sidecar._read_one(_sidecar_of(path), sidecar_restore.SIDECAR_ARRAYS)
     return int(meta["checks"])
 
 
@@ -226,7 +229,7 @@ def test_a_sidecar_made_before_the_rule_is_not_trusted(
     path.write_bytes(b"".join(lines))
     with monkeypatch.context() as old:  # the fast path sends the offending steps to the general one
         old.setattr(TraceBuilder, "_check_order", lambda self, step, line: None)
-        old.setattr(reader, "SIDECAR_CHECKS", 1)
+        old.setattr(sidecar_restore, "SIDECAR_CHECKS", 1)
         assert len(load(path)) == 13 and _checks(path) == 1  # as the old reader had it
     with pytest.raises(TraceOrderError) as err:
         load(path)
@@ -235,7 +238,7 @@ def test_a_sidecar_made_before_the_rule_is_not_trusted(
         return
     with monkeypatch.context() as unchecked:  # the checks marker right, the rows not
         unchecked.setattr(TraceBuilder, "_check_order", lambda self, step, line: None)
-        assert len(load(path)) == 13 and _checks(path) == reader.SIDECAR_CHECKS
+        assert len(load(path)) == 13 and _checks(path) == sidecar_restore.SIDECAR_CHECKS
     assert reader.reopen(path) is None
     with pytest.raises(TraceOrderError):
         load(path)

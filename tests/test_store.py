@@ -19,8 +19,11 @@ import pytest
 
 from tests.conftest import ROOT
 from tracer.record.writer import GzipMemberSink
-from tracer.trace.reader import Trace, TraceBuilder, TraceError, load, open_builder
+from tracer.trace.builder import TraceBuilder
+from tracer.trace.errors import TraceError
+from tracer.trace.reader import load, open_builder
 from tracer.trace.store import FileStore, GzipMemberStore, MemoryStore
+from tracer.trace.trace_type import Trace
 
 SAMPLES = sorted((ROOT / "sample_traces").glob("*.jsonl"))
 

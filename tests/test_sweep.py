@@ -14,7 +14,8 @@ import pytest
 from tests.conftest import ROOT
 from tracer.analysis.clock import clock_for, performance
 from tracer.cli import main
-from tracer.trace.reader import Trace, load
+from tracer.trace.reader import load
+from tracer.trace.trace_type import Trace
 
 SAMPLES = ROOT / "sample_traces"
 DFLASH = SAMPLES / "dflash_k7_additive.jsonl"
@@ -76,8 +77,8 @@ def timed_source(tmp_path_factory: pytest.TempPathFactory) -> Trace:
 
 
 def _replay(source: Trace, out: Path, **kwargs: Any) -> Trace:
-    from tracer.whatif.clock import attach_frontend_delays, attach_idle_waits
     from tracer.whatif.replay import replay
+    from tracer.whatif.replay_clock import attach_frontend_delays, attach_idle_waits
     from tracer.whatif.workload import workload_from_trace
 
     workload, clock = workload_from_trace(source), clock_for(source)

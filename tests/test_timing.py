@@ -15,7 +15,8 @@ import pytest
 from tests.conftest import ROOT
 from tracer.analysis import timing
 from tracer.cli import main
-from tracer.trace.reader import Trace, load
+from tracer.trace.reader import load
+from tracer.trace.trace_type import Trace
 
 LIVE_SAMPLE = str(ROOT / "sample_traces" / "live_cpu_ngram.jsonl")
 SHORT_SAMPLE = str(ROOT / "sample_traces" / "dflash_k7_additive.jsonl")

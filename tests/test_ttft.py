@@ -12,9 +12,9 @@ import pytest
 
 from tests.conftest import ROOT
 from tracer.analysis import timing
-from tracer.analysis.client import ClientMismatch, split
+from tracer.analysis.client_ttft import ClientMismatch, split
 from tracer.analysis.clock import common_ttft_from, performance, ttft_from
-from tracer.analysis.steppass import step_pass
+from tracer.analysis.step_features import step_pass
 from tracer.cli import main
 from tracer.trace.reader import load
 
@@ -78,9 +78,9 @@ def test_replay_by_arrival_time_keeps_each_requests_frontend_time(tmp_path: Path
     import vllm
 
     from tracer.analysis.clock import clock_for
-    from tracer.whatif.clock import attach_frontend_delays, attach_idle_waits
     from tracer.whatif.fidelity import compare_runs
     from tracer.whatif.replay import replay
+    from tracer.whatif.replay_clock import attach_frontend_delays, attach_idle_waits
     from tracer.whatif.workload import workload_from_trace
 
     trace = load(LIVE)

@@ -28,9 +28,10 @@ import pytest
 
 from tests.live_support import bench_serve, build_tiny_llama, renice_engine, start_server
 from tracer.analysis import timing
-from tracer.analysis.client import ClientMismatch, split
-from tracer.analysis.steppass import step_pass
-from tracer.trace.reader import Trace, load
+from tracer.analysis.client_ttft import ClientMismatch, split
+from tracer.analysis.step_features import step_pass
+from tracer.trace.reader import load
+from tracer.trace.trace_type import Trace
 
 pytestmark = pytest.mark.live  # a CPU `vllm serve`: not on the CUDA 0.33 environment
 

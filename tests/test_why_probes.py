@@ -25,7 +25,8 @@ from typing import Any
 import pytest
 
 from tracer.analysis.reasons import DERIVED, EXACT
-from tracer.trace.reader import Trace, load
+from tracer.trace.reader import load
+from tracer.trace.trace_type import Trace
 from tracer.whatif.offline import EngineSpec, RequestSpec
 
 pytestmark = pytest.mark.vllm

@@ -178,7 +178,7 @@ def cmd_timing(args: argparse.Namespace) -> int:
     trace = _session(args, entries=True).trace  # the step pass reads the entry columns
     doc = timing_report(trace)
     if args.client:
-        from tracer.analysis.client import ClientMismatch
+        from tracer.analysis.client_ttft import ClientMismatch
 
         try:
             with open(args.client, "rb") as f:
@@ -200,7 +200,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     from tracer.analysis.opening import Spec, open_input
     from tracer.render.compare import diff_lines
 
-    # Both at once, each on a core (tracer.analysis.pair); the request index and the step pass
+    # Both at once, each on a core (tracer.analysis.open_pair); the request index and the step pass
     # read the entry columns, collected by the same parse.
     a, b = open_input(Spec(traces=(args.trace_a, args.trace_b), strict=not args.lenient)).pair
     comparison = compare(a, b)
@@ -243,7 +243,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         if args.timed or args.arrivals == "time":
             from tracer.analysis.clock import NoClock, clock_for
             from tracer.render.clock import clock_sentence
-            from tracer.whatif.clock import attach_frontend_delays, attach_idle_waits
+            from tracer.whatif.replay_clock import attach_frontend_delays, attach_idle_waits
 
             if recorded is None:
                 print("schedscope: error: --timed needs a recorded trace to fit on", file=sys.stderr)

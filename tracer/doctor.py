@@ -25,8 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from tracer.trace.reader import Trace, TraceOrderError
+from tracer.trace.errors import TraceOrderError
 from tracer.trace.schema import OFFLINE_MODEL_NAME, SUPPORTED_VLLM, WAITING_DEMAND_LIMIT
+from tracer.trace.trace_type import Trace
 
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
 

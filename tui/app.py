@@ -13,8 +13,7 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 
 from tracer.analysis.opening import Spec, check, open_input
-from tracer.trace.errors import skippable
-from tracer.trace.reader import TraceError
+from tracer.trace.errors import TraceError, skippable
 from tracer.trace.source import TraceSource
 from tui.screens.base import StepScreen
 from tui.screens.compare import CompareScreen

@@ -16,7 +16,7 @@ from tracer.analysis.compare import Comparison, compare
 from tracer.analysis.engines import ReadsRun, Run
 from tracer.analysis.flags import FlagReport
 from tracer.analysis.session import Session, neighbour
-from tracer.trace.reader import Trace
+from tracer.trace.trace_type import Trace
 
 
 class TraceModel(Session):

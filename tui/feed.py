@@ -12,8 +12,9 @@ from __future__ import annotations
 from textual.message import Message
 from textual.message_pump import MessagePump
 
-from tracer.trace.reader import Trace, TraceError
+from tracer.trace.errors import TraceError
 from tracer.trace.source import Phase, SourceState, TraceSource
+from tracer.trace.trace_type import Trace
 from tui.data import TraceModel
 
 

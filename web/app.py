@@ -10,8 +10,8 @@ from dash import Dash
 from tracer.analysis.engines import Run
 from tracer.analysis.opening import Opened, Spec, open_input
 from tracer.analysis.session import Session
-from tracer.trace.reader import Trace
 from tracer.trace.source import TraceSource
+from tracer.trace.trace_type import Trace
 from web import layout as ui
 from web import plotlyjs
 from web.callbacks import LIVE, Handlers, register

@@ -14,8 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tracer.render.source import source_line
-from tracer.trace.reader import Trace, TraceError
+from tracer.trace.errors import TraceError
 from tracer.trace.source import Phase, SourceState, TraceSource
+from tracer.trace.trace_type import Trace
 from web.model import TraceView
 from web.store import TraceStore
 

@@ -15,7 +15,7 @@ from tracer.analysis.engines import ReadsRun, Run
 from tracer.analysis.flags import Flag, FlagReport
 from tracer.analysis.session import Session
 from tracer.render.text import RunLine, engine_line, run_totals_line
-from tracer.trace.reader import Trace
+from tracer.trace.trace_type import Trace
 
 
 @dataclass
@@ -27,7 +27,7 @@ class TraceView:
 
     @property
     def cache(self) -> dict[str, Any]:
-        """Derived view objects (charts), kept in the trace's memo (tracer.analysis.pertrace)
+        """Derived view objects (charts), kept in the trace's memo (tracer.analysis.memo)
         with everything else derived from this snapshot. They must not hold the view."""
         return self.session.memo.once("web.views", dict)
 

@@ -14,10 +14,11 @@ from collections import OrderedDict
 from typing import Any
 
 from tracer.analysis.compare import Comparison, compare
+from tracer.analysis.memo import Memo, joint_memo
 from tracer.analysis.opening import Spec, Upload, open_input
-from tracer.analysis.pertrace import Memo, joint_memo
 from tracer.analysis.session import Session
-from tracer.trace.reader import Trace, TraceError
+from tracer.trace.errors import TraceError
+from tracer.trace.trace_type import Trace
 from web.model import TraceView
 
 DEFAULT_MAX_UPLOAD = 64 << 20  # bytes, before base64
@@ -84,7 +85,7 @@ class TraceStore:
         return self.add(key, f"upload: {name}", session)
 
     def compared(self, key_a: str | None, key_b: str | None) -> tuple[Memo, Comparison, str] | None:
-        """The two traces' comparison, remembered for their two Sessions (tracer.analysis.pertrace
+        """The two traces' comparison, remembered for their two Sessions (tracer.analysis.memo
         .joint_memo: each snapshot's own report, nothing detects again), with that memo (for what a
         view derives from the comparison) and the key naming the two snapshots. None unless both
         traces are here."""

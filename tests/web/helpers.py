@@ -6,7 +6,9 @@ from pathlib import Path
 
 import orjson
 
-from tracer.trace.reader import Trace, TraceBuilder, load
+from tracer.trace.builder import TraceBuilder
+from tracer.trace.reader import load
+from tracer.trace.trace_type import Trace
 from web.model import TraceView
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"

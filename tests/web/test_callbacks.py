@@ -288,7 +288,7 @@ def test_compare_against_a_growing_trace_patches(h: Handlers) -> None:
 def test_a_comparison_and_its_chart_are_kept_for_the_pair_of_snapshots(
     h: Handlers, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """One memo (tracer.analysis.pertrace.joint_memo) keeps a pair's comparison and chart: asked
+    """One memo (tracer.analysis.memo.joint_memo) keeps a pair's comparison and chart: asked
     again, by a zoom or a download, neither is made again; a new snapshot of a side is a new pair."""
     import web.callbacks
     import web.store

@@ -12,8 +12,8 @@ from tracer.analysis.compare import compare
 from tracer.analysis.series import step_series
 from tracer.render.compare import diff_lines
 from tracer.render.text import compare_totals
+from tracer.trace.errors import TraceError
 from tracer.trace.ingest import load_bytes
-from tracer.trace.reader import TraceError
 
 from .helpers import ADDITIVE, SEPARATE, lines, sample
 

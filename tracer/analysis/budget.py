@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 
 from tracer.analysis import detail
-from tracer.trace.methods import is_separate_pass
-from tracer.trace.reader import Trace
+from tracer.trace.spec_methods import is_separate_pass
+from tracer.trace.trace_type import Trace
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ error, into a replay's header and across a sweep's worker processes.
 for a recording, predicted for a timed replay (its `t` are the clock's), and
 priced with a given clock for an untimed replay (its `t` are the offline
 scheduler's own CPU time). Both read a trace only, so they live in analysis: a comparison
-prices a replay with them. tracer.whatif.clock says what prices a replay and gives it the
+prices a replay with them. tracer.whatif.replay_clock says what prices a replay and gives it the
 recording's idle waits; tracer.render.compare holds the sentences about these figures.
 """
 
@@ -22,10 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from tracer.analysis import steppass, timing
-from tracer.analysis.steppass import step_pass
+from tracer.analysis import step_features, timing
+from tracer.analysis.step_features import step_pass
 from tracer.analysis.throughput import BASES, busy_mask, measure_throughput
-from tracer.trace.reader import Trace
+from tracer.trace.trace_type import Trace
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,7 @@ def retimed(trace: Trace, model: timing.TimingModel) -> Trace:
     t0 = float(trace.columns["t"][0]) if len(trace) else 0.0
     t = t0 + np.concatenate([[0.0], np.cumsum(ms[:-1])]) / 1e3
     out = dataclasses.replace(trace, columns={**trace.columns, "t": t})
-    steppass.share(trace, out)  # the same records: one pass
+    step_features.share(trace, out)  # the same records: one pass
     return out
 
 

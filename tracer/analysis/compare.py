@@ -24,9 +24,9 @@ from tracer.analysis.clock import (
 )
 from tracer.analysis.flags import FlagReport
 from tracer.analysis.requests import NO_STEP, EventsView, request_events
-from tracer.analysis.steppass import step_pass
-from tracer.trace import heap
-from tracer.trace.reader import Trace
+from tracer.analysis.step_features import step_pass
+from tracer.trace import release_memory
+from tracer.trace.trace_type import Trace
 
 if TYPE_CHECKING:
     from tracer.analysis.session import Session
@@ -115,7 +115,7 @@ def compare(session_a: Session | Trace, session_b: Session | Trace) -> Compariso
     with ThreadPoolExecutor(2, thread_name_prefix="schedscope-compare") as pool:
         for done in [pool.submit(prepare, s) for s in (sa, sb)]:
             done.result()
-    heap.trim()  # both threads' arenas now: a side's own trim ran while the other still worked
+    release_memory.trim()  # both threads' arenas now: a side's own trim ran while the other still worked
     side_a = Side(a, sa.report, request_events(a))
     side_b = Side(b, sb.report, request_events(b))
     n = max(len(a), len(b))
@@ -169,7 +169,7 @@ def prepare(session: Session) -> None:
     request_events(trace)
     if len(trace) and not (is_replay(trace) and not is_timed(trace)):  # else priced on a retimed copy
         step_pass(trace)
-    heap.trim()  # the passes' freed temporaries (about 60 MB a side at 200k steps)
+    release_memory.trim()  # the passes' freed temporaries (about 60 MB a side at 200k steps)
 
 
 def _pricing_clock(a: Trace, b: Trace) -> StepClock | None:

@@ -29,7 +29,7 @@ import numpy as np
 import orjson
 
 from tracer.trace import compact, schema
-from tracer.trace.reader import Trace
+from tracer.trace.trace_type import Trace
 
 BATCH = 2048  # records per orjson call: bounds the parsed objects alive at once
 

@@ -17,10 +17,12 @@ from pathlib import Path
 
 import numpy as np
 
-from tracer.analysis.pertrace import Memo, joint_memo
+from tracer.analysis.memo import Memo, joint_memo
 from tracer.analysis.session import Session
+from tracer.trace.builder import Progress
 from tracer.trace.errors import TraceHeaderError
-from tracer.trace.reader import Progress, Trace, load
+from tracer.trace.reader import load
+from tracer.trace.trace_type import Trace
 
 # Header fields every engine of one server shares; (section, key): section None is the header.
 SHARED = (
@@ -81,7 +83,7 @@ class Run:
 
     @property
     def memo(self) -> Memo:
-        """What the run's engines give together, kept for their Sessions (tracer.analysis.pertrace)."""
+        """What the run's engines give together, kept for their Sessions (tracer.analysis.memo)."""
         return joint_memo(*(e.session for e in self.engines))
 
     @property

@@ -15,7 +15,7 @@ import numpy as np
 from tracer.analysis import detail, why
 from tracer.analysis.budget import BudgetAnalysis, analyze
 from tracer.analysis.reasons import CODES, REASONS
-from tracer.trace.reader import Trace
+from tracer.trace.trace_type import Trace
 
 ADDITIVE = "additive-double-reservation"
 QUERY_OVERFLOW = "query-overflow"

@@ -16,7 +16,7 @@ import orjson
 from tracer.analysis.detail import rows_mentioning, rows_of_steps
 from tracer.analysis.flags import FlagReport
 from tracer.analysis.requests import RequestLife, cached_index, lifetimes
-from tracer.trace.reader import Trace
+from tracer.trace.trace_type import Trace
 
 
 def flag_rows(trace: Trace, report: FlagReport) -> tuple[np.ndarray, np.ndarray]:

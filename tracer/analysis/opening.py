@@ -20,11 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from tracer.analysis.engines import Run
-from tracer.analysis.pair import load_pair
+from tracer.analysis.open_pair import load_pair
 from tracer.analysis.session import Session
+from tracer.trace.builder import Progress
 from tracer.trace.ingest import load_bytes
-from tracer.trace.reader import Progress, Trace, load
+from tracer.trace.reader import load
 from tracer.trace.source import TraceSource
+from tracer.trace.trace_type import Trace
 
 
 @dataclass(frozen=True)
@@ -125,7 +127,7 @@ def open_input(spec: Spec) -> Opened:
     """Check `spec` (ValueError), then open it (TraceError naming file, line and field).
 
     One trace is read whole into a Session, or, `shown_while_loading`, made a TraceSource.file;
-    two are opened at once (tracer.analysis.pair); engines are read in turn and checked to be
+    two are opened at once (tracer.analysis.open_pair); engines are read in turn and checked to be
     one run (tracer.analysis.engines); an upload is parsed in memory (tracer.trace.ingest). A
     live input becomes a TraceSource, not started."""
     check(spec)

@@ -23,7 +23,7 @@ import numpy as np
 from tracer.analysis import detail
 from tracer.analysis.reasons import CODES
 from tracer.analysis.why import Config, bindings, step_why, waiting_weights
-from tracer.trace.reader import Trace
+from tracer.trace.trace_type import Trace
 
 MAX_WINDOW = 2000  # steps read for one set of lanes
 # Request entries (running, new and resumed) those steps may name: at 256 running about 190

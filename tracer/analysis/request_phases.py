@@ -38,8 +38,8 @@ from tracer.analysis import detail, timing, why
 from tracer.analysis.reasons import CODES
 from tracer.analysis.requests import request_events
 from tracer.analysis.session import Session
-from tracer.analysis.steppass import step_pass
-from tracer.trace.reader import Trace
+from tracer.analysis.step_features import step_pass
+from tracer.trace.trace_type import Trace
 
 
 class NoWallClock(ValueError):

@@ -5,7 +5,7 @@ scheduled in: 51 million request-steps in a 200,000-step trace at 256 running re
 too many to visit in Python. What a comparison needs is much less: when each request was
 admitted, preempted, resumed and finished and the step of its first sampled token.
 `request_events` computes exactly those with NumPy from the trace's entry columns
-(tracer.analysis.entrypass), and keeps one small object per request (aggregates only: no
+(tracer.analysis.entry_features), and keeps one small object per request (aggregates only: no
 per-step lists); `reference` builds the same record by record.
 
 The index is cached per Trace object, so a comparison and a later search share it.
@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 import orjson
 
-from tracer.analysis import detail, entrypass
-from tracer.analysis.pertrace import memo
+from tracer.analysis import detail, entry_features
+from tracer.analysis.memo import memo
 from tracer.trace import sidecar
-from tracer.trace.reader import Trace
+from tracer.trace.trace_type import Trace
 
 
 @dataclass(slots=True)
@@ -210,7 +210,7 @@ def cached_index(trace: Trace) -> RequestIndex | None:
 
 def request_index(trace: Trace) -> RequestIndex:
     """The per-request index of `trace`, built on first use and cached with the Trace (and,
-    for a big trace file, beside it: `<trace>.requests.ssidx`, as tracer.analysis.steppass)."""
+    for a big trace file, beside it: `<trace>.requests.ssidx`, as tracer.analysis.step_features)."""
     index = cached_index(trace)
     if index is None:
         index = _read(trace)
@@ -278,7 +278,7 @@ class _Builder:
 
 
 def _build(trace: Trace) -> RequestIndex:
-    found = entrypass.computed(trace)
+    found = entry_features.computed(trace)
     if found is None:
         return reference(trace)
     return RequestIndex(RequestColumns(*found.events), *found.since)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from tracer.analysis.budget import BudgetAnalysis
-from tracer.trace.reader import Trace
+from tracer.trace.trace_type import Trace
 
 
 def step_series(trace: Trace, analysis: BudgetAnalysis) -> dict[str, np.ndarray]:

@@ -3,7 +3,7 @@
 In the manner of pyinstrument's Session (one recorded profile that every renderer reads), a
 `Session` holds one loaded trace snapshot and reads everything the model layer derives from
 it: the budget analysis, the flag report, the plotted series, the flag index and the lookups.
-Each is computed on first use and kept in the trace's memo (tracer.analysis.pertrace, the one
+Each is computed on first use and kept in the trace's memo (tracer.analysis.memo, the one
 place whole-trace results are remembered), so `schedscope summary`, `flags`, `diff`, the
 Perfetto export, the TUI and the web app never run the budget model or the detectors twice over
 one snapshot. A followed trace that grows is a new snapshot (a new Trace), so it gets a new
@@ -30,10 +30,10 @@ from tracer.analysis.budget import BudgetAnalysis, analyze
 from tracer.analysis.detail import rows_of_steps
 from tracer.analysis.flags import Flag, FlagReport, detect
 from tracer.analysis.lookup import flag_rows, matching_ids, request_life
-from tracer.analysis.pertrace import memo
+from tracer.analysis.memo import memo
 from tracer.analysis.requests import RequestLife
 from tracer.analysis.series import step_series
-from tracer.trace.reader import Trace
+from tracer.trace.trace_type import Trace
 
 T = TypeVar("T")
 
@@ -128,7 +128,7 @@ class Session:
 
     def __init__(self, trace: Trace, *, report: FlagReport | None = None) -> None:
         self.trace = trace
-        # Results live in the Trace's memo (tracer.analysis.pertrace), not here: two Sessions
+        # Results live in the Trace's memo (tracer.analysis.memo), not here: two Sessions
         # over one snapshot share them, and a new snapshot (a new Trace) starts afresh.
         self.memo = memo(trace)
         if report is not None:

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from tracer.analysis.timing import BAD, GAP, IDLE, Durations, StepFeatures
-from tracer.trace.reader import Trace
+from tracer.trace.trace_type import Trace
 
 PERCENTILES = (50, 90, 99)
 

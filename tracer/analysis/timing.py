@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from tracer.trace.reader import Trace
+from tracer.trace.trace_type import Trace
 
 # Candidate features in priority order: when the steps support fewer coefficients,
 # the last ones go first.

@@ -46,10 +46,10 @@ from tracer.analysis.reasons import (
     UNKNOWN,
 )
 from tracer.analysis.requests import RequestEvents, request_index
-from tracer.analysis.steppass import step_pass
+from tracer.analysis.step_features import step_pass
 from tracer.analysis.throughput import steps_clock
 from tracer.trace import schema
-from tracer.trace.reader import Trace
+from tracer.trace.trace_type import Trace
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ from tracer.analysis.reasons import CODES
 from tracer.live.net import is_loopback, parse_bind
 from tracer.record.writer import Record
 from tracer.trace import schema
-from tracer.trace.reader import TraceBuilder
+from tracer.trace.builder import TraceBuilder
 
 logger = logging.getLogger("schedscope.metrics")
 

@@ -6,7 +6,7 @@
 A writer tap in the trace process (tracer.live.trace_process), never in EngineCore. The tap only
 appends the records it is handed. Its own thread, at most every `interval` seconds (and, after
 a build that took long, `BUSY_FACTOR` times its duration), builds a Trace of the records it keeps
-(tracer.trace.reader.TraceBuilder) and hands the requests that finished since to the very code
+(tracer.trace.builder.TraceBuilder) and hands the requests that finished since to the very code
 the export uses (tracer.analysis.request_phases, then tracer.render.otlp's spans, ids and
 resource), so a request's live spans are its exported ones. Another thread sends them
 (tracer.send_spans, the SDK's OTLP/HTTP exporter, `timeout` seconds a batch, retries included)
@@ -39,13 +39,13 @@ from typing import Any
 from tracer.analysis.request_phases import NoWallClock, request_phases
 from tracer.analysis.requests import request_events
 from tracer.analysis.session import Session
-from tracer.analysis.steppass import step_pass
+from tracer.analysis.step_features import step_pass
 from tracer.record.writer import Record
 from tracer.render import otlp
 from tracer.render.parquet import engine_name
 from tracer.send_spans import Delivery, endpoint_url, send
 from tracer.trace import schema
-from tracer.trace.reader import TraceBuilder
+from tracer.trace.builder import TraceBuilder
 
 logger = logging.getLogger("schedscope.otlp")
 

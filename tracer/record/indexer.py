@@ -1,6 +1,6 @@
 """Starts and ends the born index's process for a trace the recorder writes.
 
-The index is built beside the server (tracer.trace.born_follow), not on the writer
+The index is built beside the server (tracer.trace.born_index_follower), not on the writer
 thread: what it costs (parsing and packing every record again) then never runs under the
 server's GIL. Starting it is the server's only cost; if it cannot start, the trace is
 written as ever, without an index, and its first open parses it.
@@ -40,7 +40,14 @@ class IndexProcess:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "tracer.trace.born_follow", str(path), "--interval", str(interval_s)],
+                [
+                    sys.executable,
+                    "-m",
+                    "tracer.trace.born_index_follower",
+                    str(path),
+                    "--interval",
+                    str(interval_s),
+                ],
                 stdin=subprocess.PIPE,  # closed by `close` or by the parent's end: the follower's cue
                 stdout=subprocess.DEVNULL,
                 env=env,

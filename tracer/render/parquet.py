@@ -30,8 +30,9 @@ import numpy as np
 from tracer.analysis import why
 from tracer.analysis.budget import analyze
 from tracer.analysis.reasons import CODE_INDEX, CODES
+from tracer.trace.columns import RUNNER_COLS
 from tracer.trace.compact import GROUPS
-from tracer.trace.reader import RUNNER_COLS, Trace
+from tracer.trace.trace_type import Trace
 
 Progress = Callable[[int, int], None]
 

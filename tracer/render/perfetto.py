@@ -38,7 +38,7 @@ from tracer.render.why import cause_text, preemption_line
 
 if TYPE_CHECKING:
     from tracer.analysis.flags import FlagReport
-    from tracer.trace.reader import Trace
+    from tracer.trace.trace_type import Trace
 
 SCHED_PID, REQ_PID = 1, 2
 SCHED_TID = 1

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from tracer.analysis.budget import BudgetAnalysis
-from tracer.trace.reader import Trace
+from tracer.trace.trace_type import Trace
 
 
 def step_status(rec: dict[str, Any]) -> str:

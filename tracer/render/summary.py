@@ -11,7 +11,7 @@ import numpy as np
 from tracer.analysis.session import Session
 from tracer.render.text import describe_gaps, engine_line, flags_line
 from tracer.render.why import waiting_lines
-from tracer.trace.reader import Trace
+from tracer.trace.trace_type import Trace
 
 
 def _budget_line(trace: Trace, i: int) -> str:

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from tracer.analysis.compare import Comparison
     from tracer.analysis.engines import RunTotals
     from tracer.analysis.flags import FlagReport
-    from tracer.trace.reader import Trace
+    from tracer.trace.trace_type import Trace
 
 
 # -- the engine line ----------------------------------------------------------------------------

@@ -9,12 +9,12 @@ from typing import Any
 
 import numpy as np
 
-from tracer.analysis import client, timing
-from tracer.analysis.steppass import step_pass
+from tracer.analysis import client_ttft, timing
+from tracer.analysis.step_features import step_pass
 from tracer.analysis.throughput import BASIS_LOWER_BOUND, Latency, Throughput, measure_throughput
 from tracer.render.text import TTFT_FROM_SENTENCE, ttft_parts_phrase
-from tracer.trace.reader import Trace
 from tracer.trace.schema import OFFLINE_MODEL_NAME
+from tracer.trace.trace_type import Trace
 
 MANY_STALLS = 0.05  # over this share of usable steps, stalls suggest a cost the model lacks
 
@@ -160,8 +160,8 @@ def _spread(p: dict[str, float] | None) -> str:
 
 
 def client_doc(trace: Trace, result: dict[str, Any], name: str, prefix: str | None = None) -> dict[str, Any]:
-    """A client's TTFT split against the trace's (tracer.analysis.client), JSON-able."""
-    found = client.split(trace, result, prefix)
+    """A client's TTFT split against the trace's (tracer.analysis.client_ttft), JSON-able."""
+    found = client_ttft.split(trace, result, prefix)
     return {
         "result": name,
         "requests": len(found.client_ms),

@@ -29,7 +29,7 @@ from urllib.parse import urlencode, urlparse, urlunparse
 
 import orjson
 
-from tracer.trace.born import INTERVAL_S, BornIndex, born_index
+from tracer.trace.born_index import INTERVAL_S, BornIndex, born_index
 from tracer.trace.compact import GROUPS, size
 from tracer.trace.schema import HEARTBEAT_INTERVAL
 
@@ -372,7 +372,7 @@ class RunSaver:
     never mistaken for this one. Records that come before any header (none from
     schedscope's server) cannot start a trace and are only counted.
 
-    Each file gets its born index as it is written (tracer.trace.born), as the recorder's
+    Each file gets its born index as it is written (tracer.trace.born_index), as the recorder's
     own file does, so the copy's first open maps it instead of parsing it; a copy with a
     gap is parsed from the gap on. `index_interval`: seconds between the index's segments
     (None: no index).

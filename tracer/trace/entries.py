@@ -1,11 +1,11 @@
 """Per-request entry columns: every request a step names, as flat arrays.
 
-The step pass (tracer.analysis.steppass) and the request index (tracer.analysis.requests)
+The step pass (tracer.analysis.step_features) and the request index (tracer.analysis.requests)
 need each step's requests: who was scheduled with how many tokens and drafts, what each
 sampled, who waited, was preempted or finished. Parsing every record again for that costs
 about 0.3 ms a step at 256 running; here the same facts are collected once, while the
 reader parses the trace (TraceBuilder with `entries=True`) or while the recorder writes it
-(tracer.trace.born), into flat int32 arrays the analyses run NumPy over.
+(tracer.trace.born_index), into flat int32 arrays the analyses run NumPy over.
 
 Per step row (`steps`): how many entries of each kind it has, how its `sampled` was written
 (none, aligned with the scheduled order, or an `{id: n}` dict) and its `context_tokens`.
@@ -234,7 +234,7 @@ class EntryCollector:
 
 class Entries:
     """A trace's entry columns (see the module docstring). From a sidecar, each array may be
-    in pieces (one per segment of a born index, tracer.trace.born), mapped from the file:
+    in pieces (one per segment of a born index, tracer.trace.born_index), mapped from the file:
     the per-entry arrays and the ids are joined on first use, so a load that never uses
     them (a summary) never reads them."""
 

@@ -8,8 +8,10 @@ size is bounded so a small upload cannot expand into gigabytes.
 
 from __future__ import annotations
 
+from tracer.trace.builder import TraceBuilder
 from tracer.trace.codec import decode_bounded
-from tracer.trace.reader import Trace, TraceBuilder, TraceError
+from tracer.trace.errors import TraceError
+from tracer.trace.trace_type import Trace
 
 
 def load_bytes(data: bytes, name: str, *, strict: bool = True, max_decompressed: int = 1 << 30) -> Trace:

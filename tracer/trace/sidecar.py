@@ -179,7 +179,7 @@ def read(
         meta = segments[-1][0]
         status = _matches(meta.get("source"), fd, st)
         if status is None:
-            # A born index (tracer.trace.born) the trace no longer matches: the trace was
+            # A born index (tracer.trace.born_index) the trace no longer matches: the trace was
             # changed after it was recorded. Said once: the load that follows rewrites it.
             log = logger.warning if meta.get("born") else logger.debug
             log(

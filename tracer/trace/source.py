@@ -17,7 +17,7 @@ time the steps double), so a viewer shows a multi-GB trace within a second; the
 state turns `complete` just before its last snapshot. A viewer can `hold()` a complete
 file's reading for a moment (between chunks) and `release()` it.
 
-Bytes go through one `tracer.trace.reader.TraceBuilder`, which holds back an
+Bytes go through one `tracer.trace.builder.TraceBuilder`, which holds back an
 incomplete last line: a torn line at the end of a growing file is read once it
 is whole. Files are plain, gzip or zstd, told apart by their magic bytes (tracer.trace.codec).
 A stream is read with `tracer.trace.attach.StreamFollower`; with `save=FILE` it
@@ -37,17 +37,12 @@ from pathlib import Path
 from typing import IO, Any
 
 from tracer.trace.attach import READ_TIMEOUT, LinkState, RunSaver, StreamFollower, link_status
+from tracer.trace.builder import TraceBuilder
 from tracer.trace.codec import Decoder
-from tracer.trace.reader import (
-    Torn,
-    Trace,
-    TraceBuilder,
-    TraceError,
-    TraceHeaderError,
-    open_builder,
-    reopen,
-    save_sidecar,
-)
+from tracer.trace.errors import TraceError, TraceHeaderError
+from tracer.trace.reader import open_builder, reopen
+from tracer.trace.sidecar_restore import save_sidecar
+from tracer.trace.trace_type import Torn, Trace
 
 FIRST_CHUNK = 1 << 20  # small, so the first snapshot of a big file comes quickly
 CHUNK = 8 << 20

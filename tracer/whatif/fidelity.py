@@ -18,7 +18,8 @@ from typing import Any
 
 from tracer.analysis import why
 from tracer.trace import schema
-from tracer.trace.reader import Trace, load
+from tracer.trace.reader import load
+from tracer.trace.trace_type import Trace
 
 # Step fields that are scheduling decisions or their inputs. Sets (vLLM keeps
 # preempted and finished ids in sets, in hash order) are compared as sets.

@@ -40,7 +40,7 @@ from tracer.trace.errors import TraceError
 
 if TYPE_CHECKING:
     from tracer.analysis.why import Cause, RequestStory, StepWhy
-    from tracer.trace.reader import Trace
+    from tracer.trace.trace_type import Trace
 
 RELAXATIONS: Final = ("seqs", "kv", "budget", "draft_slots", "long_prefill", "chunked")
 

@@ -24,9 +24,10 @@ from typing import Any
 
 from tracer.analysis import timing
 from tracer.analysis.clock import StepClock, clock_for, performance
-from tracer.analysis.steppass import step_pass
-from tracer.trace.reader import Trace, load
-from tracer.whatif.clock import attach_frontend_delays, attach_idle_waits
+from tracer.analysis.step_features import step_pass
+from tracer.trace.reader import load
+from tracer.trace.trace_type import Trace
+from tracer.whatif.replay_clock import attach_frontend_delays, attach_idle_waits
 
 # objective -> (result key, label, unit, True when higher is better)
 OBJECTIVES: dict[str, tuple[str, str, str, bool]] = {

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tracer.trace.reader import Trace, load
+from tracer.trace.reader import load
+from tracer.trace.trace_type import Trace
 from tracer.whatif.offline import EngineSpec, RequestSpec
 
 # Inputs of one recorded step, in the order the scheduler received them:
@@ -136,10 +137,10 @@ class Workload:
     t0: float | None = None
     step_times: list[float] = field(default_factory=list)
     # Timed replays by step: recorded step -> how long the engine waited for requests before
-    # it (s), beyond its previous step's predicted time (tracer.whatif.clock.attach_idle_waits).
+    # it (s), beyond its previous step's predicted time (tracer.whatif.replay_clock.attach_idle_waits).
     idle_waits: dict[int, float] = field(default_factory=dict)
     # Timed replays by arrival time: request id -> its time from arrival to when the engine
-    # could take it (s), as recorded (tracer.whatif.clock.attach_frontend_delays).
+    # could take it (s), as recorded (tracer.whatif.replay_clock.attach_frontend_delays).
     frontend_delays: dict[str, float] = field(default_factory=dict)
 
     def request(self, rid: str) -> RequestSpec:

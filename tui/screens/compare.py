@@ -17,7 +17,7 @@ from tracer.analysis.opening import Spec, open_input
 from tracer.render.compare import headline_sentences, performance_note, performance_rows
 from tracer.render.step import arithmetic
 from tracer.render.text import compare_totals
-from tracer.trace.reader import TraceError
+from tracer.trace.errors import TraceError
 from tui.bins import Window
 from tui.data import CompareModel, TraceModel
 from tui.screens.base import Command, StepScreen

@@ -19,7 +19,7 @@ from textual.widgets import Footer, ProgressBar, Static
 
 from tracer.analysis.opening import Spec, open_input
 from tracer.render.text import run_totals_line
-from tracer.trace.reader import TraceError
+from tracer.trace.errors import TraceError
 from tracer.trace.source import TraceSource
 from tui.bins import Window
 from tui.data import RunModel, TraceModel

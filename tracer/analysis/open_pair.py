@@ -5,7 +5,7 @@ A trace with a sidecar or a born index (tracer.trace.sidecar) opens in a second 
 mostly in NumPy, which lets go of the GIL: two threads share the cores. A trace without one
 (an older trace, a first open) is parsed record by record, which holds the GIL, so two such
 parses in two threads take turns on one core. Then B is opened in a child process
-(`python -m tracer.analysis.pair B`), as a first open of it would: parsed, its passes
+(`python -m tracer.analysis.open_pair B`), as a first open of it would: parsed, its passes
 computed (`compare.prepare`), its sidecars written (the reader's, the step pass's and the
 request index's). Meanwhile this process parses A, then maps B's sidecars.
 
@@ -29,7 +29,9 @@ from pathlib import Path
 from tracer.analysis.compare import prepare
 from tracer.analysis.session import Session
 from tracer.trace import codec, index_files, sidecar
-from tracer.trace.reader import Progress, Trace, entries_of, load, reopen
+from tracer.trace.builder import Progress
+from tracer.trace.reader import load, reopen
+from tracer.trace.trace_type import Trace, entries_of
 
 
 def load_pair(
@@ -101,7 +103,13 @@ def _child(path: str | Path, strict: bool) -> subprocess.Popen[bytes] | None:
         return None  # this process's own load names the problem
     if not stat.S_ISREG(st.st_mode) or st.st_size < sidecar.MIN_SOURCE_BYTES or codec.kind_of(head) == "zstd":
         return None
-    args = [sys.executable, "-m", "tracer.analysis.pair", os.fspath(path), *([] if strict else ["--lenient"])]
+    args = [
+        sys.executable,
+        "-m",
+        "tracer.analysis.open_pair",
+        os.fspath(path),
+        *([] if strict else ["--lenient"]),
+    ]
     try:
         # Quiet: what it would say (a problem, an error) this process says when it opens B.
         return subprocess.Popen(
@@ -113,7 +121,7 @@ def _child(path: str | Path, strict: bool) -> subprocess.Popen[bytes] | None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m tracer.analysis.pair",
+        prog="python -m tracer.analysis.open_pair",
         description="Open one trace as `schedscope diff` opens its B in a child process: parse it, "
         "compute its passes and leave its sidecars for the parent to map.",
     )

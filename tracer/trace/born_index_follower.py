@@ -12,7 +12,7 @@ A line the writer has not finished is not read until it is; a file that shrinks 
 record the index cannot take stops the index with one warning (`BornIndex.stop`), and
 the trace itself is never touched.
 
-    python -m tracer.trace.born_follow TRACE [--interval S]
+    python -m tracer.trace.born_index_follower TRACE [--interval S]
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import sys
 import orjson
 
 from tracer.trace import sidecar
-from tracer.trace.born import INTERVAL_S, BornIndex
+from tracer.trace.born_index import INTERVAL_S, BornIndex
 
 POLL_S = 0.2  # how often an idle trace is looked at again
 CHUNK = 1 << 20  # bytes read at a time: a segment (interval 0) covers at most this
@@ -93,7 +93,7 @@ def _ended(stdin: int, parent: int, poll_s: float) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m tracer.trace.born_follow",
+        prog="python -m tracer.trace.born_index_follower",
         description="Write the born index (<trace>.ssidx) of a trace while it is recorded, "
         "until stdin closes or the parent process is gone. Started by the recorder.",
     )

@@ -12,7 +12,7 @@ preemptions, finishes, waiting ids, a dict `sampled`'s own entries) are few, and
 by (request, step) keys: LatencyTracker's first-seen step, first and last token, and the
 request index's events and first token after an admission with no finish in between.
 
-The record-by-record code stays as the reference (`steppass.reference`,
+The record-by-record code stays as the reference (`step_features.reference`,
 `requests.reference`); tests compare the two exactly.
 """
 
@@ -25,11 +25,11 @@ from typing import Any
 import numpy as np
 
 from tracer.analysis import timing
-from tracer.analysis.pertrace import memo
+from tracer.analysis.memo import memo
 from tracer.analysis.throughput import RequestTimes
-from tracer.trace import heap
+from tracer.trace import release_memory
 from tracer.trace.entries import NO_CONTEXT, S_ALIGNED, S_NONE, Entries
-from tracer.trace.reader import Trace, entries_of
+from tracer.trace.trace_type import Trace, entries_of
 
 NEW, RESUMED, RUNNING = range(3)
 # Keys that order a step's entries as its record lists them: row, then kind (scheduled,
@@ -37,7 +37,7 @@ NEW, RESUMED, RUNNING = range(3)
 _ROW_SHIFT, _RANK_SHIFT = 22, 20
 _POS_LIMIT = 1 << _RANK_SHIFT
 HAND_BACK = 16  # chunks between two hand-backs of the index's mapped pages (about 10 MB read)
-TRIM = 64  # chunks between two trims of the freed heap (tracer.trace.heap: a trim walks the heap)
+TRIM = 64  # chunks between two trims of the freed heap (tracer.trace.release_memory: a trim walks the heap)
 CHUNK = 1 << 16  # scheduled entries per chunk of steps: its arrays stay in cache (1 << 18 ran twice as long)
 
 
@@ -51,7 +51,7 @@ class EntryPass:
     since: tuple[np.ndarray, np.ndarray]
 
 
-MEMO_NAME = "entrypass"  # its name in the Trace's memo (tracer.analysis.pertrace)
+MEMO_NAME = "entrypass"  # its name in the Trace's memo (tracer.analysis.memo)
 # The last phases of a pass are its peak in memory (a few arrays per request at once): two
 # passes at once (`diff`'s two threads) take turns there, so their peaks never add up.
 _LAST_PHASES = threading.Lock()
@@ -93,7 +93,7 @@ def entry_pass(trace: Trace, e: Entries) -> EntryPass:
     sched_first = sched_end - ks
     n_codes = len(e.ids)
     ev = _events(e, k, sched_first, n, n_codes)
-    heap.trim()  # the events' temporaries, before the chunks' start piling up beside them
+    release_memory.trim()  # the events' temporaries, before the chunks' start piling up beside them
     acc = _Accumulators(n, n_codes)
     rows = _Rows(
         first=sched_first,
@@ -115,13 +115,13 @@ def entry_pass(trace: Trace, e: Entries) -> EntryPass:
         if chunks % HAND_BACK == 0:
             e.hand_back()
         if chunks % TRIM == 0:
-            heap.trim()
+            release_memory.trim()
     # What the chunks needed goes before the last phases, which peak in memory; each of
     # them is a function, so its temporaries go when it returns.
     finished = k["k_fin"]
     del carry, rows, k
     e.hand_back()
-    heap.trim()
+    release_memory.trim()
     with _LAST_PHASES:
         features = _features(trace, e, acc, ks, finished)
         times = _times(e, acc, n, n_codes)
@@ -129,7 +129,7 @@ def entry_pass(trace: Trace, e: Entries) -> EntryPass:
         del acc
         steps = trace.columns["step"].astype(np.int64)
         events, since = _request_index(e, ev, prefill_done, steps, n_codes)
-        heap.trim()
+        release_memory.trim()
     return EntryPass(features, times, events, since)
 
 

@@ -11,8 +11,8 @@ import numpy as np
 
 from tracer.analysis import timing
 from tracer.analysis.clock import StepClock
-from tracer.analysis.steppass import step_pass
-from tracer.trace.reader import Trace
+from tracer.analysis.step_features import step_pass
+from tracer.trace.trace_type import Trace
 
 
 def attach_idle_waits(workload: Any, trace: Trace, clock: StepClock) -> None:

@@ -2,7 +2,7 @@
 (tracer.analysis.timing.FeatureBuilder) and each request's token rows (LatencyTracker).
 
 Throughput, latency, the step-time fit and a replay's clock all need it. It is computed
-with NumPy from the trace's entry columns (tracer.analysis.entrypass); record by record
+with NumPy from the trace's entry columns (tracer.analysis.entry_features); record by record
 (`reference`, 0.3 ms a step at 256 running) only for a trace whose records do not fit
 them, and in the tests that compare the two. It runs once per Trace object, and a big
 trace file (one that has a reader sidecar) keeps the result beside it,
@@ -19,11 +19,11 @@ from typing import Any
 import numpy as np
 import orjson
 
-from tracer.analysis import entrypass, timing
-from tracer.analysis.pertrace import memo
+from tracer.analysis import entry_features, timing
+from tracer.analysis.memo import memo
 from tracer.analysis.throughput import LatencyTracker, RequestTimes
 from tracer.trace import sidecar
-from tracer.trace.reader import Trace
+from tracer.trace.trace_type import Trace
 
 NAME = "steppass"
 # Bump when FeatureBuilder or LatencyTracker changes what it computes: older files are rebuilt.
@@ -43,7 +43,7 @@ class StepPass:
 
 
 def step_pass(trace: Trace) -> StepPass:
-    """The pass for `trace`: remembered in the Trace's memo (tracer.analysis.pertrace), else
+    """The pass for `trace`: remembered in the Trace's memo (tracer.analysis.memo), else
     read back from its file's cache, else run (and saved there when the trace has a fingerprint)."""
     found: StepPass | None = memo(trace).get(NAME)
     if found is not None:
@@ -62,7 +62,7 @@ def share(trace: Trace, copy: Trace) -> None:
 
 
 def _run(trace: Trace) -> StepPass:
-    found = entrypass.computed(trace)
+    found = entry_features.computed(trace)
     if found is None:
         return reference(trace)
     return StepPass(found.features, found.times)

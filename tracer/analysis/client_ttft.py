@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 
 from tracer.analysis import timing
-from tracer.analysis.steppass import step_pass
-from tracer.trace.reader import Trace
+from tracer.analysis.step_features import step_pass
+from tracer.trace.trace_type import Trace
 
 # cmpl-<X-Request-Id>-<prompt index>-<suffix>; the bench's id is its prefix (`bench-<hex>-` by
 # default: it ends in a separator) and the request's index. vLLM's own ids are bare hex.

@@ -2,10 +2,10 @@
 
 A first open of a trace then maps its columns instead of parsing it (tracer.trace.reader's
 sidecar, docs/trace-format.md). Two feed one: a process beside the recorder that follows
-the file as the writer thread writes it (tracer.trace.born_follow), and the saver of a
+the file as the writer thread writes it (tracer.trace.born_index_follower), and the saver of a
 followed stream (`attach.RunSaver`, a viewer's `--save` copy). Each hands every record
 written here, with its parsed value: the step rows are packed by the reader's fast path
-(`reader.fast_step_row`, every type checked) and the per-request entry columns collected
+(`rows.fast_step_row`, every type checked) and the per-request entry columns collected
 by the reader's own collector (tracer.trace.entries), so the index holds exactly what a
 parse of the file would. A `gap` record (a stream copy's declared
 hole) ends the index quietly: the reader's general path counts gaps, so such a copy is
@@ -36,17 +36,12 @@ from typing import Any
 import orjson
 
 from tracer.trace import index_files, schema, sidecar
+from tracer.trace.builder import TraceBuilder
 from tracer.trace.entries import EntryCollector
 from tracer.trace.index_files import BORN_INTERVAL_S as INTERVAL_S
 from tracer.trace.index_files import born_wanted
-from tracer.trace.reader import (
-    SIDECAR_CHECKS,
-    TraceBuilder,
-    fast_runner_row,
-    fast_step_row,
-    kv_pool,
-    row_arrays,
-)
+from tracer.trace.rows import fast_runner_row, fast_step_row, kv_pool
+from tracer.trace.sidecar_restore import SIDECAR_CHECKS, row_arrays
 
 logger = logging.getLogger("schedscope.born")
 

@@ -22,7 +22,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
 
-from tracer.trace.reader import Trace
+from tracer.trace.trace_type import Trace
 
 T = TypeVar("T")
 

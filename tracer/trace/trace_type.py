@@ -1,0 +1,169 @@
+"""The Trace: a loaded trace's columns, with each step's full record read on demand.
+
+`Torn` says where a file's incomplete last line starts; `entries_of` gives a Trace's
+per-request entry columns (tracer.trace.entries), collected from its records when its load
+did not bring them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import orjson
+
+from tracer.trace import compact, schema
+from tracer.trace.entries import Entries, EntryCollector
+from tracer.trace.errors import TraceError, TraceOrderError
+from tracer.trace.rows import with_defaults
+from tracer.trace.store import MemoryStore, Store
+
+logger = logging.getLogger("schedscope.reader")
+
+
+@dataclass(frozen=True)
+class Torn:
+    """Where an incomplete last line starts (1-based line, byte offset) and its length."""
+
+    line: int
+    offset: int
+    length: int
+
+    def describe(self) -> str:
+        return f"torn at line {self.line} (byte {self.offset}, {self.length} bytes of an incomplete record)"
+
+
+@dataclass
+class Trace:
+    path: str
+    header: dict[str, Any]
+    columns: dict[str, np.ndarray]
+    runner: dict[str, np.ndarray]
+    footer: dict[str, Any] | None
+    torn: Torn | None = None
+    problems: list[TraceError] = field(default_factory=list)
+    gaps: list[tuple[int, int]] = field(default_factory=list)
+    # `hooks` records: which runner/speculator hooks the model-runner process had active.
+    hooks: list[dict[str, Any]] = field(default_factory=list)
+    # Where each step's record is (tracer.trace.store): in memory, in the file read in
+    # place, or in a gzip member; `_spans` are the records' [start, end) in it.
+    store: Store = field(default_factory=lambda: MemoryStore(b""))
+    _spans: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), dtype=np.int64))
+    # The file state (tracer.trace.sidecar.fingerprint) a whole big file was loaded from:
+    # derived sidecars (tracer.analysis.step_features) are valid for exactly it. None otherwise.
+    fingerprint: dict[str, Any] | None = None
+    # Per-request entry columns (tracer.trace.entries), when the load collected them or its
+    # sidecar holds them; None otherwise (`entries_of` collects them then).
+    entries: Entries | None = None
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return self.header["config"]
+
+    def __len__(self) -> int:
+        return len(self.columns["step"])
+
+    def footer_mismatch(self) -> str | None:
+        """When the footer's `steps_written` is not the number of steps read: both numbers,
+        and what accounts for steps read fewer (gaps, dropped or skipped records). None when
+        they agree, or without a footer (a torn file: its count was never written)."""
+        if self.footer is None:
+            return None
+        written, read = self.footer.get("steps_written"), len(self)
+        if written == read:
+            return None
+        why = []
+        if holes := sum(max(0, before - after - 1) for after, before in self.gaps):
+            why.append(f"{holes} in the live stream's gaps")
+        if dropped := self.footer.get("records_dropped"):
+            why.append(f"{dropped} records dropped by the recorder")
+        if skipped := sum(isinstance(p, TraceOrderError) for p in self.problems):
+            why.append(f"{skipped} out-of-order step records skipped")
+        elif self.problems:
+            why.append(f"{len(self.problems)} malformed lines skipped")
+        because = f" ({'; '.join(why)})" if why else ""
+        return f"the footer counts {written} steps written, {read} were read{because}"
+
+    def raw(self, i: int) -> bytes:
+        """The i-th step's record as it is in the file (one JSON object, no newline)."""
+        start, end = self._spans[i].tolist()
+        return self.store.read(start, end)
+
+    def raw_many(self, rows: Iterable[int] | np.ndarray) -> Iterator[tuple[int, bytes]]:
+        """(row, raw record) for each of `rows`, once each, in increasing row order: the
+        store reads neighbouring steps in one go, so this is the way to scan many."""
+        rows = np.unique(np.asarray(rows, dtype=np.int64))
+        if len(rows) and (rows[0] < 0 or rows[-1] >= len(self._spans)):
+            raise IndexError(f"rows {rows[0]}..{rows[-1]} are not all in a trace of {len(self._spans)} steps")
+        return zip(rows.tolist(), self.store.read_many(self._spans[rows]), strict=True)
+
+    def step(self, i: int) -> dict[str, Any]:
+        """The full record of the i-th step (0-based row), defaults filled in, in the 1.1
+        layout whatever the trace's format (tracer.trace.compact; checked when loaded)."""
+        return self._parse_step(i, self.raw(i))
+
+    def iter_steps(self) -> Iterator[dict[str, Any]]:
+        """Every step's full record in order, one at a time (read in blocks)."""
+        for i, raw in self.raw_many(range(len(self))):
+            yield self._parse_step(i, raw)
+
+    def steps(self) -> list[dict[str, Any]]:
+        return list(self.iter_steps())
+
+    def subset(self, rows: np.ndarray) -> Trace:
+        """A Trace of just these rows (columns, runner columns and step detail), same store."""
+        return dataclasses.replace(
+            self,
+            columns={k: v[rows] for k, v in self.columns.items()},
+            runner={k: v[rows] for k, v in self.runner.items()},
+            _spans=self._spans[rows],
+            fingerprint=None,  # a part of the file's steps: nothing derived from the whole fits it
+            entries=None,
+        )
+
+    def _parse_step(self, i: int, raw: bytes) -> dict[str, Any]:
+        try:
+            record = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            start, end = self._spans[i].tolist()
+            raise TraceError(
+                self.path,
+                f"step row {i} (bytes {start}..{end}) is no longer a JSON record: "
+                "the file changed since it was loaded; load it again",
+            ) from None
+        return with_defaults(compact.expand(record, check=False), schema.STEP_DEFAULTS)
+
+
+def entries_of(trace: Trace) -> Entries | None:
+    """The trace's per-request entry columns: those its load collected or mapped, else
+    collected now from its records (and kept with the Trace); None when a record does not
+    fit them (tracer.trace.entries)."""
+    if trace.entries is not None:
+        if (problem := trace.entries.problem(trace.columns)) is None:
+            return trace.entries
+        logger.warning("schedscope: %s: entry columns not used (%s); collected again", trace.path, problem)
+    collector = EntryCollector()
+    rows = range(len(trace))
+    batch: list[bytes] = []
+    for _, raw in trace.raw_many(rows):
+        batch.append(raw)
+        if len(batch) >= 2048:
+            for record in orjson.loads(b"[" + b",".join(batch) + b"]"):
+                collector.add(record)
+            batch.clear()
+    if batch:
+        for record in orjson.loads(b"[" + b",".join(batch) + b"]"):
+            collector.add(record)
+    found = collector.build()
+    if found is None:
+        logger.info("schedscope: %s: no entry columns (%s)", trace.path, collector.failed)
+        return None
+    if (problem := found.problem(trace.columns)) is not None:
+        logger.info("schedscope: %s: no entry columns (%s)", trace.path, problem)
+        return None
+    trace.entries = found
+    return found
