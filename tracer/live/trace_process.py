@@ -2,7 +2,7 @@
 
     python -m tracer.live.trace_process TRACE|- [--queue N] [--stream HOST:PORT]
                                                [--metrics SPEC] [--engine N]
-                                               [--otlp URL] [--otlp-timeout S]
+                                               [--otlp URL] [--otlp-timeout S] [--nice N]
 
 Started by tracer.record.shipper.TraceShipper; reads its frames (length, then a pickle of
 (items, the server's footer facts, end)) from stdin. Everything the writer thread would do
@@ -20,6 +20,7 @@ the reader finds them.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import pickle
@@ -39,6 +40,10 @@ logger = logging.getLogger("schedscope.writer")
 STREAM_FLUSH_S = 1.0  # at the end, how long connected viewers get to receive the footer
 SPANS_FLUSH_S = 5.0  # at the end (the footer written), how long the collector gets for the last spans
 SHUTDOWN_S = 10.0
+# The process yields the CPU to the server it traces: where cores are short (a 2-core host, a
+# busy node), the kernel runs EngineCore first and this process catches up between steps; its
+# queue and EngineCore's bound what it may fall behind by, and drops are counted.
+NICE = 10
 
 
 class ShippedTrace:
@@ -140,8 +145,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--engine", default="0", help="the engine label of the metrics")
     ap.add_argument("--otlp", default="", help="send each request's spans to this OTLP/HTTP collector")
     ap.add_argument("--otlp-timeout", type=float, default=5.0, help="seconds a batch of spans gets")
+    ap.add_argument(
+        "--nice", type=int, default=NICE, help="added to this process's niceness (0: the server's priority)"
+    )
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    if args.nice:
+        with contextlib.suppress(OSError):  # raising niceness needs no privilege; never fail on it
+            os.nice(args.nice)
     path = None if args.trace == "-" else Path(args.trace)
     return run(
         path,
