@@ -152,6 +152,21 @@ def test_a_complete_file_leaves_a_sidecar_the_next_open_maps_instead_of_parsing(
     assert second.last.step(2999) == first.last.step(2999)
 
 
+def test_a_loaded_trace_is_posted_as_it_is_without_reading_its_file(tmp_path: Path) -> None:
+    """TraceSource.loaded: one snapshot, the very Trace given (its memo with it), complete; the
+    file is not opened again (here it is gone)."""
+    path = tmp_path / "run.jsonl"
+    path.write_bytes(ADDITIVE.read_bytes())
+    trace = load(path)
+    path.unlink()
+    source = TraceSource.loaded(trace)
+    seen = Recorder(source)
+    assert source.start().join(10)
+    assert seen.errors == [] and seen.updates == [(7, 1)] and seen.last is trace
+    assert seen.phases()[-1] is Phase.COMPLETE and not source.live
+    assert source_line(source.state) == "run.jsonl: 7 steps"
+
+
 def test_a_small_file_is_one_snapshot_and_gzip_is_told_by_its_magic(tmp_path: Path) -> None:
     plain = TraceSource.file(ADDITIVE)
     seen = Recorder(plain)

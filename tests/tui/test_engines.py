@@ -70,6 +70,8 @@ def test_select_a_lane_and_open_that_engine(engines: list[Path]) -> None:
         await wait_until(pilot, lambda: opened.loaded)
         assert opened.model is not None and len(opened.model) == 5
         assert opened.model.trace.path == str(engines[1])
+        # The engine's Trace, as the run read it: not the file read again.
+        assert opened.model.trace is screen.model.run.engines[1].trace
         await pilot.press("escape")
         assert app.screen is screen
 

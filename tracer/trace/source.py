@@ -167,12 +167,21 @@ class TraceSource:
         self._unheld = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"schedscope-source:{target}", daemon=True)
         self._reader: threading.Thread | None = None  # a stream's reading thread
+        self._loaded: Trace | None = None  # TraceSource.loaded's trace
 
     # -- making one ----------------------------------------------------------------------------
     @classmethod
     def file(cls, path: str | Path, *, strict: bool = True, **options: Any) -> TraceSource:
         """A complete trace file, read progressively."""
         return cls(Mode.FILE, path, strict=strict, **options)
+
+    @classmethod
+    def loaded(cls, trace: Trace, *, strict: bool = True, **options: Any) -> TraceSource:
+        """A complete trace already read whole (an engine of a run a viewer opened): posted
+        as it is, not read again, so what was worked out for it stays with it."""
+        source = cls(Mode.FILE, trace.path, strict=strict, **options)
+        source._loaded = trace
+        return source
 
     @classmethod
     def follow(cls, path: str | Path, *, strict: bool = True, **options: Any) -> TraceSource:
@@ -370,6 +379,10 @@ class TraceSource:
             raise TraceError(path, "is a directory, not a trace file") from None
 
     def _read_file(self) -> None:
+        if self._loaded is not None:  # read already: nothing to open
+            self._set(phase=Phase.COMPLETE)
+            self._post(self._loaded)
+            return
         path = Path(self.target)
         with self._open(path) as f:
             total = os.fstat(f.fileno()).st_size

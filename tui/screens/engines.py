@@ -148,8 +148,8 @@ class EnginesScreen(StepScreen):
         if self.model is None:
             return
         engine = self.model.run.engines[self.selected]
-        # The single-trace view reads its own source: the file again, shown as it loads.
-        source = TraceSource.file(engine.trace.path, strict=self.strict)
+        # The single-trace view takes its trace from a source: the one read here, not the file again.
+        source = TraceSource.loaded(engine.trace, strict=self.strict)
         self.app.push_screen(EngineScreen(source))
 
     no_step = "no engine recorded a step {}"
