@@ -57,7 +57,7 @@ def test_the_door_makes_live_sources_from_follow_attach_save_and_lenient(tmp_pat
     """--follow FILE and --attach URL (--save FILE) become a source through the one way in
     (tracer.analysis.opening), made but not started; what may not go together is refused."""
     from tracer.analysis.opening import open_input
-    from tracer.cli import viewer_inputs
+    from tracer.inputs import viewer_inputs
     from tracer.trace.source import Mode
 
     def spec(**kw: object) -> Spec:
@@ -90,8 +90,9 @@ def test_the_door_makes_live_sources_from_follow_attach_save_and_lenient(tmp_pat
 )
 def test_viewer_inputs_are_checked_before_any_view_opens(argv: list[str], error: str) -> None:
     """One rule for both viewers' inputs (tracer.analysis.opening.check, through
-    tracer.cli.viewer_inputs), told before the terminal switches screens or anything is served."""
-    from tracer.cli import build_parser, viewer_inputs
+    tracer.inputs.viewer_inputs), told before the terminal switches screens or anything is served."""
+    from tracer.cli import build_parser
+    from tracer.inputs import viewer_inputs
 
     args = build_parser().parse_args(["tui", *argv])
     with pytest.raises(ValueError) as exc:
@@ -100,7 +101,8 @@ def test_viewer_inputs_are_checked_before_any_view_opens(argv: list[str], error:
 
 
 def test_the_web_app_may_show_a_live_source_beside_a_trace() -> None:
-    from tracer.cli import build_parser, viewer_inputs
+    from tracer.cli import build_parser
+    from tracer.inputs import viewer_inputs
 
     args = build_parser().parse_args(["web", SAMPLE, "--follow", SAMPLE])
     inputs = viewer_inputs(args, "web", live_beside=True)

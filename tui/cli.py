@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tracer.cli import viewer_args, viewer_inputs
+from tracer.inputs import viewer_args, viewer_inputs
 
 
 def cmd_tui(args: argparse.Namespace) -> int:

@@ -7,7 +7,7 @@ import argparse
 import sys
 from dataclasses import replace
 
-from tracer.cli import viewer_args, viewer_inputs
+from tracer.inputs import viewer_args, viewer_inputs
 
 
 def cmd_web(args: argparse.Namespace) -> int:

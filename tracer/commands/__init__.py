@@ -1,0 +1,1 @@
+"""`schedscope`'s built-in commands, grouped by what they do; their arguments are `arguments`."""

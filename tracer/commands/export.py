@@ -1,0 +1,110 @@
+"""`schedscope export`: a Perfetto timeline, Parquet tables, or OpenTelemetry spans."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from tracer.inputs import open_trace
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    if args.otlp or args.otlp_json:
+        return _export_otlp(args)
+    if not args.output:
+        print("schedscope: error: export needs -o/--output (or --otlp / --otlp-json)", file=sys.stderr)
+        return 2
+    if args.format == "parquet":
+        return _export_parquet(args)
+    if args.engine:
+        print("schedscope: error: --engine names a parquet export's engine column", file=sys.stderr)
+        return 2
+    from tracer.render.perfetto import export
+
+    trace = open_trace(args).trace
+    try:
+        out = export(trace, args.output)
+    except OSError as exc:
+        print(f"schedscope: error: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {out} ({len(trace)} steps); open it at https://ui.perfetto.dev")
+    return 0
+
+
+def _export_parquet(args: argparse.Namespace) -> int:
+    from tracer.render.parquet import ParquetUnavailable, export, require
+
+    try:
+        require()  # before loading what may be a big trace
+    except ParquetUnavailable as exc:
+        print(f"schedscope: error: {exc}", file=sys.stderr)
+        return 2
+    trace = open_trace(args).trace
+
+    def progress(done: int, total: int) -> None:
+        if total >= 20_000 and sys.stderr.isatty():
+            print(f"\rexporting {done / total:6.1%}", end="" if done < total else "\n", file=sys.stderr)
+
+    try:
+        steps, requests = export(trace, args.output, engine=args.engine, progress=progress)
+    except OSError as exc:
+        print(f"schedscope: error: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {steps} and {requests} ({len(trace)} steps); queries: docs/queries.md")
+    return 0
+
+
+def _export_otlp(args: argparse.Namespace) -> int:
+    """Each request as OpenTelemetry spans: sent to a collector (--otlp), written as OTLP JSON
+    (--otlp-json), or both; exit 1 when the collector did not take them all."""
+    from tracer.analysis.request_phases import NoWallClock, request_phases
+    from tracer.render import otlp
+    from tracer.render.parquet import engine_name
+    from tracer.send_spans import endpoint_url, send
+
+    if args.output or args.format != "perfetto":
+        print(
+            "schedscope: error: --otlp/--otlp-json export spans; leave out -o and --format", file=sys.stderr
+        )
+        return 2
+    if not 0 < args.otlp_timeout < float("inf"):
+        print("schedscope: error: --otlp-timeout must be a positive number of seconds", file=sys.stderr)
+        return 2
+    try:
+        otlp.require()
+        url = endpoint_url(args.otlp) if args.otlp else None
+    except (otlp.OtlpUnavailable, ValueError) as exc:
+        print(f"schedscope: error: {exc}", file=sys.stderr)
+        return 2
+    session = open_trace(args)
+    trace = session.trace
+    try:
+        phases = request_phases(session)
+    except NoWallClock as exc:
+        print(f"schedscope: error: {exc}", file=sys.stderr)
+        return 2
+    if not phases:
+        print(otlp.nothing_line(trace.path), file=sys.stderr)
+        return 1
+    engine = args.engine or engine_name(trace)
+    run = str(trace.header.get("start_time"))
+    res = otlp.resource(engine, trace.header, str(trace.path))
+    if args.otlp_json:
+        try:
+            spans = otlp.write_json(args.otlp_json, otlp.batches(phases, res, engine, run))
+        except OSError as exc:
+            print(f"schedscope: error: cannot write {args.otlp_json}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
+        print(otlp.written_line(args.otlp_json, spans, len(phases)))
+    if url is None:
+        return 0
+    done = send(
+        otlp.batches(phases, res, engine, run), otlp.span_count(phases), url, timeout=args.otlp_timeout
+    )
+    if done.failure is not None:
+        print(
+            otlp.failed_line(url, done.failure, done.sent, done.dropped, args.otlp_timeout), file=sys.stderr
+        )
+        return 1
+    print(otlp.sent_line(url, done.sent, len(phases), done.seconds))
+    return 0
