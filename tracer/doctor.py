@@ -462,9 +462,11 @@ def run(
     strict: bool = True,
 ) -> tuple[int, list[str]]:
     """Load the traces (and the metrics), diagnose; (exit code, output lines)."""
-    from tracer.trace.reader import load
+    from tracer.analysis.opening import Spec, open_input
 
-    traces = [load(p, strict=strict) for p in paths]
+    # Each trace through the one way in, on its own: doctor checks every trace it is given
+    # (`Spec(engines=...)` would refuse traces that are not one run's).
+    traces = [open_input(Spec(traces=(p,), strict=strict)).session.trace for p in paths]
     metrics = None
     if metrics_file is not None:
         metrics = parse_metrics(Path(metrics_file).read_text(), str(metrics_file))

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from tracer.analysis import why
+from tracer.analysis.opening import Spec, open_input
 from tracer.trace import schema
-from tracer.trace.reader import load
 from tracer.trace.trace_type import Trace
 
 # Step fields that are scheduling decisions or their inputs. Sets (vLLM keeps
@@ -156,7 +156,7 @@ def check_fidelity(trace: Trace | str | Path, *, out: str | Path | None = None) 
     from tracer.whatif.replay import replay
     from tracer.whatif.workload import workload_from_trace
 
-    recorded = trace if isinstance(trace, Trace) else load(trace)
+    recorded = trace if isinstance(trace, Trace) else open_input(Spec(traces=(trace,))).session.trace
     workload = workload_from_trace(recorded)
     policy = str(recorded.header.get("policy") or "stock")
     notes = list(workload.notes)
@@ -172,5 +172,5 @@ def check_fidelity(trace: Trace | str | Path, *, out: str | Path | None = None) 
     with tempfile.TemporaryDirectory(prefix="schedscope-fidelity-") as tmp:
         path = Path(out) if out is not None else Path(tmp) / "identity.jsonl"
         replay(workload, policy, path)
-        replayed = load(path)
+        replayed = open_input(Spec(traces=(path,))).session.trace
     return compare_runs(recorded, replayed, policy=policy, exact=workload.exact, notes=notes)

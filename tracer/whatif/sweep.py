@@ -24,8 +24,8 @@ from typing import Any
 
 from tracer.analysis import timing
 from tracer.analysis.clock import StepClock, clock_for, performance
+from tracer.analysis.opening import Spec, open_input
 from tracer.analysis.step_features import step_pass
-from tracer.trace.reader import load
 from tracer.trace.trace_type import Trace
 from tracer.whatif.replay_clock import attach_frontend_delays, attach_idle_waits
 
@@ -74,7 +74,7 @@ def _workload(source: str) -> Any:
     from tracer.whatif.workload import workload_from_trace
 
     if source not in _WORKLOADS:
-        trace = load(source)
+        trace = open_input(Spec(traces=(source,))).session.trace
         _WORKLOADS[source] = (workload_from_trace(trace), trace)
     return _WORKLOADS[source]
 
@@ -97,7 +97,7 @@ def run_setting(
     replay(
         workload, setting.policy, out, header=header, clock=clock, arrivals=arrivals, **setting.overrides()
     )
-    trace = load(out)
+    trace = open_input(Spec(traces=(out,))).session.trace
     perf = performance(trace)
     beyond = extrapolation(recorded, trace, clock)
     flags = detect(trace)
@@ -171,7 +171,7 @@ def sweep(
         raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}")
     source = str(source)
     settings = list(dict.fromkeys(settings))
-    recorded = trace if trace is not None else load(source)
+    recorded = trace if trace is not None else open_input(Spec(traces=(source,))).session.trace
     if arrivals == "time":  # refuse here, once, rather than in every worker
         from tracer.whatif.workload import workload_from_trace
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tracer.trace.reader import load
+from tracer.analysis.opening import Spec, open_input
 from tracer.trace.trace_type import Trace
 from tracer.whatif.offline import EngineSpec, RequestSpec
 
@@ -481,4 +481,4 @@ def load_workload(source: str | Path) -> Workload:
     name = str(source)
     if name.endswith((".json", ".yaml", ".yml")):
         return workload_from_file(source)
-    return workload_from_trace(load(source))
+    return workload_from_trace(open_input(Spec(traces=(source,))).session.trace)
