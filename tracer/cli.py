@@ -48,7 +48,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     # about 0.1 s of every `summary` or `flags`.
     if command in sub.choices:
         return parser
-    for entry in _entry_points("schedscope.commands"):
+    from importlib.metadata import entry_points
+
+    for entry in sorted(entry_points(group="schedscope.commands"), key=lambda e: e.name):
         try:
             register = entry.load()
         except ImportError as exc:
@@ -56,12 +58,6 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             continue
         register(sub)
     return parser
-
-
-def _entry_points(group: str) -> list:
-    from importlib.metadata import entry_points
-
-    return sorted(entry_points(group=group), key=lambda e: e.name)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

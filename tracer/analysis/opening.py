@@ -1,4 +1,4 @@
-"""One way in: whatever a command or a viewer opens, it opens here.
+"""One way in: whatever a command, a viewer, doctor or the what-if harness opens, it opens here.
 
 As harlequin's single `connect()` stands between its adapters and everything that reads a
 database, `open_input(spec)` stands between the inputs and everything that reads a trace. A
