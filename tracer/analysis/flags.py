@@ -13,7 +13,7 @@ from typing import Any, NamedTuple, overload
 
 import numpy as np
 
-from tracer.analysis import detail, why
+from tracer.analysis import detail, step_bindings
 from tracer.analysis.budget import BudgetAnalysis, analyze
 from tracer.analysis.reasons import CODES, REASONS
 from tracer.trace.trace_type import Trace
@@ -311,13 +311,13 @@ class FlagReport:
 def detect(
     trace: Trace, analysis: BudgetAnalysis | None = None, *, bindings: np.ndarray | None = None
 ) -> FlagReport:
-    """Every flag of the trace; `bindings` (tracer.analysis.why.bindings) when already computed."""
+    """Every flag of the trace; `bindings` (tracer.analysis.step_bindings.bindings) when already computed."""
     analysis = analysis or analyze(trace)
     batches: list[_Batch | _Listed] = []
     finders = (_additive, _query_overflow, _shared_overflow, _negative, _preemption_leak, _cap_binding)
     for finder in finders:
         batches.extend(finder(trace, analysis))
-    batches.extend(_limit_holds(trace, why.bindings(trace) if bindings is None else bindings))
+    batches.extend(_limit_holds(trace, step_bindings.bindings(trace) if bindings is None else bindings))
     return FlagReport(FlagList(batches), analysis)
 
 
@@ -472,7 +472,7 @@ def _limit_holds(trace: Trace, bindings: np.ndarray) -> list[_Batch]:
 
     The 0.33 DFlash/DSpark cap has its own kind (admission-cap-binding), so it is left out here."""
     col = trace.columns
-    rows = why.limit_steps(trace, bindings)
+    rows = step_bindings.limit_steps(trace, bindings)
     cap = col["target_cap"][rows]
     idle = (col["target_left"][rows] >= IDLE_BUDGET_SHARE * cap) & (col["kv_usage"][rows] <= BUSY_KV_SHARE)
     held = rows[idle]
@@ -497,7 +497,7 @@ def _limit_holds(trace: Trace, bindings: np.ndarray) -> list[_Batch]:
 
     cells = (
         bindings[held],
-        why.waiting_weights(trace)[held],
+        step_bindings.waiting_weights(trace)[held],
         *(col[name][held] for name in ("target_left", "target_cap", "kv_usage")),
         free_percent(col["kv_usage"][held]),
     )
