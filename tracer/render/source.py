@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tracer.trace.attach import LinkState, link_status
+from tracer.render.stream import link_status
+from tracer.trace.attach import LinkState
 from tracer.trace.source import Mode, Phase, SourceState
 
 
@@ -30,7 +31,10 @@ def _stream_line(state: SourceState) -> str:
     link = state.link if state.link is not None else LinkState(state.target)
     saving = Path(state.saving) if state.saving else None
     if state.phase is Phase.ENDED:
-        ended = state.detail or "the stream ended"
+        if state.footer:
+            ended = "the run wrote its footer"
+        else:
+            ended = link_status(state.link) if state.link is not None else "the stream ended"
         return f"ended: {ended} · last step {link.last_step}" + (
             f" · saved to {saving.name}" if saving else ""
         )

@@ -36,7 +36,7 @@ from enum import Enum
 from pathlib import Path
 from typing import IO, Any
 
-from tracer.trace.attach import READ_TIMEOUT, LinkState, RunSaver, StreamFollower, link_status
+from tracer.trace.attach import READ_TIMEOUT, LinkState, RunSaver, StreamFollower
 from tracer.trace.builder import TraceBuilder
 from tracer.trace.codec import Decoder
 from tracer.trace.errors import TraceError, TraceHeaderError
@@ -100,6 +100,7 @@ class SourceState:
     link: LinkState | None = None  # a stream's connection, as its follower sees it
     saving: str | None = None  # a stream's --save file of the current run
     gaps: int = 0  # gap records received from the stream
+    footer: bool = False  # a stream's current run wrote its footer (ENDED: how it ended)
 
     @property
     def problem(self) -> bool:
@@ -571,9 +572,7 @@ class TraceSource:
         link = self.follower.state if self.follower is not None else None
         phase = self._stream_phase(link)
         detail = self._state.detail if phase is Phase.GAP else ""
-        if phase is Phase.ENDED:
-            detail = "the run wrote its footer" if self._footer else link_status(link) if link else ""
-        self._set(link=link, phase=phase, detail=detail)
+        self._set(link=link, phase=phase, detail=detail, footer=self._footer)
         if (
             phase is not before.phase
             or kind == "run"
