@@ -6,7 +6,7 @@ from pathlib import Path
 
 from tracer.render.stream import link_status
 from tracer.trace.attach import LinkState
-from tracer.trace.source import Mode, Phase, SourceState
+from tracer.trace.source import FILE, HEADER, Mode, Phase, SourceState
 
 
 def source_line(state: SourceState) -> str:
@@ -18,7 +18,11 @@ def source_line(state: SourceState) -> str:
     if state.mode is Mode.STREAM:
         return _stream_line(state)
     if phase is Phase.WAITING:
-        return state.detail or f"waiting for {state.target}"
+        if state.waiting == HEADER:
+            return f"waiting for the header record of {Path(state.target)}"
+        if state.waiting == FILE:
+            return f"waiting for {Path(state.target)} to appear"
+        return f"waiting for {state.target}"
     if phase is Phase.LOADING:
         share = f" {state.done / state.total:.0%}" if state.total else ""
         return f"loading {name}{share}: {state.steps} steps"
@@ -39,8 +43,9 @@ def _stream_line(state: SourceState) -> str:
             f" · saved to {saving.name}" if saving else ""
         )
     text = link_status(link, saving)
-    if state.phase is Phase.GAP:
-        text = f"gap: {state.detail} · {text}"
+    if state.phase is Phase.GAP and state.gap is not None:
+        first, last, why = state.gap
+        text = f"gap: steps {first}..{last} missing ({why}) · {text}"
     elif state.gaps:
         text += f" · {state.gaps} gap{'s' if state.gaps > 1 else ''}"
     return text
