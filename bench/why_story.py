@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""`schedscope why TRACE REQUEST`'s cost: one request's story (tracer.analysis.why.request_story)
+"""`schedscope why TRACE REQUEST`'s cost: one request's story (tracer.analysis.request_story.request_story)
 for 20 admitted requests spread over the trace, the request index and step pass built first
 (as a session has them, or a re-open reads them back): CPU time per story and the step records
 it reads. A story should read its own span's records, not the trace's.
@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _common import BENCH
 
-from tracer.analysis import why
+from tracer.analysis import request_story
 from tracer.analysis.requests import request_index
 from tracer.analysis.step_features import step_pass
 from tracer.trace.reader import load
@@ -56,7 +56,7 @@ def measure(path: str) -> str:
     for rid in chosen:
         read[0] = 0
         t0 = time.process_time()
-        why.request_story(trace, rid)
+        request_story.request_story(trace, rid)
         cpu.append(time.process_time() - t0)
         records.append(read[0])
     Trace.raw_many = raw_many  # type: ignore[method-assign]

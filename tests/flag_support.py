@@ -23,8 +23,8 @@ def add_fake_kinds(monkeypatch: pytest.MonkeyPatch) -> None:
         report = real(trace, analysis, **kw)
         step = int(trace.columns["step"][0])
         extra = [
-            flags.Flag(step, FAKE, "warning", "a made-up kind's sentence", {"tokens_withheld": 3}),
-            flags.Flag(step, STRAY, "info", "a kind no registry knows"),
+            flags.Flag(step, FAKE, "warning", {"tokens_withheld": 3}, text="a made-up kind's sentence"),
+            flags.Flag(step, STRAY, "info", text="a kind no registry knows"),
         ]
         # stable: by step only
         report.flags = flags.FlagList.of(sorted([*report.flags, *extra], key=lambda f: f.step))

@@ -22,8 +22,9 @@ from tests.stream_support import records, wait_for
 from tracer.cli import main
 from tracer.live.stream import StreamHub, StreamServer
 from tracer.render.source import source_line
+from tracer.render.stream import link_status, status_line
 from tracer.trace import index_files, sidecar
-from tracer.trace.attach import RunSaver, StreamEvent, StreamFollower, link_status, run_path
+from tracer.trace.attach import RunSaver, StreamEvent, StreamFollower, run_path
 from tracer.trace.errors import TraceError
 from tracer.trace.reader import load, reopen
 from tracer.trace.source import TraceSource
@@ -244,7 +245,7 @@ def test_an_idle_server_sends_heartbeats_and_is_never_reconnected(
     assert len(beats) >= 6 and follower.reconnects == 0
     assert beats[0].record is not None and beats[0].record["last_step"] == 2
     assert isinstance(beats[0].record["idle_since"], float)
-    idle = [e.message for e in events if e.kind == "status" and e.message.startswith("idle")]
+    idle = [status_line(e) for e in events if e.kind == "status" and status_line(e).startswith("idle")]
     assert len(idle) == 2  # once per idle period, not per heartbeat
     assert idle[0].startswith("idle since ") and idle[0].endswith("(last step 2)")
     assert idle[1].endswith("(last step 3)")
@@ -311,13 +312,13 @@ def test_a_silent_connection_is_stalled_and_reconnected(prelude: bytes) -> None:
     try:
         follower = StreamFollower(server.url, **FAST)
         events = list(follower.events(max_reconnects=1))
-        stalls = [e for e in events if e.kind == "status" and e.message.startswith("stalled")]
+        stalls = [e for e in events if e.kind == "status" and status_line(e).startswith("stalled")]
         assert len(stalls) == 2 and follower.reconnects == 1  # stalled, reconnected, stalled again
-        assert stalls[0].message == "stalled: no data for 0.4s, not even a heartbeat"
+        assert status_line(stalls[0]) == "stalled: no data for 0.4s, not even a heartbeat"
         assert stalls[0].state is not None and stalls[0].state.phase == "stalled"
         assert link_status(stalls[0].state).startswith("stalled: no data for 0.4s")
-        assert not any(e.message.startswith("idle") for e in events)
-        assert events[-1].message == "giving up after 1 reconnects"
+        assert not any(status_line(e).startswith("idle") for e in events if e.kind == "status")
+        assert status_line(events[-1]) == "giving up after 1 reconnects"
     finally:
         server.close()
 
@@ -431,3 +432,36 @@ def test_a_gap_ends_a_copys_index_and_the_rest_is_parsed(
     parsed = load(copy, sidecar=False, entries=True)
     assert parsed.gaps and len(parsed) == 290
     _same_trace(load(copy, entries=True), parsed)
+
+
+def test_every_note_of_the_follower_is_worded_in_render() -> None:
+    """The follower keeps facts; tracer.render.stream words each of its notes as `attach`
+    prints them (pinned from the words the follower made itself before)."""
+    from tracer.trace import attach
+    from tracer.trace.attach import LinkState
+
+    url = "http://h:1/trace"
+
+    def said(note: str, facts: dict | None = None, **state: object) -> str:
+        return status_line(StreamEvent("status", note=note, state=LinkState(url, **state), facts=facts or {}))
+
+    assert said(attach.GIVING_UP, reconnects=3) == "giving up after 3 reconnects"
+    assert said(attach.RETRYING, {"delay": 0.4}, last_step=7) == "reconnecting in 0.4s after step 7"
+    assert said(attach.CONNECTED) == f"connected to {url}"
+    assert said(attach.DROPPED, cause=attach.CLOSED) == "the server closed the stream"
+    assert said(attach.DROPPED, detail="HTTP 500 Oops") == "HTTP 500 Oops"
+    assert said(attach.UNAUTHORISED, detail="HTTP 401 No") == "unauthorised: HTTP 401 No"
+    assert said(attach.REFUSED, detail="HTTP 404 Not Found") == "refused: HTTP 404 Not Found"
+    stalled = {"cause": attach.STALLED, "timeout": 0.4}
+    assert said(attach.STALL, **stalled) == "stalled: no data for 0.4s, not even a heartbeat"
+    assert link_status(LinkState(url, "stalled", **stalled)) == (  # type: ignore[arg-type]
+        "stalled: no data for 0.4s, not even a heartbeat · reconnecting"
+    )
+    assert said(attach.DISCONNECTED, {"error": "boom"}) == "disconnected: boom"
+    assert said(attach.LONG_LINE) == "dropped a line longer than 16 MiB"
+    assert said(attach.NOT_JSON, {"head": b"xyz"}) == "skipped a line that is not JSON (b'xyz'…)"
+    assert (
+        said(attach.RESTARTED, {"pid": 12, "start": None})
+        == "the server restarted: a new run begins (pid 12)"
+    )
+    assert said(attach.IDLE, phase="idle", last_step=5) == "idle (last step 5)"

@@ -17,6 +17,7 @@ from tracer.analysis import flags as F
 from tracer.analysis.budget import MethodModel, simulate_without_excess
 from tracer.analysis.flags import detect
 from tracer.cli import main
+from tracer.render.flags import WORDS, message, messages
 from tracer.trace.reader import load
 
 SAMPLES = ROOT / "sample_traces"
@@ -30,7 +31,7 @@ def test_dflash_additive_is_flagged_with_seven_tokens_a_step() -> None:
     for f in report.flags:
         assert f.numbers["tokens_withheld"] == 7 and f.numbers["exact"]
         assert f.numbers["target_used"] == 8185 and f.numbers["input_used"] == 8192
-        assert "withheld 7 target tokens (8185 scheduled instead of 8192)" in f.message
+        assert "withheld 7 target tokens (8185 scheduled instead of 8192)" in message(f)
         assert f.severity == "warning"
     assert report.tokens_withheld == 28
 
@@ -171,7 +172,7 @@ def test_flag_list_columns_agree_with_its_flags(path: Path) -> None:
     assert [(f.step, rank[f.kind]) for f in made] == sorted((f.step, rank[f.kind]) for f in made)
     assert listed.steps.tolist() == [f.step for f in made]
     assert listed.kinds.tolist() == [f.kind for f in made]
-    assert listed.messages() == [f.message for f in made]
+    assert messages(listed) == [message(f) for f in made]
     assert listed.severities() == [f.severity for f in made]
     withheld = [f.numbers.get("tokens_withheld", 0) for f in made]
     assert listed.withheld().tolist() == withheld and report.tokens_withheld == sum(withheld)
@@ -184,7 +185,7 @@ def test_flag_list_columns_agree_with_its_flags(path: Path) -> None:
         listed[len(made)]
     for f in made:
         if f.kind == F.LIMIT_HOLDS:
-            assert f" and {1 - f.numbers['kv_usage']:.0%} of KV were free" in f.message
+            assert f" and {1 - f.numbers['kv_usage']:.0%} of KV were free" in message(f)
 
 
 def test_free_percent_rounds_as_a_float_format_does() -> None:
@@ -199,3 +200,69 @@ def test_free_percent_rounds_as_a_float_format_does() -> None:
         ]
     )
     assert [f"{p}%" for p in F.free_percent(kv).tolist()] == [f"{1 - x:.0%}" for x in kv.tolist()]
+
+
+# Each kind's sentence as a user reads it, on the scenarios above (pinned from the words the
+# detectors made before the sentences moved to tracer.render.flags).
+SENTENCES = {
+    F.QUERY_OVERFLOW: (
+        "12 query rows exceed the drafter buffer of 8: bound admission so that requests × 4 ≤ 8."
+    ),
+    F.SHARED_OVERFLOW: (
+        "target tokens plus draft_model draft rows (9) exceed the shared input buffer of 8: the "
+        "reservation must stay additive for this method."
+    ),
+    F.NEGATIVE: (
+        "the target budget ended the step at -1: the scheduler handed out more than its 8; its final "
+        "assert would fail."
+    ),
+    F.PREEMPTION_LEAK: (
+        "preempted request(s) b still hold this step's budget (4 tokens): restore both the target and "
+        "the input/query budget when preempting a request scheduled earlier in the step."
+    ),
+    F.CAP_BINDING: (
+        "the admission cap of 2 running requests kept 3 waiting while 62 input rows were free; a "
+        "per-step query budget would admit more as long as their query rows fit."
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("kind", "config", "steps"),
+    [
+        (
+            F.QUERY_OVERFLOW,
+            {"spec_method": "dflash", "num_speculative_tokens": 3, "query_rows_per_req": 4,
+             "max_num_batched_tokens": 8},
+            [step(3, 0, 8, [["a", 1, 0, 1], ["b", 1, 0, 1], ["c", 1, 0, 1]])],
+        ),
+        (
+            F.SHARED_OVERFLOW,
+            {"spec_method": "draft_model", "draft_slots": 1, "max_num_batched_tokens": 8},
+            [step(8, 1, 8, [["a", 8, 0, 8]])],
+        ),
+        (F.NEGATIVE, {"spec_method": None, "max_num_batched_tokens": 8}, [step(9, 0, 8, [["a", 9, 0, 9]])]),
+        (
+            F.PREEMPTION_LEAK,
+            {"spec_method": None, "max_num_batched_tokens": 16},
+            [step(8, 0, 16, [["a", 4, 0, 4], ["b", 4, 0, 4]], preempted=["b"])],
+        ),
+        (
+            F.CAP_BINDING,
+            {"spec_method": "dflash", "num_speculative_tokens": 3, "query_rows_per_req": 4,
+             "max_num_batched_tokens": 64, "max_num_seqs": 16, "max_num_active_seqs": 2},
+            [step(2, 0, 64, [["a", 1, 0, 1], ["b", 1, 0, 1]], num_running=2, num_waiting=3)],
+        ),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "",
+)  # fmt: skip
+def test_each_kind_is_worded_in_render(
+    tmp_path: Path, kind: str, config: dict[str, Any], steps: list
+) -> None:
+    """One flag's sentence and the bulk sentences agree, and read as pinned; every kind the
+    detectors make has its words in tracer.render.flags."""
+    listed = detect(make_trace(tmp_path, config, steps)).flags
+    first = listed.positions([kind])[0]
+    assert message(listed[int(first)]) == SENTENCES[kind]
+    assert messages(listed) == [message(f) for f in listed]
+    assert set(WORDS) == set(F.KINDS)

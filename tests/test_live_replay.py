@@ -224,7 +224,7 @@ def test_live_reasons_are_proven_on_the_real_scheduler(run: str, request: pytest
         assert report.proven[code], f"{run}: no {code} reason was proven: {dict(report.proven)}"
     if run == "priority_live":  # the cap held requests back while the KV cache sat mostly free
         from tracer.analysis.reasons import CODE_INDEX
-        from tracer.analysis.why import bindings
+        from tracer.analysis.step_bindings import bindings
 
         capped = bindings(trace) == CODE_INDEX["max_num_seqs"]
         assert capped.any() and float(trace.columns["kv_usage"][capped].max()) < 0.5

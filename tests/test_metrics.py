@@ -38,7 +38,7 @@ def scrape(url: str) -> dict[str, Any]:
 
 def expected_from_trace(path: Path) -> dict[str, float]:
     """What the counters must read for a whole trace, computed by `schedscope flags`' code."""
-    from tracer.analysis import why
+    from tracer.analysis import step_bindings, why
     from tracer.analysis.budget import analyze
     from tracer.analysis.flags import KINDS, detect
     from tracer.analysis.reasons import CODES
@@ -63,8 +63,8 @@ def expected_from_trace(path: Path) -> dict[str, float]:
     triggers = why.preemption_triggers(trace)
     assert sum(triggers.values()) == int(col["n_preempted"].sum())
     out.update({f"schedscope_preemptions_total{{trigger={k}}}": triggers.get(k, 0) for k in why.TRIGGERS})
-    waiting = why.waiting_by_reason(trace, why.bindings(trace))
-    assert sum(waiting.values()) == int(why.waiting_weights(trace).sum())
+    waiting = step_bindings.waiting_by_reason(trace, step_bindings.bindings(trace))
+    assert sum(waiting.values()) == int(step_bindings.waiting_weights(trace).sum())
     out.update({f"schedscope_waiting_request_steps_total{{reason={k}}}": waiting.get(k, 0) for k in CODES})
     return out
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import ROOT
-from tracer.analysis import why
+from tracer.analysis import step_bindings, why
 from tracer.analysis.budget import analyze
 from tracer.analysis.reasons import CODES
 from tracer.cli import main
@@ -107,7 +107,7 @@ def _check_tables(out: Path, trace: Trace, engine: str) -> None:
     for name, column in trace.runner.items():
         assert steps[f"runner_{name}"] == column.tolist(), name
     assert steps["withheld_tokens"] == analyze(trace).withheld.tolist()
-    assert steps["binding"] == [CODES[c] for c in why.bindings(trace).tolist()]
+    assert steps["binding"] == [CODES[c] for c in step_bindings.bindings(trace).tolist()]
     req = pq.read_table(out / "requests.parquet").to_pylist()
     expected = []
     reasons = []

@@ -16,6 +16,7 @@ import pytest
 from tests.conftest import ROOT
 from tracer.analysis.flags import detect
 from tracer.cli import main
+from tracer.render.flags import message
 from tracer.render.perfetto import REQ_PID, SCHED_PID, export, to_chrome_trace
 from tracer.trace.reader import load
 from tracer.trace.trace_type import Trace
@@ -129,7 +130,7 @@ def test_one_flag_instant_per_flag(exported: tuple[Trace, dict[str, Any]]) -> No
     flags = [e for e in _events(doc, "i") if e["s"] in ("g", "p")]
     assert [(e["name"], e["args"]["step"]) for e in flags] == [(f.kind, f.step) for f in report.flags]
     for e, f in zip(flags, report.flags, strict=True):
-        assert e["args"]["message"] == f.message
+        assert e["args"]["message"] == message(f)
         assert {k: e["args"][k] for k in f.numbers} == f.numbers
 
 

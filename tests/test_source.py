@@ -393,3 +393,23 @@ def test_stopping_a_stream_source_ends_its_connection_at_once(servers: list[Stre
     source.stop()
     assert not source.alive and time.monotonic() - t0 < 2.0
     source.close()
+
+
+def test_the_source_line_words_the_facts_a_source_keeps() -> None:
+    """A source keeps facts (what it waits for, the last gap, whether the footer came);
+    tracer.render.source words them, pinned from the words the source made itself before."""
+    from tracer.trace.attach import LinkState
+    from tracer.trace.source import FILE, HEADER
+
+    waiting = SourceState(Mode.FOLLOW, Phase.WAITING, "./runs/t.jsonl", waiting=FILE)
+    assert source_line(waiting) == "waiting for runs/t.jsonl to appear"
+    header = SourceState(Mode.FOLLOW, Phase.WAITING, "t.jsonl", waiting=HEADER)
+    assert source_line(header) == "waiting for the header record of t.jsonl"
+    url = "http://127.0.0.1:1/trace"
+    link = LinkState(url, "live", last_step=9)
+    gap = SourceState(Mode.STREAM, Phase.GAP, url, link=link, gap=(3, 6, "not received"), gaps=1)
+    assert source_line(gap) == "gap: steps 3..6 missing (not received) · live · step 9"
+    ended = SourceState(Mode.STREAM, Phase.ENDED, url, link=link, footer=True)
+    assert source_line(ended) == "ended: the run wrote its footer · last step 9"
+    cut = SourceState(Mode.STREAM, Phase.ENDED, url, link=LinkState(url, "gave up", "limit", 9, reconnects=2))
+    assert source_line(cut) == "ended: gave up after 2 reconnects (limit) · last step 9"

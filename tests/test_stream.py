@@ -17,6 +17,7 @@ import pytest
 
 from tests.stream_support import records
 from tracer.live.stream import StreamConfigError, StreamHub, StreamServer, parse_bind
+from tracer.render.stream import status_line
 from tracer.trace.attach import StreamFollower
 from tracer.trace.reader import load
 
@@ -171,7 +172,7 @@ def test_non_loopback_needs_a_token_and_the_token_is_checked() -> None:
             urllib.request.urlopen(server.url, timeout=5)
         assert err.value.code == 401
         events = list(StreamFollower(server.url, token="wrong").events(max_reconnects=0))
-        assert events[-1].message.startswith("unauthorised: HTTP 401")  # a token problem, not retried
+        assert status_line(events[-1]).startswith("unauthorised: HTTP 401")  # a token problem, not retried
         got = collect(StreamFollower(server.url, token="s3cret"), 1)
         assert [r["kind"] for r in got] == ["header", "step"]
     finally:
@@ -208,8 +209,8 @@ def test_garbage_and_a_stream_cut_mid_line_never_raise() -> None:
         steps = [e.record["step"] for e in events if e.kind == "record" and e.record["kind"] == "step"]
         assert steps == [1, 2, 3]
         assert follower.garbage == 2
-        assert any("not JSON" in e.message for e in events if e.kind == "status")
-        assert any(e.message.startswith("reconnecting") for e in events if e.kind == "status")
+        assert any("not JSON" in status_line(e) for e in events if e.kind == "status")
+        assert any(status_line(e).startswith("reconnecting") for e in events if e.kind == "status")
     finally:
         httpd.shutdown()
 

@@ -18,7 +18,7 @@ import orjson
 import pytest
 
 from tests.conftest import ROOT
-from tracer.analysis import why
+from tracer.analysis import request_story, step_bindings, why
 from tracer.analysis.reasons import CODES, DERIVED, EXACT, REASONS
 from tracer.analysis.session import Session
 from tracer.cli import main
@@ -31,7 +31,11 @@ LIVE = SAMPLES / "live_cpu_ngram.jsonl"
 
 def _codes(trace: Any) -> dict[int, str]:
     return dict(
-        zip(trace.columns["step"].tolist(), (CODES[c] for c in why.bindings(trace).tolist()), strict=True)
+        zip(
+            trace.columns["step"].tolist(),
+            (CODES[c] for c in step_bindings.bindings(trace).tolist()),
+            strict=True,
+        )
     )
 
 
@@ -53,15 +57,15 @@ def test_bindings_equal_the_step_by_step_reference(path: Path) -> None:
     """The vectorised pass equals step_why's binding at every step, and every waiting request is
     explained (listed ones each get a reason; the waiting weights count every waiting request)."""
     trace = load(path)
-    codes = why.bindings(trace)
+    codes = step_bindings.bindings(trace)
     for row in range(len(trace)):
         w = why.step_why(trace, row)
         assert CODES[codes[row]] == w.binding.code, (path.name, row)
         rec = trace.step(row)
         assert [r.id for r in w.waiting] == [e[0] for e in rec["waiting_demand"]]
         assert all(r.cause.code in REASONS for r in w.requests)
-    summary = why.waiting_summary(trace, codes)
-    assert summary.total == int(why.waiting_weights(trace).sum())
+    summary = step_bindings.waiting_summary(trace, codes)
+    assert summary.total == int(step_bindings.waiting_weights(trace).sum())
     assert sum(summary.by_reason.values()) == summary.total
 
 
@@ -89,7 +93,7 @@ def test_summary_flags_and_why_say_max_num_seqs_on_the_live_sample(
 def test_a_request_story_splits_waiting_and_ttft() -> None:
     trace = load(LIVE)
     rid = why.step_why(trace, 3).waiting[-1].id
-    story = why.request_story(trace, rid)
+    story = request_story.request_story(trace, rid)
     assert story is not None
     waited = story.waiting_by_reason
     assert waited["max_num_seqs"][0] >= 17  # steps 3..19 at least
@@ -136,7 +140,7 @@ def test_priority_preemptions_name_trigger_lost_work_and_cost(tmp_path: Path) ->
                 assert 0 <= p.recomputed <= p.lost
     assert seen == int(trace.columns["n_preempted"].sum()) > 0
     # The vectorised pass reads a 1.3 step's facts by region: the same as step by step.
-    codes = why.bindings(trace).tolist()
+    codes = step_bindings.bindings(trace).tolist()
     assert [CODES[c] for c in codes] == [why.step_why(trace, r).binding.code for r in range(len(trace))]
     assert "kv_blocks" in {CODES[c] for c in codes}
 
@@ -317,13 +321,15 @@ def test_one_request_story_reads_the_index_once_and_only_its_rows(monkeypatch: p
     no record outside its span, each record of it once (the index built before, as a
     session's is)."""
     trace = load(SAMPLES / "priority_preempt.jsonl")
-    span = why.story_span(trace, "mid")
+    span = request_story.story_span(trace, "mid")
     assert (span.first, span.stop) == (2, 38)
     reads: list[str] = []
     rows: list[int] = []
-    for name in ("request_index", "step_pass"):
-        real = getattr(why, name)
-        monkeypatch.setattr(why, name, lambda t, real=real, name=name: reads.append(name) or real(t))
+    # The story's own reads, and resume_cost's (one step's answer reads the index per victim).
+    patched = ((request_story, "request_index"), (request_story, "step_pass"), (why, "request_index"))
+    for module, name in patched:
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda t, real=real, name=name: reads.append(name) or real(t))
     raw_many = type(trace).raw_many
 
     def counted(self: Any, wanted: Any) -> Any:
@@ -332,7 +338,7 @@ def test_one_request_story_reads_the_index_once_and_only_its_rows(monkeypatch: p
             yield row, raw
 
     monkeypatch.setattr(type(trace), "raw_many", counted)
-    story = why.request_story(trace, "mid")
+    story = request_story.request_story(trace, "mid")
     assert story is not None and [p.resumed_step for p in story.preemptions] == [20, 33]
     assert reads == ["request_index", "step_pass"]
     assert rows == list(range(span.first, span.stop))

@@ -305,7 +305,8 @@ def test_exact_settles_an_older_traces_likely_reasons(tmp_path: Path) -> None:
     """`why --exact` (tracer.whatif.probe.settle): on a 1.2 trace the KV cache is only
     `likely` (no free-block counts); the probes settle it, to the 1.3 trace's exact answer."""
     from tracer.analysis.reasons import LIKELY
-    from tracer.analysis.why import request_story, step_why
+    from tracer.analysis.request_story import request_story
+    from tracer.analysis.why import step_why
     from tracer.whatif.probe import settle, settle_story
 
     spec, requests, _ = SCENARIOS["kv_pressure"]
@@ -433,7 +434,8 @@ def test_kv_admission_counts_the_whole_prompt_and_the_watermark(
     exact reason, with those numbers, and more KV blocks alone admit it. A trace without the
     two settings (1.3) says `likely` (the prompt) or leaves KV as an alternative (the watermark)."""
     from tracer.analysis.reasons import CODES, LIKELY
-    from tracer.analysis.why import bindings, step_why
+    from tracer.analysis.step_bindings import bindings
+    from tracer.analysis.why import step_why
     from tracer.render.why import cause_text
 
     spec, requests, _ = SCENARIOS[name]

@@ -12,6 +12,8 @@ import numpy as np
 from dash import html
 
 from tracer.analysis.flags import Flag, FlagList
+from tracer.render.flags import message
+from tracer.render.flags import messages as flag_messages
 
 PAGE_SIZE = 12
 JUMP = "flag-jump"  # pattern-matching id type of the step buttons
@@ -24,7 +26,7 @@ def filter_flags(flags: FlagList, kinds: list[str] | None, text: str | None) -> 
     needle = (text or "").strip().lower()
     if not needle or not len(positions):
         return positions
-    messages, kinds_of, steps = flags.messages(), flags.kinds, flags.steps
+    messages, kinds_of, steps = flag_messages(flags), flags.kinds, flags.steps
     keep = [
         i
         for i in positions.tolist()
@@ -55,7 +57,7 @@ def table(flags: list[Flag], total: int) -> Any:
                 html.Td(f.severity, className=f"sev-{f.severity}"),
                 html.Td(f.kind),
                 html.Td(f.numbers.get("tokens_withheld", "")),
-                html.Td(f.message, className="message"),
+                html.Td(message(f), className="message"),
             ]
         )
         for f in flags

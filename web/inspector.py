@@ -11,6 +11,7 @@ from typing import Any
 from dash import html
 
 from tracer.analysis.session import StepRequests, step_requests
+from tracer.render.flags import message
 from tracer.render.step import arithmetic, schedule_time, step_status
 from web.model import TraceView
 
@@ -80,7 +81,7 @@ def inspector(view: TraceView | None, step: int | None) -> list[Any]:
                 html.Li(
                     [
                         html.B(f"{f.kind} ({f.severity}): "),
-                        f.message,
+                        message(f),
                         html.Br(),
                         html.Code(_numbers(f.numbers)),
                     ],

@@ -10,6 +10,7 @@ import numpy as np
 
 from tracer.analysis import flags as flag_registry  # read when drawn: a new kind needs no edit here
 from tracer.analysis.flags import Flag, kind_info
+from tracer.render.flags import message
 from web.chart import Chart, Line, Markers, Panel
 from web.model import TraceView
 
@@ -19,7 +20,7 @@ GREEN, PURPLE, TEAL = "#2ca02c", "#9467bd", "#17becf"
 
 def flag_hover(flag: Flag) -> str:
     """Hover text of a flag marker: the sentence and the numbers behind it."""
-    sentence = "<br>".join(textwrap.wrap(html.escape(flag.message, quote=False), 90))
+    sentence = "<br>".join(textwrap.wrap(html.escape(message(flag), quote=False), 90))
     numbers = " · ".join(f"{k}={html.escape(str(v), quote=False)}" for k, v in flag.numbers.items())
     return f"<b>step {flag.step}: {flag.kind}</b> ({flag.severity})<br>{sentence}<br><i>{numbers}</i>"
 

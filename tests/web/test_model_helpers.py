@@ -11,6 +11,7 @@ from tracer.analysis.budget import analyze
 from tracer.analysis.compare import compare
 from tracer.analysis.series import step_series
 from tracer.render.compare import diff_lines
+from tracer.render.flags import message
 from tracer.render.text import compare_totals
 from tracer.trace.errors import TraceError
 from tracer.trace.ingest import load_bytes
@@ -96,14 +97,14 @@ def test_the_flag_table_filters_the_columns_as_it_would_the_flags(
         f
         for f in listed
         if (not kinds or f.kind in kinds)
-        and (not needle or needle in f.message.lower() or needle in f.kind or needle == str(f.step))
+        and (not needle or needle in message(f).lower() or needle in f.kind or needle == str(f.step))
     ]
     found = filter_flags(listed, kinds, text)
     assert listed.take(found) == want
     if text == "nothing":
         assert not want
     elif text == "17":
-        assert 17 in [f.step for f in want] and "17" not in listed[14].message  # step 17: by its number
+        assert 17 in [f.step for f in want] and "17" not in message(listed[14])  # step 17: by its number
     elif text is None:
         assert len(want) > PAGE_SIZE
         shown, current, count = page(found, 1)

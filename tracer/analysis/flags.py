@@ -1,18 +1,19 @@
-"""Flag detectors: accounting faults found in a trace, each with the numbers behind
-it and one sentence a user can act on. All budget reasoning comes from
-tracer.analysis.budget; this module only decides what is worth a flag.
+"""Flag detectors: accounting faults found in a trace, each with the numbers behind it.
+All budget reasoning comes from tracer.analysis.budget; this module only decides what is
+worth a flag. The sentence a user reads of each kind is worded in tracer.render.flags, from
+the columns and the constants (`context`) a detector keeps here.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple, overload
 
 import numpy as np
 
-from tracer.analysis import detail, why
+from tracer.analysis import detail, step_bindings
 from tracer.analysis.budget import BudgetAnalysis, analyze
 from tracer.analysis.reasons import CODES, REASONS
 from tracer.trace.trace_type import Trace
@@ -67,20 +68,27 @@ IDLE_BUDGET_SHARE = 0.25
 BUSY_KV_SHARE = 0.9
 
 
+# How a view gets sentences: (kind, its detector's context, its columns as lists) -> a
+# sentence per flag. tracer.render.flags.messages passes the product's own.
+Wording = Callable[[str, Mapping[str, Any], list[list[Any]]], list[str]]
+
+
 @dataclass(frozen=True)
 class Flag:
     step: int
     kind: str
     severity: str
-    message: str
     numbers: dict[str, Any] = field(default_factory=dict)
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    # What its sentence is worded from: its values in its kind's column order, and its
+    # detector's constants (tracer.render.flags words them).
+    facts: tuple[Any, ...] = field(default=(), compare=False, repr=False)
+    context: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    # A flag made elsewhere (a plugin's, a test's) brings its own sentence.
+    text: str | None = None
 
 
 class _Batch:
-    """One detector's flags of one kind as columns. The sentences are made when first read,
+    """One detector's flags of one kind as columns. The sentences are worded when first read,
     all at once (a busy server's trace can flag most of its steps); a Flag object only when
     one is asked for."""
 
@@ -89,20 +97,21 @@ class _Batch:
         kind: str,
         steps: np.ndarray,
         columns: tuple[np.ndarray | list[Any], ...],
-        sentences: Callable[..., list[str]],
         numbers: Callable[..., dict[str, Any]],
+        context: Mapping[str, Any] | None = None,
         withheld: np.ndarray | None = None,
     ) -> None:
-        """`sentences(*column lists)`: every flag's sentence; `numbers(*one flag's values)`;
-        `withheld`: the target tokens each flag says were withheld (the additive kind's)."""
+        """`numbers(*one flag's values)`: the numbers behind it; `context`: the detector's
+        constants its sentences need; `withheld`: the target tokens each flag says were
+        withheld (the additive kind's)."""
         self.kind = kind
         self._withheld = withheld
         self.steps = np.asarray(steps, dtype=np.int64)
         self._columns = columns
-        self._sentences = sentences
         self._numbers = numbers
+        self.context: Mapping[str, Any] = context or {}
         self._values: list[list[Any]] | None = None
-        self._messages: list[str] | None = None
+        self._said: list[str] | None = None
 
     def __len__(self) -> int:
         return len(self.steps)
@@ -123,18 +132,20 @@ class _Batch:
             self._values = [c.tolist() if isinstance(c, np.ndarray) else list(c) for c in self._columns]
         return self._values
 
-    def messages(self) -> list[str]:
-        if self._messages is None:
-            self._messages = self._sentences(*self._lists())
-        return self._messages
+    def sentences(self, word: Wording) -> list[str]:
+        # Worded once: there is one wording (tracer.render.flags'), and views re-read often.
+        if self._said is None:
+            self._said = word(self.kind, self.context, self._lists())
+        return self._said
 
     def flag(self, i: int) -> Flag:
         if self._values is None:  # one flag read (a summary's first): no whole-column lists
             v = [c[i].item() if isinstance(c, np.ndarray) else c[i] for c in self._columns]
         else:
             v = [c[i] for c in self._values]
-        text = self._messages[i] if self._messages is not None else self._sentences(*([x] for x in v))[0]
-        return Flag(int(self.steps[i]), self.kind, SEVERITY[self.kind], text, self._numbers(*v))
+        return Flag(
+            int(self.steps[i]), self.kind, SEVERITY[self.kind], self._numbers(*v), tuple(v), self.context
+        )
 
     def counts(self) -> Counter[str]:
         return Counter({self.kind: len(self)})
@@ -143,11 +154,6 @@ class _Batch:
         if self._withheld is None:
             return np.zeros(len(self), dtype=np.int64)
         return np.asarray(self._withheld, dtype=np.int64)
-
-
-def _each(message: Callable[..., str]) -> Callable[..., list[str]]:
-    """Sentences one call per flag: for the kinds that flag a few steps."""
-    return lambda *columns: list(map(message, *columns))
 
 
 class _Listed:
@@ -171,8 +177,11 @@ class _Listed:
     def severities(self) -> list[str]:
         return [f.severity for f in self._flags]
 
-    def messages(self) -> list[str]:
-        return [f.message for f in self._flags]
+    def sentences(self, word: Wording) -> list[str]:
+        return [
+            f.text if f.text is not None else word(f.kind, f.context, [[x] for x in f.facts])[0]
+            for f in self._flags
+        ]
 
     def flag(self, i: int) -> Flag:
         return self._flags[i]
@@ -251,9 +260,10 @@ class FlagList(Sequence[Flag]):
             return np.arange(len(self))
         return np.flatnonzero(np.isin(self.kinds, list(kinds)))
 
-    def messages(self) -> list[str]:
-        """Every flag's sentence, in order (made in bulk: no Flag objects)."""
-        return self._in_order([b.messages() for b in self._batches])
+    def sentences(self, word: Wording) -> list[str]:
+        """Every flag's sentence as `word` words it, in order (in bulk: no Flag objects).
+        Views call tracer.render.flags.messages, which passes the product's wording."""
+        return self._in_order([b.sentences(word) for b in self._batches])
 
     def severities(self) -> list[str]:
         return self._in_order([b.severities() for b in self._batches])
@@ -301,13 +311,13 @@ class FlagReport:
 def detect(
     trace: Trace, analysis: BudgetAnalysis | None = None, *, bindings: np.ndarray | None = None
 ) -> FlagReport:
-    """Every flag of the trace; `bindings` (tracer.analysis.why.bindings) when already computed."""
+    """Every flag of the trace; `bindings` (tracer.analysis.step_bindings.bindings) when already computed."""
     analysis = analysis or analyze(trace)
     batches: list[_Batch | _Listed] = []
     finders = (_additive, _query_overflow, _shared_overflow, _negative, _preemption_leak, _cap_binding)
     for finder in finders:
         batches.extend(finder(trace, analysis))
-    batches.extend(_limit_holds(trace, why.bindings(trace) if bindings is None else bindings))
+    batches.extend(_limit_holds(trace, step_bindings.bindings(trace) if bindings is None else bindings))
     return FlagReport(FlagList(batches), analysis)
 
 
@@ -317,22 +327,6 @@ def _additive(trace: Trace, a: BudgetAnalysis) -> list[_Batch]:
         return []
     col = trace.columns
     rows = np.flatnonzero(a.withheld > 0)
-    head = f"{m.method} K={m.k} was charged "
-    tail = (
-        f" draft slots against the target input budget, but its {m.q} query rows per request run in a "
-        "separate pass with their own buffer: this withheld "
-    )
-    advice = "Keep a separate draft-input budget (policy 'draft-budget') instead of the additive reservation."
-
-    def sentences(
-        withheld: list[int], excess: list[int], used: list[int], exact: list[bool], *_: Any
-    ) -> list[str]:
-        # One comprehension, not a call per flag: this kind can flag every step.
-        return [
-            f"{head}{x}{tail}{'' if e else 'at most '}{w} target tokens ({u} scheduled instead of "
-            f"{u + w}). {advice}"
-            for w, x, u, e in zip(withheld, excess, used, exact, strict=True)
-        ]
 
     def numbers(
         withheld: int, excess: int, used: int, exact: bool, reserved: int, needed: int, target_cap: int,
@@ -356,7 +350,8 @@ def _additive(trace: Trace, a: BudgetAnalysis) -> list[_Batch]:
             col["input_used"], col["input_cap"],
         )
     )  # fmt: skip
-    return [_Batch(ADDITIVE, col["step"][rows], columns, sentences, numbers, withheld=columns[0])]
+    context = {"method": m.method, "k": m.k, "q": m.q}
+    return [_Batch(ADDITIVE, col["step"][rows], columns, numbers, context, withheld=columns[0])]
 
 
 def _query_overflow(trace: Trace, a: BudgetAnalysis) -> list[_Batch]:
@@ -366,12 +361,6 @@ def _query_overflow(trace: Trace, a: BudgetAnalysis) -> list[_Batch]:
     rows = np.flatnonzero((a.query_cap > 0) & (a.query_rows > a.query_cap))
     q = a.model.q
 
-    def message(query_rows: int, query_cap: int) -> str:
-        return (
-            f"{query_rows} query rows exceed the drafter buffer of {query_cap}: bound "
-            f"admission so that requests × {q} ≤ {query_cap}."
-        )
-
     def numbers(query_rows: int, query_cap: int) -> dict[str, Any]:
         return {"query_rows": query_rows, "query_cap": query_cap, "per_req": q}
 
@@ -380,8 +369,8 @@ def _query_overflow(trace: Trace, a: BudgetAnalysis) -> list[_Batch]:
             QUERY_OVERFLOW,
             col["step"][rows],
             (a.query_rows[rows], a.query_cap[rows]),
-            _each(message),
             numbers,
+            {"q": q},
         )
     ]
 
@@ -398,16 +387,11 @@ def _shared_overflow(trace: Trace, a: BudgetAnalysis) -> list[_Batch]:
     at = np.flatnonzero(over)
     capacity = m.buffer_capacity
 
-    def message(n: int) -> str:
-        return (
-            f"target tokens plus {m.method} draft rows ({n}) exceed the shared input buffer of "
-            f"{capacity}: the reservation must stay additive for this method."
-        )
-
     def numbers(n: int) -> dict[str, Any]:
         return {"rows": n, "buffer_capacity": capacity}
 
-    return [_Batch(SHARED_OVERFLOW, col["step"][at], (rows[at],), _each(message), numbers)]
+    context = {"method": m.method, "capacity": capacity}
+    return [_Batch(SHARED_OVERFLOW, col["step"][at], (rows[at],), numbers, context)]
 
 
 def _negative(trace: Trace, a: BudgetAnalysis) -> list[_Batch]:
@@ -416,17 +400,11 @@ def _negative(trace: Trace, a: BudgetAnalysis) -> list[_Batch]:
     for name in ("target", "input"):
         rows = np.flatnonzero(col[f"{name}_left"] < 0)
 
-        def message(left: int, cap: int, name: str = name) -> str:
-            return (
-                f"the {name} budget ended the step at {left}: the scheduler handed out more than "
-                f"its {cap}; its final assert would fail."
-            )
-
         def numbers(left: int, cap: int, name: str = name) -> dict[str, Any]:
             return {"budget": name, "left": left, "cap": cap}
 
         cells = (col[f"{name}_left"][rows], col[f"{name}_cap"][rows])
-        out.append(_Batch(NEGATIVE, col["step"][rows], cells, _each(message), numbers))
+        out.append(_Batch(NEGATIVE, col["step"][rows], cells, numbers, {"budget": name}))
     return out
 
 
@@ -449,18 +427,11 @@ def _preemption_leak(trace: Trace, a: BudgetAnalysis) -> list[_Batch]:
             found.append((i, leaked, sum(held.get(r, 0) for r in leaked)))
     rows = np.asarray([r for r, _, _ in found], dtype=np.int64)
 
-    def message(leaked: list[str], tokens: int, *_: Any) -> str:
-        return (
-            f"preempted request(s) {', '.join(leaked) or '?'} still hold this step's budget "
-            f"({tokens} tokens): restore both the target and the "
-            "input/query budget when preempting a request scheduled earlier in the step."
-        )
-
     def numbers(leaked: list[str], tokens: int, used: int, charged: int) -> dict[str, Any]:
         return {"leaked": leaked, "target_used": used, "charged": charged}
 
     cells = ([x for _, x, _ in found], [t for _, _, t in found], col["target_used"][rows], charged[rows])
-    return [_Batch(PREEMPTION_LEAK, col["step"][rows], cells, _each(message), numbers)]
+    return [_Batch(PREEMPTION_LEAK, col["step"][rows], cells, numbers)]
 
 
 def _cap_binding(trace: Trace, a: BudgetAnalysis) -> list[_Batch]:
@@ -482,18 +453,11 @@ def _cap_binding(trace: Trace, a: BudgetAnalysis) -> list[_Batch]:
     )
     rows = np.flatnonzero(binding)
 
-    def message(running: int, waiting: int, input_left: int) -> str:
-        return (
-            f"the admission cap of {cap} running requests kept {waiting} waiting while "
-            f"{input_left} input rows were free; a per-step query budget would admit "
-            "more as long as their query rows fit."
-        )
-
     def numbers(running: int, waiting: int, input_left: int) -> dict[str, Any]:
         return {"cap": cap, "num_running": running, "num_waiting": waiting, "input_left": input_left}
 
     cells = tuple(col[name][rows] for name in ("num_running", "num_waiting", "input_left"))
-    return [_Batch(CAP_BINDING, col["step"][rows], cells, _each(message), numbers)]
+    return [_Batch(CAP_BINDING, col["step"][rows], cells, numbers, {"cap": cap})]
 
 
 def free_percent(kv_usage: np.ndarray) -> np.ndarray:
@@ -508,38 +472,23 @@ def _limit_holds(trace: Trace, bindings: np.ndarray) -> list[_Batch]:
 
     The 0.33 DFlash/DSpark cap has its own kind (admission-cap-binding), so it is left out here."""
     col = trace.columns
-    rows = why.limit_steps(trace, bindings)
+    rows = step_bindings.limit_steps(trace, bindings)
     cap = col["target_cap"][rows]
     idle = (col["target_left"][rows] >= IDLE_BUDGET_SHARE * cap) & (col["kv_usage"][rows] <= BUSY_KV_SHARE)
     held = rows[idle]
     held = held[bindings[held] != CODES.index("max_num_active_seqs")]
     cfg = trace.config
-    names: dict[int, tuple[str, str, str]] = {}
+    # Per binding code: the setting's name, its value in this trace (None when not recorded),
+    # its label and the knob that raises it.
+    settings: dict[int, tuple[str, Any, str, str]] = {}
     for c in np.unique(bindings[held]).tolist():
         code = CODES[c]
         setting = REASONS[code]
-        value = cfg.get(code)
-        names[c] = (code, f"{code}={value}" if value is not None else setting.label, setting.knob)
-
-    def sentences(
-        codes: list[int],
-        waiting: list[int],
-        left: list[int],
-        caps: list[int],
-        _: list[float],
-        free: list[int],
-    ) -> list[str]:
-        # One comprehension, not a call per flag: a busy server's queue can flag every step.
-        said = {c: (names[c][1], names[c][2]) for c in names}
-        return [
-            f"{said[c][0]} kept {w} request{'s' if w != 1 else ''} waiting while {lf} of "
-            f"{cap} budget tokens and {pct}% of KV were free: raise {said[c][1]}."
-            for c, w, lf, cap, pct in zip(codes, waiting, left, caps, free, strict=True)
-        ]
+        settings[c] = (code, cfg.get(code), setting.label, setting.knob)
 
     def numbers(c: int, w: int, left: int, target_cap: int, kv: float, _: int) -> dict[str, Any]:
         return {
-            "reason": names[c][0],
+            "reason": settings[c][0],
             "waiting": w,
             "target_left": left,
             "target_cap": target_cap,
@@ -548,8 +497,8 @@ def _limit_holds(trace: Trace, bindings: np.ndarray) -> list[_Batch]:
 
     cells = (
         bindings[held],
-        why.waiting_weights(trace)[held],
+        step_bindings.waiting_weights(trace)[held],
         *(col[name][held] for name in ("target_left", "target_cap", "kv_usage")),
         free_percent(col["kv_usage"][held]),
     )
-    return [_Batch(LIMIT_HOLDS, col["step"][held], cells, sentences, numbers)]
+    return [_Batch(LIMIT_HOLDS, col["step"][held], cells, numbers, {"settings": settings})]

@@ -10,7 +10,7 @@ Gantt and waiting-by-reason chart draw, derived once here from tracer.analysis.w
   requests and steps were left out.
 - `waiting_by_reason(trace)`: per step, the waiting requests (request-steps) by the constraint
   that held them: a step's waiting requests are attributed to its binding constraint
-  (tracer.analysis.why.bindings), as `summary`'s waiting-by-reason line counts them. Columnar:
+  (tracer.analysis.step_bindings.bindings), as `summary`'s waiting-by-reason line counts them. Columnar:
   cheap over a whole trace.
 """
 
@@ -22,7 +22,8 @@ import numpy as np
 
 from tracer.analysis import detail
 from tracer.analysis.reasons import CODES
-from tracer.analysis.why import Config, bindings, step_why, waiting_weights
+from tracer.analysis.step_bindings import bindings, waiting_weights
+from tracer.analysis.why import Config, step_why
 from tracer.trace.trace_type import Trace
 
 MAX_WINDOW = 2000  # steps read for one set of lanes
@@ -148,7 +149,7 @@ def _segments(by_row: dict[int, tuple[int, str, str]]) -> tuple[Segment, ...]:
 def waiting_by_reason(trace: Trace, codes: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Per reason code, the request-steps it held in each step (arrays of the trace's length),
     largest total first; only codes that held any. They sum, step by step, to the waiting
-    requests of tracer.analysis.why.waiting_weights."""
+    requests of tracer.analysis.step_bindings.waiting_weights."""
     codes = bindings(trace) if codes is None else codes
     weights = waiting_weights(trace)
     out: dict[str, np.ndarray] = {}

@@ -18,7 +18,7 @@ monotonic clock; the header's `start_time` (wall) and `t0` (monotonic, read toge
 them on the wall clock.
 
 What schedscope adds: the queue time split by the binding constraint of each step the request
-waited through (`why.bindings`, as `Session.waiting_by_reason` counts it), and each
+waited through (`step_bindings.bindings`, as `Session.waiting_by_reason` counts it), and each
 preemption's trigger and lost tokens (`why.step_why`).
 
 `request_phases` reads one snapshot (a Session); a growing trace's next snapshot can be asked

@@ -24,7 +24,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
-from tracer.analysis import flags, why
+from tracer.analysis import flags, request_story, step_bindings, why
 from tracer.analysis import request_lanes as lanes_model
 from tracer.analysis.budget import BudgetAnalysis, analyze
 from tracer.analysis.detail import rows_of_steps
@@ -154,20 +154,20 @@ class Session:
 
     @property
     def bindings(self) -> np.ndarray:
-        """tracer.analysis.why.bindings: each step's binding constraint (a reasons.CODES index)."""
-        return self._once("bindings", lambda: why.bindings(self.trace))
+        """tracer.analysis.step_bindings.bindings: each step's binding constraint (a reasons.CODES index)."""
+        return self._once("bindings", lambda: step_bindings.bindings(self.trace))
 
     @property
-    def waiting_summary(self) -> why.WaitingSummary:
-        return self._once("waiting_summary", lambda: why.waiting_summary(self.trace, self.bindings))
+    def waiting_summary(self) -> step_bindings.WaitingSummary:
+        return self._once("waiting_summary", lambda: step_bindings.waiting_summary(self.trace, self.bindings))
 
     def step_why(self, row: int, rec: dict[str, Any] | None = None) -> why.StepWhy:
         """The reasons of one step (not kept: a step's record is parsed again on each call,
         unless the caller passes the record it already holds)."""
         return why.step_why(self.trace, row, rec)
 
-    def request_story(self, request_id: str) -> why.RequestStory | None:
-        return why.request_story(self.trace, request_id)
+    def request_story(self, request_id: str) -> request_story.RequestStory | None:
+        return request_story.request_story(self.trace, request_id)
 
     @property
     def series(self) -> dict[str, np.ndarray]:

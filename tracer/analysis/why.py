@@ -26,28 +26,22 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
-import orjson
 
 from tracer.analysis import detail
 from tracer.analysis.reasons import (
-    CODE_INDEX,
-    CODES,
     DERIVED,
     EXACT,
     LIKELY,
-    REASONS,
     SKIP_STATUS,
     UNKNOWN,
 )
-from tracer.analysis.requests import RequestEvents, request_index
-from tracer.analysis.step_features import step_pass
-from tracer.analysis.throughput import steps_clock
+from tracer.analysis.requests import request_index
 from tracer.trace import schema
 from tracer.trace.trace_type import Trace
 
@@ -212,7 +206,7 @@ def step_why(
     cost later too (it reads the victim's later steps)."""
     cfg = config or Config(trace)
     rec = rec if rec is not None else trace.step(row)
-    binding, head = _admission(rec, cfg)
+    binding, head = admission(rec, cfg)
     requests = _waiting(rec, binding, head, cfg) + _running(rec, cfg)
     listed = len(rec.get("waiting_demand") or ())
     step = int(rec["step"])
@@ -245,7 +239,7 @@ def _skip_code(status: str) -> str:
     return SKIP_STATUS.get(status, "unknown")
 
 
-def _admission(rec: dict[str, Any], cfg: Config, scheduled: bool | None = None) -> tuple[Cause, str | None]:
+def admission(rec: dict[str, Any], cfg: Config, scheduled: bool | None = None) -> tuple[Cause, str | None]:
     """What ended the waiting loop, and the head request it ended at (None if none);
     `scheduled`: whether the step scheduled any request (read from the record when None)."""
     exact = cfg.exact
@@ -546,331 +540,8 @@ def preemption_triggers(trace: Trace) -> Counter[str]:
     return out
 
 
-def waiting_by_reason(trace: Trace, codes: np.ndarray) -> dict[str, int]:
-    """Waiting request-steps by the reason that held them (a step's waiting requests by its binding)."""
-    weights = waiting_weights(trace)
-    sums = np.bincount(codes.astype(np.int64), weights=weights, minlength=len(CODES))
-    return {CODES[i]: int(v) for i, v in enumerate(sums.tolist()) if v}
-
-
-# -- a whole trace, cheaply: the binding constraint of every step ---------------------------
-_COLUMN_CODES = ("none", "preemption", "target_budget", "input_budget")
-
-
-def bindings(trace: Trace) -> np.ndarray:
-    """The code index (tracer.analysis.reasons.CODES) of every step's binding constraint.
-
-    Decided from the reader's columns where they suffice (nothing waiting, a preemption, a
-    spent budget, the admission cap); the remaining steps' records are parsed (only those)."""
-    col = trace.columns
-    cfg = Config(trace)
-    n = len(trace)
-    out = np.full(n, CODE_INDEX["unknown"], dtype=np.int8)
-    waiting = np.maximum(col["num_waiting"] - col["n_preempted"], 0)
-    undecided = np.ones(n, dtype=bool)
-
-    def decide(mask: np.ndarray, code: str) -> None:
-        hit = mask & undecided
-        out[hit] = CODE_INDEX[code]
-        undecided[hit] = False
-
-    decide(waiting == 0, "none")
-    decide(col["n_preempted"] > 0, "preemption")
-    # A step that scheduled nothing may have been paused: only its record says.
-    idle = undecided & (col["target_used"] == 0)
-    undecided &= ~idle
-    decide(col["target_left"] <= 0, "target_budget")
-    decide(col["input_left"] <= cfg.draft_slots, "input_budget")
-    if cfg.draft_budget:
-        decide(cfg.draft_budget - col["query_rows"] < cfg.q, "draft_budget")
-    if cfg.active:
-        decide(col["num_running"] >= int(cfg.active), cfg.cap_code())
-    rest = np.flatnonzero(undecided | idle)
-    if not len(rest):
-        return out
-    # Only the keys the waiting loop's tests read: the queue and the 1.3 facts (a step's
-    # running list, most of its bytes, is not parsed); the budgets come from the columns.
-    queues = detail.region(trace, rest, "waiting_demand", "priority")
-    facts = detail.region(trace, rest, "kv_free", None) if has_why_fields(trace) else None
-    scheduled = (col["n_new"] + col["n_resumed"] + col["n_running"]) > 0
-    for row, queue in queues:
-        rec = dict(queue)
-        if facts is not None:
-            rec.update(next(facts)[1])
-        rec["preempted"] = []  # steps with a preemption were decided above
-        rec["num_waiting"], rec["num_running"] = int(col["num_waiting"][row]), int(col["num_running"][row])
-        rec["kv_usage"] = float(col["kv_usage"][row])
-        rec["target"] = {
-            "left": int(col["target_left"][row]),
-            "cap": int(col["target_cap"][row]),
-            "used": int(col["target_used"][row]),
-        }
-        rec["input"] = {
-            "left": int(col["input_left"][row]),
-            "cap": int(col["input_cap"][row]),
-            "reserved": int(col["input_reserved"][row]),
-        }
-        out[row] = CODE_INDEX[_admission(rec, cfg, bool(scheduled[row]))[0].code]
-    return out
-
-
-def waiting_weights(trace: Trace) -> np.ndarray:
-    """Requests that waited through each step (queued before it and not admitted)."""
-    col = trace.columns
-    return np.maximum(col["num_waiting"] - col["n_preempted"], 0)
-
-
-@dataclass(frozen=True)
-class WaitingSummary:
-    """Waiting request-steps by the constraint that held them, over a whole trace."""
-
-    total: int
-    by_reason: dict[str, int]  # code -> request-steps, largest first
-    steps_by_reason: dict[str, int]  # code -> steps in which it bound admission
-    idle_tokens: dict[str, float]  # code -> mean target tokens left in those steps
-    idle_kv: dict[str, float]  # code -> mean KV share free in those steps
-    config: dict[str, Any]
-
-    def share(self, code: str) -> float:
-        return self.by_reason.get(code, 0) / self.total if self.total else 0.0
-
-
-def waiting_summary(trace: Trace, codes: np.ndarray | None = None) -> WaitingSummary:
-    codes = bindings(trace) if codes is None else codes
-    weights = waiting_weights(trace)
-    col = trace.columns
-    by: Counter[str] = Counter()
-    steps: Counter[str] = Counter()
-    idle: dict[str, float] = {}
-    kv: dict[str, float] = {}
-    for i in np.unique(codes).tolist():
-        mask = (codes == i) & (weights > 0)
-        if not mask.any():
-            continue
-        code = CODES[i]
-        by[code] = int(weights[mask].sum())
-        steps[code] = int(mask.sum())
-        idle[code] = float(col["target_left"][mask].mean())
-        kv[code] = float(1.0 - col["kv_usage"][mask].mean())
-    return WaitingSummary(
-        total=int(sum(by.values())),
-        by_reason=dict(by.most_common()),
-        steps_by_reason=dict(steps),
-        idle_tokens=idle,
-        idle_kv=kv,
-        config=dict(trace.config),
-    )
-
-
-def limit_steps(trace: Trace, codes: np.ndarray | None = None) -> np.ndarray:
-    """Rows where a cap or limit (tracer.analysis.reasons.Reason.limit) held requests back."""
-    codes = bindings(trace) if codes is None else codes
-    limits = [CODE_INDEX[r.code] for r in REASONS.values() if r.limit]
-    return np.flatnonzero(np.isin(codes, limits) & (waiting_weights(trace) > 0))
-
-
-# -- one request's life -----------------------------------------------------------------------
-@dataclass(frozen=True)
-class LifeStep:
-    step: int
-    state: str  # arrived, waiting, scheduled, clipped, unscheduled, preempted, resumed, finished
-    tokens: int
-    demand: int
-    cause: Cause | None
-    seconds: float  # this step's duration on the scheduler clock
-
-
-@dataclass(frozen=True)
-class RequestStory:
-    id: str
-    steps: list[LifeStep]
-    waiting_by_reason: dict[str, tuple[int, float]]  # code (behind: root) -> (steps, seconds)
-    ttft: dict[str, Any]  # waiting by reason, prefill steps and the first token's step, seconds
-    preemptions: list[PreemptionWhy]
-    finished: int | None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "steps": [
-                {
-                    "step": s.step,
-                    "state": s.state,
-                    "tokens": s.tokens,
-                    "demand": s.demand,
-                    "seconds": round(s.seconds, 6),
-                    **(s.cause.as_dict() if s.cause else {}),
-                }
-                for s in self.steps
-            ],
-            "waiting_by_reason": {
-                k: {"steps": n, "seconds": round(t, 6)} for k, (n, t) in self.waiting_by_reason.items()
-            },
-            "ttft": self.ttft,
-            "preemptions": [p.as_dict() for p in self.preemptions],
-            "finished": self.finished,
-        }
-
-
-@dataclass(frozen=True)
-class StorySpan:
-    """Where one request's story lies, from the trace's per-request index (read once): its
-    events, and the rows from the first that can name it (its arrival, else its first
-    listing) up to the step that finished it."""
-
-    events: RequestEvents | None
-    first: int
-    stop: int
-
-
-def story_span(trace: Trace, request_id: str) -> StorySpan:
-    """The rows to search for `request_id`: the request index bounds them (the whole trace
-    when it does not know the request)."""
-    index = request_index(trace)
-    events = index.events.get(request_id)
-    times = step_pass(trace).requests  # the same entry pass made both, or their sidecars
-    try:
-        i = times.ids.index(request_id)
-    except ValueError:
-        i = -1
-    if events is None or i < 0:
-        return StorySpan(events, 0, len(trace))
-    starts = [int(r) for r in (times.arrived[i], times.seen[i]) if r >= 0]
-    first = min(starts) if starts else 0
-    stop = len(trace)
-    if events.finished is not None:
-        row = int(detail.rows_of_steps(trace, [events.finished])[0])
-        stop = row + 1 if row >= 0 else stop
-    return StorySpan(events, first, stop)
-
-
-def _seconds(t: np.ndarray, row: int) -> float:
-    """A step's duration on the scheduler clock: to the next step's start (the last: the median)."""
-    if len(t) < 2:
-        return 0.0
-    if row + 1 < len(t):
-        return float(t[row + 1] - t[row])
-    return float(np.median(np.diff(t)))
-
-
-def request_story(trace: Trace, request_id: str) -> RequestStory | None:
-    """A request's life step by step, with its reason at every step it was held back: the
-    trace's request index is read once, and only the records of the request's span."""
-    span = story_span(trace, request_id)
-    cfg = Config(trace)
-    steps: list[LifeStep] = []
-    preempted: list[tuple[PreemptionWhy, int]] = []
-    after: list[_Later] = []  # what a preemption's cost reads of each later step
-    waited: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
-    ttft_wait: dict[str, float] = defaultdict(float)
-    prefill_s = first_s = 0.0
-    prefill_steps = 0
-    first_token: int | None = None
-    t = trace.columns["t"]
-    added_t = scheduled_t = frontend_s = None
-    finished: int | None = None
-    named = False
-    for row, rec in _mentioning(trace, orjson.dumps(request_id), span.first, span.stop):
-        named = True
-        why = step_why(trace, row, rec, config=cfg, resume_costs=False)  # only its own, below
-        if span.events is not None and span.events.resumed:
-            after.append(_later(rec, request_id))
-        seconds = _seconds(t, row)
-        arrival = next((e for e in rec.get("inputs") or () if e[0] == "a" and e[1] == request_id), None)
-        if arrival is not None:
-            steps.append(LifeStep(why.step, "arrived", 0, -1, None, 0.0))
-            added_t = float(t[row])
-            frontend_s = _frontend_seconds(trace, arrival, added_t)
-        mine = next((r for r in why.requests if r.id == request_id), None)
-        entry = next((e for g in ("new", "resumed", "running") for e in rec[g] if e[0] == request_id), None)
-        if entry is not None:
-            group = next(g for g in ("new", "resumed", "running") if any(e[0] == request_id for e in rec[g]))
-            state = {"new": "admitted", "resumed": "resumed", "running": "scheduled"}[group]
-            if mine is not None and mine.state == "clipped":
-                state = f"{state}, clipped"
-            steps.append(
-                LifeStep(why.step, state, int(entry[1]), int(entry[3]), mine.cause if mine else None, seconds)
-            )
-            sampled = _sampled(rec, request_id)
-            if scheduled_t is None:
-                scheduled_t = float(t[row])
-            if first_token is None:
-                if sampled:
-                    first_token = why.step
-                    first_s = seconds
-                else:
-                    prefill_s += seconds
-                    prefill_steps += 1
-        elif mine is not None:
-            steps.append(LifeStep(why.step, mine.state, 0, mine.demand, mine.cause, seconds))
-            if mine.state == "waiting":
-                bucket = waited[mine.cause.root]
-                bucket[0] += 1
-                bucket[1] += seconds
-                if first_token is None:
-                    ttft_wait[mine.cause.root] += seconds
-        for p in why.preemptions:
-            if p.victim == request_id:
-                preempted.append((p, why.step))
-                steps.append(LifeStep(why.step, "preempted", 0, -1, None, 0.0))
-        if request_id in (rec.get("finished") or ()):
-            steps.append(LifeStep(why.step, "finished", 0, -1, None, 0.0))
-            finished = why.step
-    if not named:
-        return None
-    exact = has_why_fields(trace)
-    preemptions = [_resumed_cost(p, step, span.events, after, exact) for p, step in preempted]
-    # Steps the request waited through without being listed (a step lists at most 32 waiting
-    # requests): the engine had it, so it waited, but the trace cannot say why.
-    unlisted = None
-    if added_t is not None and scheduled_t is not None:
-        unlisted = max(0.0, scheduled_t - added_t - sum(ttft_wait.values()))
-    ttft = {
-        "frontend_seconds": None if frontend_s is None else round(frontend_s, 6),
-        "unlisted_seconds": None if unlisted is None else round(unlisted, 6),
-        "waiting": {k: round(v, 6) for k, v in ttft_wait.items()},
-        "prefill_steps": prefill_steps,
-        "prefill_seconds": round(prefill_s, 6),
-        "first_token_step": first_token,
-        "first_token_seconds": round(first_s, 6),
-        "total_seconds": round(
-            (frontend_s or 0.0) + (unlisted or 0.0) + sum(ttft_wait.values()) + prefill_s + first_s, 6
-        )
-        if first_token
-        else None,
-        "from": "arrival" if frontend_s is not None else "engine" if added_t is not None else "seen",
-    }
-    return RequestStory(
-        id=request_id,
-        steps=steps,
-        waiting_by_reason={k: (int(v[0]), float(v[1])) for k, v in waited.items()},
-        ttft=ttft,
-        preemptions=preemptions,
-        finished=finished,
-    )
-
-
-def _mentioning(trace: Trace, needle: bytes, first: int, stop: int) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(row, record) for the rows in [first, stop) whose record contains `needle`: one read of
-    those rows' raw bytes, the hits parsed in batches as tracer.analysis.detail.records does."""
-    batch: list[tuple[int, bytes]] = []
-    for row, raw in trace.raw_many(range(first, min(stop, len(trace)))):
-        if needle in raw:
-            batch.append((row, raw))
-        if len(batch) >= detail.BATCH:
-            yield from _parsed(batch)
-            batch = []
-    yield from _parsed(batch)
-
-
-def _parsed(batch: list[tuple[int, bytes]]) -> Iterator[tuple[int, dict[str, Any]]]:
-    if batch:
-        parsed = orjson.loads(b"[" + b",".join(raw for _, raw in batch) + b"]")
-        for (row, _), rec in zip(batch, parsed, strict=True):
-            yield row, detail.with_defaults(rec)
-
-
-class _Later(NamedTuple):
+# -- a preemption's cost later ---------------------------------------------------------------
+class LaterStep(NamedTuple):
     """What a preemption's cost reads of one step naming its victim."""
 
     step: int
@@ -879,9 +550,9 @@ class _Later(NamedTuple):
     tokens: int  # scheduled to the victim as a resumed or running request
 
 
-def _later(rec: dict[str, Any], rid: str) -> _Later:
+def later_step(rec: dict[str, Any], rid: str) -> LaterStep:
     groups = (rec.get("resumed") or [], rec.get("running") or [])
-    return _Later(
+    return LaterStep(
         int(rec.get("step", -1)),  # a region of a record (resume_cost) holds no step
         int((rec.get("cached") or {}).get(rid, 0)),
         rid in (rec.get("preempted") or ()),
@@ -889,7 +560,7 @@ def _later(rec: dict[str, Any], rid: str) -> _Later:
     )
 
 
-def _recomputed(owed: int, later: Iterable[_Later]) -> int:
+def recomputed_tokens(owed: int, later: Iterable[LaterStep]) -> int:
     """The tokens spent re-computing `owed` lost tokens over the steps from the resumption
     on, until caught up or preempted again."""
     spent = 0
@@ -902,40 +573,6 @@ def _recomputed(owed: int, later: Iterable[_Later]) -> int:
         if spent >= owed:
             break
     return spent
-
-
-def _resumed_cost(
-    p: PreemptionWhy, step: int, events: RequestEvents | None, later: list[_Later], exact: bool
-) -> PreemptionWhy:
-    """resume_cost from the story's own records (every later step naming the victim)."""
-    looked = dataclasses.replace(p, looked_for_resume=True)
-    resumed = next((s for s in events.resumed if s > step), None) if events is not None else None
-    at = next((i for i, s in enumerate(later) if s.step == resumed), None)
-    if resumed is None or at is None:
-        return looked
-    cached = later[at].cached if exact else None
-    owed = None if p.lost is None else max(0, p.lost - (cached or 0))
-    spent = 0 if owed is None else _recomputed(owed, later[at:])
-    return dataclasses.replace(
-        looked,
-        resumed_step=resumed,
-        steps_until_resumed=resumed - step,
-        recomputed=spent if owed is not None else None,
-        cached_on_resume=cached,
-    )
-
-
-def _frontend_seconds(trace: Trace, arrival: list[Any], added_t: float) -> float | None:
-    """From the request's arrival (its `a` input) to the schedule() call it was added before;
-    None where the arrival is not a wall time within the run (throughput.steps_clock)."""
-    at = arrival[5] if len(arrival) > 5 and isinstance(arrival[5], (int, float)) else np.nan
-    on_clock = float(steps_clock(trace, np.array([at]))[0])
-    return None if math.isnan(on_clock) else added_t - on_clock
-
-
-def _sampled(rec: dict[str, Any], rid: str) -> int:
-    sampled = rec.get("sampled") or {}
-    return int(sampled.get(rid, 0)) if isinstance(sampled, dict) else 0
 
 
 RESUME_WINDOW = 16  # records read at a time while following a victim after it resumed
@@ -959,14 +596,14 @@ def resume_cost(trace: Trace, p: PreemptionWhy, step: int) -> PreemptionWhy:
         cached = int((fact.get("cached") or {}).get(p.victim, 0))
     owed = None if p.lost is None else max(0, p.lost - (cached or 0))
 
-    def later(row: int) -> Iterator[_Later]:  # read a window at a time, until caught up
+    def later(row: int) -> Iterator[LaterStep]:  # read a window at a time, until caught up
         while row < len(trace):
             window = range(row, min(row + RESUME_WINDOW, len(trace)))
             for _, rec in detail.region(trace, window, "resumed", "finished", batch=RESUME_WINDOW):
-                yield _later(rec, p.victim)
+                yield later_step(rec, p.victim)
             row = window.stop
 
-    spent = 0 if owed is None else _recomputed(owed, later(row))
+    spent = 0 if owed is None else recomputed_tokens(owed, later(row))
     return dataclasses.replace(
         looked,
         resumed_step=resumed,

@@ -10,14 +10,15 @@ import sys
 
 def cmd_attach(args: argparse.Namespace) -> int:
     """Follow a live stream: a compact line per step (or raw records with --json)."""
-    from tracer.trace.attach import RunSaver, StreamFollower, step_line
+    from tracer.render.stream import status_line, step_line
+    from tracer.trace.attach import RunSaver, StreamFollower
 
     follower = StreamFollower(args.url, token=args.token or os.environ.get("SCHEDSCOPE_STREAM_TOKEN"))
     saver = RunSaver(args.save) if args.save else None
     try:
         for event in follower.events(max_reconnects=args.max_reconnects):
             if event.kind == "status":
-                print(f"# {event.message}", file=sys.stderr, flush=True)
+                print(f"# {status_line(event)}", file=sys.stderr, flush=True)
                 continue
             if event.kind == "heartbeat":
                 continue  # liveness only: the idle status above says it once per idle period

@@ -48,7 +48,7 @@ def cmd_flags(args: argparse.Namespace) -> int:
     import orjson
 
     from tracer.analysis.engines import Run
-    from tracer.render.flags import flag_lines
+    from tracer.render.flags import flag_doc, flag_lines
     from tracer.render.text import RunLine, run_totals_line
 
     opened = open_traces(args, *args.traces)
@@ -64,7 +64,7 @@ def cmd_flags(args: argparse.Namespace) -> int:
                 {
                     "trace": trace.path,
                     **({"engine": engine.label} if several else {}),
-                    "flags": [f.as_dict() for f in flags],
+                    "flags": [flag_doc(f) for f in flags],
                     "counts": report.counts(),
                     "tokens_withheld": report.tokens_withheld,
                 }

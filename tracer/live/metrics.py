@@ -35,7 +35,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 
 from tracer.analysis import flags as _flags
-from tracer.analysis import why
+from tracer.analysis import step_bindings, why
 from tracer.analysis.budget import analyze
 from tracer.analysis.reasons import CODES
 from tracer.live.net import is_loopback, parse_bind
@@ -155,7 +155,7 @@ class TraceMetrics:
         if not len(trace):
             return
         analysis = analyze(trace)
-        bindings = why.bindings(trace)
+        bindings = step_bindings.bindings(trace)
         report = _flags.detect(trace, analysis, bindings=bindings)
         col = trace.columns
         t = self.totals
@@ -167,7 +167,7 @@ class TraceMetrics:
         t["query_rows"] += int(analysis.query_rows.sum())
         for kind, n in report.counts().items():
             self.flags[kind] = self.flags.get(kind, 0) + n
-        for code, n in why.waiting_by_reason(trace, bindings).items():
+        for code, n in step_bindings.waiting_by_reason(trace, bindings).items():
             self.waiting[code] += n
         for kind, n in why.preemption_triggers(trace).items():
             self.triggers[kind] += n

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from tracer.analysis import why
+from tracer.analysis import step_bindings, why
 from tracer.analysis.budget import analyze
 from tracer.analysis.reasons import CODE_INDEX, CODES
 from tracer.trace.columns import RUNNER_COLS
@@ -87,7 +87,7 @@ def steps_table(trace: Trace, engine: str) -> Any:
     cols["withheld_tokens"] = budget.withheld
     cols["withheld_exact"] = budget.exact
     cols["binding"] = pa.DictionaryArray.from_arrays(
-        pa.array(why.bindings(trace), pa.int8()), pa.array(CODES)
+        pa.array(step_bindings.bindings(trace), pa.int8()), pa.array(CODES)
     )
     return pa.table({k: v if isinstance(v, pa.Array) else pa.array(v) for k, v in cols.items()})
 

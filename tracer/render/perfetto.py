@@ -33,6 +33,7 @@ import orjson
 from tracer.analysis import why
 from tracer.analysis.session import Session, request_entries
 from tracer.analysis.why import StepWhy
+from tracer.render.flags import message
 from tracer.render.text import spec_label
 from tracer.render.why import cause_text, preemption_line
 
@@ -232,7 +233,7 @@ def _flags(report: FlagReport, ts_by_step: dict[int, int]) -> list[dict[str, Any
             "pid": SCHED_PID,
             "tid": SCHED_TID,
             "ts": ts_by_step.get(f.step, 0),
-            "args": {"step": f.step, "severity": f.severity, "message": f.message, **f.numbers},
+            "args": {"step": f.step, "severity": f.severity, "message": message(f), **f.numbers},
         }
         for f in report.flags
     ]

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tracer.trace.attach import LinkState, link_status
-from tracer.trace.source import Mode, Phase, SourceState
+from tracer.render.stream import link_status
+from tracer.trace.attach import LinkState
+from tracer.trace.source import FILE, HEADER, Mode, Phase, SourceState
 
 
 def source_line(state: SourceState) -> str:
@@ -17,7 +18,11 @@ def source_line(state: SourceState) -> str:
     if state.mode is Mode.STREAM:
         return _stream_line(state)
     if phase is Phase.WAITING:
-        return state.detail or f"waiting for {state.target}"
+        if state.waiting == HEADER:
+            return f"waiting for the header record of {Path(state.target)}"
+        if state.waiting == FILE:
+            return f"waiting for {Path(state.target)} to appear"
+        return f"waiting for {state.target}"
     if phase is Phase.LOADING:
         share = f" {state.done / state.total:.0%}" if state.total else ""
         return f"loading {name}{share}: {state.steps} steps"
@@ -30,13 +35,17 @@ def _stream_line(state: SourceState) -> str:
     link = state.link if state.link is not None else LinkState(state.target)
     saving = Path(state.saving) if state.saving else None
     if state.phase is Phase.ENDED:
-        ended = state.detail or "the stream ended"
+        if state.footer:
+            ended = "the run wrote its footer"
+        else:
+            ended = link_status(state.link) if state.link is not None else "the stream ended"
         return f"ended: {ended} · last step {link.last_step}" + (
             f" · saved to {saving.name}" if saving else ""
         )
     text = link_status(link, saving)
-    if state.phase is Phase.GAP:
-        text = f"gap: {state.detail} · {text}"
+    if state.phase is Phase.GAP and state.gap is not None:
+        first, last, why = state.gap
+        text = f"gap: steps {first}..{last} missing ({why}) · {text}"
     elif state.gaps:
         text += f" · {state.gaps} gap{'s' if state.gaps > 1 else ''}"
     return text

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from tracer.analysis.session import Session
+from tracer.render.flags import message
 from tracer.render.text import describe_gaps, engine_line, flags_line
 from tracer.render.why import waiting_lines
 from tracer.trace.trace_type import Trace
@@ -70,7 +71,7 @@ def summary_lines(source: Session | Trace, *, first: int = 0, limit: int | None 
     report = session.report
     yield f"flags    {flags_line(report)}" + (" (schedscope flags TRACE lists them)" if report.flags else "")
     for flag in report.flags[:1]:
-        yield f"         step {flag.step}: {flag.message}"
+        yield f"         step {flag.step}: {message(flag)}"
     yield from waiting_lines(session.waiting_summary)
     yield ""
     yield from step_table(trace, first=first, limit=limit)

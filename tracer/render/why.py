@@ -10,15 +10,9 @@ from typing import Any
 
 from tracer.analysis.reasons import DERIVED, EXACT, LIKELY, REASONS, label
 from tracer.analysis.request_lanes import RequestLanes, Segment
-from tracer.analysis.why import (
-    Cause,
-    LifeStep,
-    PreemptionWhy,
-    RequestStory,
-    RequestWhy,
-    StepWhy,
-    WaitingSummary,
-)
+from tracer.analysis.request_story import LifeStep, RequestStory
+from tracer.analysis.step_bindings import WaitingSummary
+from tracer.analysis.why import Cause, PreemptionWhy, RequestWhy, StepWhy
 
 
 def _pct(x: float) -> str:

@@ -22,7 +22,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any, Literal
 from urllib.parse import urlencode, urlparse, urlunparse
@@ -30,7 +30,6 @@ from urllib.parse import urlencode, urlparse, urlunparse
 import orjson
 
 from tracer.trace.born_index import INTERVAL_S, BornIndex, born_index
-from tracer.trace.compact import GROUPS, size
 from tracer.trace.schema import HEARTBEAT_INTERVAL
 
 MAX_LINE = 16 << 20  # a record longer than this is garbage, not a trace record
@@ -40,18 +39,39 @@ READ_TIMEOUT = 4 * HEARTBEAT_INTERVAL
 Phase = Literal["connecting", "live", "idle", "stalled", "reconnecting", "refused", "unauthorised", "gave up"]
 EventKind = Literal["record", "run", "heartbeat", "status"]
 
+# What a link met where no error text says it (tracer.render.stream words it): the server
+# ended the response, or not even a heartbeat came within the read timeout.
+CLOSED, STALLED = "closed", "stalled"
+# The notes a follower hands on as `status` events, with their numbers in `facts`
+# (tracer.render.stream.status_line words them).
+GIVING_UP = "giving up"  # the reconnect limit was reached
+RETRYING = "retrying"  # facts: delay (seconds before the next try)
+CONNECTED = "connected"
+DROPPED = "dropped"  # the connection ended (the link's cause or error text says how)
+UNAUTHORISED = "unauthorised"
+REFUSED = "refused"
+STALL = "stall"
+DISCONNECTED = "disconnected"  # facts: error (the exception, as text)
+LONG_LINE = "long line"
+NOT_JSON = "not json"  # facts: head (the line's first 40 bytes)
+RESTARTED = "restarted"  # facts: pid, start (the new run's header's)
+IDLE = "idle"
+
 
 @dataclass(frozen=True)
 class LinkState:
-    """Where a follower's connection stands; link_status() turns it into the one line shown."""
+    """Where a follower's connection stands; tracer.render.stream.link_status words it as the
+    one line shown."""
 
     url: str
     phase: Phase = "connecting"
-    detail: str = ""  # why: the error, the HTTP status, what stalled
+    detail: str = ""  # the error met: the HTTP status, the socket's reason
     last_step: int = 0
     idle_since: float | None = None  # wall time of the server's last record, from its heartbeat
     run: int = 0  # runs seen on this stream: 2 once the server restarted
     reconnects: int = 0
+    cause: str = ""  # CLOSED or STALLED where no error text says it
+    timeout: float = 0.0  # the read timeout a STALLED link waited
 
 
 @dataclass
@@ -61,25 +81,23 @@ class StreamEvent:
     - `record`: a record to show and save (step, runner, footer, gap, any newer kind);
     - `run`: the header of a run that begins (`run` counts them: 2 after a restart);
     - `heartbeat`: the server is alive and idle; never saved;
-    - `status`: a note about the connection (`message`), with the state it left.
+    - `status`: a note about the connection (`note`, one of the names above, and its
+      `facts`), with the state it left.
     """
 
     kind: EventKind
     record: dict[str, Any] | None = None
     line: bytes = b""
-    message: str = ""
+    note: str = ""
     state: LinkState | None = None
     run: int = 0
+    facts: dict[str, Any] = field(default_factory=dict)
 
 
 def _with_since(url: str, since: int) -> str:
     parts = urlparse(url)
     path = parts.path if parts.path not in ("", "/") else "/trace"
     return urlunparse(parts._replace(path=path, query=urlencode({"since": since})))
-
-
-def _clock(t: float) -> str:
-    return time.strftime("%H:%M:%S", time.localtime(t))
 
 
 def _timed_out(exc: BaseException) -> bool:
@@ -89,40 +107,6 @@ def _timed_out(exc: BaseException) -> bool:
 
 def _run_id(header: dict[str, Any]) -> tuple[Any, Any]:
     return header.get("start_time"), header.get("pid")
-
-
-def link_status(state: LinkState, saving: Path | None = None) -> str:
-    """The connection state as one line: what `attach`, the TUI and the web app show.
-
-    `saving`: the file the current run is saved to, named once the server has restarted.
-    """
-    text = _phase_text(state)
-    if state.run > 1:
-        text += f" · new run {state.run} (the server restarted)"
-        if saving is not None:
-            text += f" → {saving.name}"
-    return text
-
-
-def _phase_text(state: LinkState) -> str:
-    step = f"last step {state.last_step}" if state.last_step else "no step yet"
-    phase = state.phase
-    if phase == "connecting":
-        return f"connecting to {state.url}"
-    if phase == "live":
-        return f"live · step {state.last_step}" if state.last_step else "live · no step yet"
-    if phase == "idle":
-        since = f" since {_clock(state.idle_since)}" if state.idle_since is not None else ""
-        return f"idle{since} ({step})"
-    if phase == "stalled":
-        return f"stalled: {state.detail} · reconnecting"
-    if phase == "reconnecting":
-        return f"reconnecting ({state.detail}) · {step}"
-    if phase == "refused":
-        return f"refused: {state.detail}"
-    if phase == "unauthorised":
-        return f"unauthorised: {state.detail} (check --token or SCHEDSCOPE_STREAM_TOKEN)"
-    return f"gave up after {state.reconnects} reconnects ({state.detail})"
 
 
 class StreamFollower:
@@ -177,8 +161,8 @@ class StreamFollower:
         self.state = replace(self.state, **changes)
         return self.state
 
-    def _status(self, message: str, **changes: Any) -> StreamEvent:
-        return StreamEvent("status", message=message, state=self._set(**changes))
+    def _status(self, note: str, facts: dict[str, Any] | None = None, **changes: Any) -> StreamEvent:
+        return StreamEvent("status", note=note, state=self._set(**changes), facts=facts or {})
 
     def events(self, *, max_reconnects: int | None = None) -> Iterator[StreamEvent]:
         delay = self.backoff[0]
@@ -186,17 +170,11 @@ class StreamFollower:
         while True:
             if not first and not resync:
                 if max_reconnects is not None and self.reconnects >= max_reconnects:
-                    yield self._status(
-                        f"giving up after {self.reconnects} reconnects", phase="gave up", detail="limit"
-                    )
+                    yield self._status(GIVING_UP, phase="gave up", detail="limit", cause="")
                     return
                 self.reconnects += 1
                 self._set(reconnects=self.reconnects)
-                yield StreamEvent(
-                    "status",
-                    message=f"reconnecting in {delay:.1f}s after step {self.last_step}",
-                    state=self.state,
-                )
+                yield StreamEvent("status", note=RETRYING, state=self.state, facts={"delay": delay})
                 self.sleep(delay)
                 delay = min(delay * 2, self.backoff[1])
             first = resync = False
@@ -209,31 +187,30 @@ class StreamFollower:
             try:
                 with urllib.request.urlopen(request, timeout=self.timeout) as response:
                     self._response = response
-                    yield self._status(f"connected to {self.url}", phase="live", detail="")
+                    yield self._status(CONNECTED, phase="live", detail="", cause="")
                     delay = self.backoff[0]
                     try:
                         resync = yield from self._read(response, since)
                     finally:
                         self._response = None
                 if not resync:
-                    message = "the server closed the stream"
-                    yield self._status(message, phase="reconnecting", detail=message)
+                    yield self._status(DROPPED, phase="reconnecting", detail="", cause=CLOSED)
             except urllib.error.HTTPError as exc:
                 detail = f"HTTP {exc.code} {exc.reason}"
                 if exc.code in (401, 403):  # a missing or wrong token: retrying cannot help
-                    yield self._status(f"unauthorised: {detail}", phase="unauthorised", detail=detail)
+                    yield self._status(UNAUTHORISED, phase="unauthorised", detail=detail, cause="")
                     return
                 if exc.code == 404:
-                    yield self._status(f"refused: {detail}", phase="refused", detail=detail)
+                    yield self._status(REFUSED, phase="refused", detail=detail, cause="")
                     return
-                yield self._status(detail, phase="reconnecting", detail=detail)
+                yield self._status(DROPPED, phase="reconnecting", detail=detail, cause="")
             except (OSError, urllib.error.URLError) as exc:
                 if _timed_out(exc):
-                    detail = f"no data for {self.timeout:g}s, not even a heartbeat"
-                    yield self._status(f"stalled: {detail}", phase="stalled", detail=detail)
+                    yield self._status(STALL, phase="stalled", detail="", cause=STALLED, timeout=self.timeout)
                 else:
                     reason = str(getattr(exc, "reason", exc))
-                    yield self._status(f"disconnected: {exc}", phase="reconnecting", detail=reason)
+                    facts = {"error": str(exc)}
+                    yield self._status(DISCONNECTED, facts, phase="reconnecting", detail=reason, cause="")
 
     def _read(self, response: Any, since: int) -> Iterator[StreamEvent]:
         """Events from one connection; returns True when it must be reopened from step 0."""
@@ -244,7 +221,7 @@ class StreamFollower:
             if not line.endswith(b"\n"):
                 if len(line) > MAX_LINE:
                     self.garbage += 1
-                    yield StreamEvent("status", message="dropped a line longer than 16 MiB", state=self.state)
+                    yield StreamEvent("status", note=LONG_LINE, state=self.state)
                     response.readline()  # skip its remainder (best effort)
                     continue
                 return False  # stopped mid-line: reconnect and resume after the last whole record
@@ -252,9 +229,7 @@ class StreamFollower:
                 record = orjson.loads(line)
             except orjson.JSONDecodeError:
                 self.garbage += 1
-                yield StreamEvent(
-                    "status", message=f"skipped a line that is not JSON ({line[:40]!r}…)", state=self.state
-                )
+                yield StreamEvent("status", note=NOT_JSON, state=self.state, facts={"head": line[:40]})
                 continue
             if not isinstance(record, dict) or "kind" not in record:
                 self.garbage += 1
@@ -264,16 +239,15 @@ class StreamFollower:
                 yield from self._heartbeat(record, line)
                 continue
             if self.state.phase != "live":
-                self._set(phase="live", detail="")
+                self._set(phase="live", detail="", cause="")
             if kind == "header":
                 if self.header is not None and _run_id(record) == _run_id(self.header):
                     continue  # the same run's header, sent again on this connection
                 restarted = self.header is not None
                 self._begin_run(record)
                 if restarted:
-                    pid, start = record.get("pid"), record.get("start_time")
-                    started = f", started {_clock(start)}" if isinstance(start, (int, float)) else ""
-                    yield self._status(f"the server restarted: a new run begins (pid {pid}{started})")
+                    facts = {"pid": record.get("pid"), "start": record.get("start_time")}
+                    yield self._status(RESTARTED, facts)
                 yield StreamEvent("run", record, line, state=self.state, run=self.runs)
                 if restarted and since:
                     return True  # what follows was chosen by the old run's `since`: ask again from 0
@@ -333,27 +307,11 @@ class StreamFollower:
         idle_since = float(idle_since) if isinstance(idle_since, (int, float)) else None
         last = record.get("last_step")
         last_step = last if isinstance(last, int) and last > self.last_step else self.last_step
-        state = self._set(phase="idle", detail="", idle_since=idle_since, last_step=last_step)
+        state = self._set(phase="idle", detail="", cause="", idle_since=idle_since, last_step=last_step)
         if idle_since != self._idle_said:  # once per idle period, not per heartbeat
             self._idle_said = idle_since
-            yield StreamEvent("status", message=_phase_text(state), state=state)
+            yield StreamEvent("status", note=IDLE, state=state)
         yield StreamEvent("heartbeat", record, line, state=state)
-
-
-def step_line(record: dict[str, Any]) -> str:
-    """One compact line per step for `schedscope attach`."""
-    if record.get("kind") == "gap":
-        return f"-- gap: steps {record['after'] + 1}..{record['before'] - 1} missing ({record.get('reason')})"
-    t, i = record["target"], record["input"]
-    n = [size(record.get(key)) for key in GROUPS]  # raw stream records: 1.1 or 1.2 layout
-    query = record.get("query") or {}
-    q = f" query {query.get('rows')}/{query.get('cap')}" if query else ""
-    return (
-        f"step {record['step']:>7}  target {t['used']:>5}/{t['cap']:<5} "
-        f"input {i['used']:>5}(+{i.get('reserved', 0)})"
-        f"/{i['cap']:<5}{q}  new {n[0]} res {n[1]} run {n[2]}  pre {len(record.get('preempted', ()))} "
-        f"fin {len(record.get('finished', ()))}  wait {record.get('num_waiting', 0)}"
-    )
 
 
 def run_path(base: Path, run: int) -> Path:

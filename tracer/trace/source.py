@@ -36,7 +36,7 @@ from enum import Enum
 from pathlib import Path
 from typing import IO, Any
 
-from tracer.trace.attach import READ_TIMEOUT, LinkState, RunSaver, StreamFollower, link_status
+from tracer.trace.attach import READ_TIMEOUT, LinkState, RunSaver, StreamFollower
 from tracer.trace.builder import TraceBuilder
 from tracer.trace.codec import Decoder
 from tracer.trace.errors import TraceError, TraceHeaderError
@@ -83,6 +83,9 @@ class Phase(str, Enum):
     FAILED = "failed"  # on_error was called; `detail` says why
 
 
+# What a WAITING source waits for (SourceState.waiting).
+FILE, HEADER = "file", "header"
+
 PROBLEMS = frozenset({Phase.STALLED, Phase.GAP, Phase.REFUSED, Phase.UNAUTHORISED, Phase.FAILED})
 
 
@@ -93,13 +96,16 @@ class SourceState:
     mode: Mode
     phase: Phase
     target: str  # the file or URL
-    detail: str = ""
+    detail: str = ""  # FAILED: the error
+    waiting: str = ""  # WAITING: for the FILE to appear or for its HEADER record
+    gap: tuple[int, int, str] | None = None  # a stream's last gap: first and last step missing, why
     steps: int = 0  # steps read so far (of the current run)
     done: int = 0  # LOADING: bytes read
     total: int = 0  # LOADING: bytes in the file
     link: LinkState | None = None  # a stream's connection, as its follower sees it
     saving: str | None = None  # a stream's --save file of the current run
     gaps: int = 0  # gap records received from the stream
+    footer: bool = False  # a stream's current run wrote its footer (ENDED: how it ended)
 
     @property
     def problem(self) -> bool:
@@ -310,7 +316,12 @@ class TraceSource:
         said = self._said
         if state == said:
             return
-        if not force and said is not None and said.phase is state.phase and said.detail == state.detail:
+        if (
+            not force
+            and said is not None
+            and (said.phase, said.detail, said.waiting, said.gap)
+            == (state.phase, state.detail, state.waiting, state.gap)
+        ):
             return  # only counts moved: they go out with the next snapshot
         self._said = state
         if self.on_state is not None:
@@ -427,7 +438,7 @@ class TraceSource:
             try:
                 st = path.stat()
             except FileNotFoundError:
-                self._waiting(f"waiting for {path} to appear")
+                self._waiting(FILE)
                 continue
             if bad == (st.st_size, st.st_mtime_ns):
                 self._stop.wait(self.poll)
@@ -444,8 +455,8 @@ class TraceSource:
                 except FileNotFoundError:
                     bad = None
 
-    def _waiting(self, text: str) -> None:
-        self._set(phase=Phase.WAITING, detail=text)
+    def _waiting(self, what: str) -> None:
+        self._set(phase=Phase.WAITING, waiting=what)
         self._say_state()
         self._stop.wait(self.poll)
 
@@ -465,7 +476,7 @@ class TraceSource:
             inode = os.fstat(f.fileno()).st_ino
             head = f.read(4)  # enough to tell plain from compressed
             while len(head) < 4 and head[:1] != b"{" and not self._stop.is_set():
-                self._waiting(f"waiting for the header record of {path}")
+                self._waiting(HEADER)
                 self._unchanged(path, inode, len(head))
                 head += f.read(4 - len(head))
             decoder = Decoder(path, head)
@@ -478,9 +489,9 @@ class TraceSource:
                     pos += len(chunk)
                     self._dirty = bool(builder.feed(decoder.feed(chunk))) or self._dirty
                 if builder.header is None:
-                    self._waiting(f"waiting for the header record of {path}")
+                    self._waiting(HEADER)
                 else:
-                    self._set(phase=Phase.FOLLOWING, detail="")
+                    self._set(phase=Phase.FOLLOWING, detail="", waiting="")
                     if self._dirty and self._due(builder.steps_parsed):
                         self._publish()
                     self._say_state()
@@ -559,10 +570,8 @@ class TraceSource:
                 if record.get("kind") == "gap":
                     self._gap_at = time.monotonic()
                     after, before_ = int(record.get("after") or 0), int(record.get("before") or 0)
-                    why = record.get("reason") or "not received"
-                    self._set(
-                        gaps=self._state.gaps + 1, detail=f"steps {after + 1}..{before_ - 1} missing ({why})"
-                    )
+                    missing = (after + 1, before_ - 1, str(record.get("reason") or "not received"))
+                    self._set(gaps=self._state.gaps + 1, gap=missing)
                 elif record.get("kind") == "footer":
                     self._footer = True
                 if self._builder is not None:
@@ -570,10 +579,7 @@ class TraceSource:
                     self._dirty = True
         link = self.follower.state if self.follower is not None else None
         phase = self._stream_phase(link)
-        detail = self._state.detail if phase is Phase.GAP else ""
-        if phase is Phase.ENDED:
-            detail = "the run wrote its footer" if self._footer else link_status(link) if link else ""
-        self._set(link=link, phase=phase, detail=detail)
+        self._set(link=link, phase=phase, footer=self._footer)
         if (
             phase is not before.phase
             or kind == "run"

@@ -39,7 +39,8 @@ from tracer.analysis.reasons import EXACT, UNKNOWN
 from tracer.trace.errors import TraceError
 
 if TYPE_CHECKING:
-    from tracer.analysis.why import Cause, RequestStory, StepWhy
+    from tracer.analysis.request_story import RequestStory
+    from tracer.analysis.why import Cause, StepWhy
     from tracer.trace.trace_type import Trace
 
 RELAXATIONS: Final = ("seqs", "kv", "budget", "draft_slots", "long_prefill", "chunked")

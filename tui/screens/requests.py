@@ -314,7 +314,8 @@ class RequestsScreen(StepScreen):
 
     @work(thread=True, exclusive=True, group="story")
     def story(self, request_id: str) -> None:
-        """tracer.analysis.why.request_story may build the trace's request index: off the UI thread."""
+        """A request's story may build the trace's request index (tracer.analysis.request_story):
+        off the UI thread."""
         story = self.model.request_story(request_id)
         lines = list(story_lines(story)) if story is not None else [no_story_line(request_id)]
         self.app.call_from_thread(self.app.push_screen, StoryScreen(lines))

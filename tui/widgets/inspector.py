@@ -16,6 +16,7 @@ from tracer.analysis.flags import glyph
 from tracer.analysis.requests import RequestLife
 from tracer.analysis.session import StepRequests, step_requests
 from tracer.analysis.why import StepWhy
+from tracer.render.flags import message
 from tracer.render.life import life_rows
 from tracer.render.step import arithmetic, buffers_line, schedule_time, step_status
 from tracer.render.text import RunLine, engine_parts
@@ -88,7 +89,7 @@ class Inspector(TextView):
         for f in flags:
             style = SEVERITY_STYLE.get(f.severity, "$text")
             out.append(f"  [{style}]{glyph(f.severity)} {f.kind}[/] [$text-muted]({f.severity})[/]")
-            out.append(f"    {escape(f.message)}")
+            out.append(f"    {escape(message(f))}")
         why = model.step_why(row, rec)
         out.append(f"[b $primary]Why[/] {escape(cause_text(why.binding))}")
         out += Inspector._requests(step_requests(rec), int(col["query_per_req"][row]), why)

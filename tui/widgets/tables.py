@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from tracer.analysis.flags import glyph
+from tracer.render.flags import message
 from tui.data import CompareModel, TraceModel
 from tui.widgets.vlist import Cell, VirtualList
 
@@ -108,7 +109,7 @@ class FlagList(VirtualList):
             (f"{glyph(f.severity)} ", f.severity),
             (f"{f.kind:<29}", f.severity),
             (f"{withheld if withheld is not None else '':>8}  ", "withheld"),
-            (f.message, "row"),
+            (message(f), "row"),
         ]
 
 
