@@ -33,8 +33,8 @@ BENCH = ROOT / "bench"
 STEPS = 8
 
 
-# What a step keeps alive: Python containers, and the recorder's own snapshots.
-_KEPT = (list, tuple, dict, set, recorder_module.StepSnapshot, recorder_module.Candidates)
+# What a step keeps alive: Python containers (the recorder's snapshots are lists and tuples).
+_KEPT = (list, tuple, dict, set)
 
 
 def _containers(items: list[Any]) -> int:

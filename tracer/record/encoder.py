@@ -15,13 +15,13 @@ from typing import Any
 import orjson
 
 from tracer.record.snapshot import (
-    Applied,
     Arrival,
     Drafts,
     RunnerPass,
     SchedulerInput,
     SchedulerItem,
     StepSnapshot,
+    step_snapshot,
 )
 from tracer.record.writer import Record
 from tracer.trace import schema
@@ -41,9 +41,9 @@ class StepEncoder:
 
     def encode(self, item: SchedulerItem) -> Record:
         """The writer's encoder: the record an item stands for, built and encoded."""
-        if type(item) is StepSnapshot:
-            record = self.build_step(item)
-            return Record(schema.STEP, item.step, _dumps(record))
+        if type(item) is list:  # a step, as the scheduler thread took it
+            snap = step_snapshot(item)
+            return Record(schema.STEP, snap.step, _dumps(self.build_step(snap)))
         if type(item) is RunnerPass:
             record = runner_record(item)
             return Record(schema.RUNNER, item.step, _dumps(record))
@@ -135,8 +135,8 @@ class StepEncoder:
         position: dict[Any, int] | None = None
         for event in events:
             kind = type(event)
-            if kind is Applied:
-                out.append(["u", event.step])
+            if kind is int:  # a step's output applied
+                out.append(["u", event])
             elif kind is Arrival:
                 rid, prompt, max_tokens, priority, arrival, hashes = event
                 out.append(["a", rid, prompt, max_tokens, priority, arrival, self._prefix.add(rid, hashes)])

@@ -1,7 +1,7 @@
 """The recorder: cheap snapshots on the scheduler thread, records built elsewhere.
 
-Data flows one way: vLLM -> Recorder.before/after_schedule (a `Candidates` and a
-`StepSnapshot`: ints, ids and flat lists) -> the writer's queue -> the encoder
+Data flows one way: vLLM -> Recorder.before/after_schedule (the fields of a `Candidates` and
+a `StepSnapshot` in plain lists: ints, ids and flat lists) -> the writer's queue -> the encoder
 (tracer.record.encoder), on the writer thread or in the trace process
 (tracer.record.shipper) -> a `Record` (kind, step, orjson line).
 
@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -30,15 +29,16 @@ from tracer.record.engine_config import describe_scheduler, regime_of
 from tracer.record.indexer import IndexProcess
 from tracer.record.shipper import TraceShipper
 from tracer.record.snapshot import (
+    ENDS,
+    KV_FREE,
+    SAMPLED,
+    WAITING_REFS,
     Abort,
-    Applied,
     Arrival,
-    Candidates,
     Drafts,
     Preemption,
     RunnerPass,
     SchedulerInput,
-    StepSnapshot,
 )
 from tracer.record.writer import Tap, TraceWriter, open_sink
 from tracer.trace import schema
@@ -199,7 +199,8 @@ class Recorder:
         self.step = 0
         self._by_priority = config.get("scheduling_policy") == "priority"
         self.errors = 0
-        self._pending: OrderedDict[int, StepSnapshot] = OrderedDict()  # by id(SchedulerOutput)
+        # Steps waiting for their update_from_output(), by id(SchedulerOutput), oldest first.
+        self._pending: dict[int, list[Any]] = {}
         self._preempted: set[str] = set()  # ids preempted and not yet back
         # What the scheduler was told since the last schedule(), in order: arrivals,
         # aborts, drafts and model outputs. A replay re-tells it in the same order.
@@ -264,8 +265,9 @@ class Recorder:
         return recorder
 
     # -- scheduler thread: snapshots only ----------------------------------------------
-    def before_schedule(self, sched: Any) -> Candidates:
-        """Each candidate's demand (tokens still needed, before clipping).
+    def before_schedule(self, sched: Any) -> list[Any]:
+        """Each candidate's demand (tokens still needed, before clipping): a `Candidates`'
+        fields, in a list.
 
         The hottest tracer code (every running request, every step): one Python
         loop, for the demands; the running requests themselves are kept as a C
@@ -296,26 +298,23 @@ class Recorder:
                 r.num_tokens_with_spec + r.num_output_placeholders - r.num_computed_tokens for r in running
             ]
         # The waiting loop drains KV-holding requests (e.g. async loads) first.
-        queues = [q for q in (getattr(sched, "kv_holding_waiting", None), sched.waiting) if q]
-        n_waiting = sum(map(len, queues))
-        limit = schema.WAITING_DEMAND_LIMIT
-        head = list(islice(chain.from_iterable(queues), limit))
-        waiting = [(r.request_id, r.num_tokens - r.num_computed_tokens) for r in head]
-        # Under priority scheduling the replay needs each arrival's priority.
-        priority = {r.request_id: r.priority for r in head if r.priority} if self._by_priority else None
-        return Candidates(
-            running=refs,
-            demand=demand,
-            waiting=waiting,
-            waiting_truncated=max(0, n_waiting - limit),
-            priority=priority,
-            waiting_refs=head,
-            kv_free=_free_blocks(sched),
-        )
+        holding, queue = getattr(sched, "kv_holding_waiting", None), sched.waiting
+        head: list[Any] = []
+        waiting: list[tuple[str, int]] = []
+        truncated, priority = 0, None
+        if holding or queue:
+            queues = [q for q in (holding, queue) if q]
+            limit = schema.WAITING_DEMAND_LIMIT
+            truncated = max(0, sum(map(len, queues)) - limit)
+            head = list(islice(chain.from_iterable(queues), limit))
+            waiting = [(r.request_id, r.num_tokens - r.num_computed_tokens) for r in head]
+            # Under priority scheduling the replay needs each arrival's priority.
+            if self._by_priority:
+                priority = {r.request_id: r.priority for r in head if r.priority}
+        # Candidates' fields, in order (tracer.record.snapshot).
+        return [refs, demand, waiting, truncated, priority, head, _free_blocks(sched)]
 
-    def after_schedule(
-        self, sched: Any, out: Any, pre: Candidates | None, t_start: float, dt_ns: int
-    ) -> None:
+    def after_schedule(self, sched: Any, out: Any, pre: list[Any] | None, t_start: float, dt_ns: int) -> None:
         self.step += 1
         cached = out.scheduled_cached_reqs
         resumed = getattr(cached, "resumed_req_ids", None)
@@ -332,7 +331,6 @@ class Recorder:
             self._preempted.difference_update(resumed)
             self._preempted.difference_update(finished)
         self._preempted.update(preempted)
-        kv = getattr(sched, "kv_cache_manager", None)
         n_running, n_waiting = _request_counts(sched)
         # The facts a "why" needs (1.3): cheap reads; the admitted requests' computed tokens
         # (after schedule(), so the prefix-cache hit is that minus the tokens scheduled). A vLLM
@@ -347,40 +345,47 @@ class Recorder:
                 requests = sched.requests
                 admitted = (ids, [requests[r].num_computed_tokens for r in ids])
             if pre is not None and n_waiting:
-                statuses = [r.status for r in pre.waiting_refs]
+                statuses = [r.status for r in pre[WAITING_REFS]]
         except Exception:
             self.fail("after schedule(): the why facts")
         preemptions = self._preemptions
         if preemptions:
             self._preemptions = []
         pause = getattr(sched, "_pause_state", 0)
-        snap = StepSnapshot(
-            step=self.step,
-            t=t_start,
-            dt_ns=dt_ns,
-            total=out.total_num_scheduled_tokens,
-            num_sched=dict(out.num_scheduled_tokens),
-            new_ids=new_ids,
-            cached_ids=list(cached.req_ids),
-            resumed=resumed,
-            spec=_spec_lengths(out),
-            preempted=preempted,
-            finished=finished,
-            n_running=n_running,
-            n_waiting=n_waiting,
-            kv=float(getattr(kv, "usage", 0.0) or 0.0),
-            candidates=pre,
-            inputs=self._inputs,
-            kv_free=(pre.kv_free, _free_blocks(sched)) if pre is not None else None,
-            admitted=admitted,
-            statuses=statuses,
-            preemptions=preemptions or None,
-            paused=getattr(pause, "name", str(pause)) if pause else None,
-        )
+        spec = getattr(out, "scheduled_spec_decode_tokens", None) or {}
+        # StepSnapshot's fields, in order (tracer.record.snapshot); lengths only for the drafts,
+        # so the step keeps none of vLLM's per-request token lists alive.
+        snap = [
+            self.step,
+            t_start,
+            dt_ns,
+            out.total_num_scheduled_tokens,
+            dict(out.num_scheduled_tokens),
+            new_ids,
+            list(cached.req_ids),
+            resumed,
+            (list(spec), list(map(len, spec.values()))),
+            preempted,
+            finished,
+            n_running,
+            n_waiting,
+            float(getattr(getattr(sched, "kv_cache_manager", None), "usage", 0.0) or 0.0),
+            pre,
+            self._inputs,
+            (pre[KV_FREE], _free_blocks(sched)) if pre is not None else None,
+            admitted,
+            statuses,
+            preemptions or None,
+            getattr(pause, "name", str(pause)) if pause else None,
+            None,  # sampled and ends: after_update()
+            None,
+            False,  # portable
+        ]
         self._inputs = []
-        self._pending[id(out)] = snap
-        while len(self._pending) > MAX_PENDING:
-            self.writer.emit(self._pending.popitem(last=False)[1])
+        pending = self._pending
+        pending[id(out)] = snap
+        if len(pending) > MAX_PENDING:
+            self.writer.emit(pending.pop(next(iter(pending))))
 
     # -- scheduler thread: what the engine tells the scheduler between steps ------------
     def on_add(self, request: Any) -> None:
@@ -422,29 +427,29 @@ class Recorder:
         snap = self._pending.pop(id(out), None)
         hooks = getattr(runner_output, RUNNER_HOOKS_ATTR, None)
         if hooks:
-            self.writer.emit({"kind": schema.HOOKS, "step": snap.step if snap else None, **hooks})
+            self.writer.emit({"kind": schema.HOOKS, "step": snap[0] if snap else None, **hooks})
         if snap is None:
-            self._inputs.append(Applied(-1))
+            self._inputs.append(-1)  # an output applied, of a step not traced
             return
-        step = snap.step
-        self._inputs.append(Applied(step))
+        step = snap[0]
+        self._inputs.append(step)
         if result:
-            snap.ends = _ends(result)
+            snap[ENDS] = _ends(result)
         req_ids = getattr(runner_output, "req_ids", None) or ()
         sampled = getattr(runner_output, "sampled_token_ids", None)
         if isinstance(sampled, list) and len(sampled) == len(req_ids):
-            # Flat copies (C loops); the writer thread zips them into the step's dict.
-            snap.sampled = (list(req_ids), list(map(len, sampled)))
+            # Flat copies (C loops); the encoder zips them into the step's record.
+            snap[SAMPLED] = (list(req_ids), list(map(len, sampled)))
         emit = self.writer.emit
         for note in getattr(runner_output, RUNNER_NOTES_ATTR, None) or ():
             emit(RunnerPass(step, note))
         # Steps finish in order: an older step still pending will never get its update.
-        while self._pending:
-            key, oldest = next(iter(self._pending.items()))
-            if oldest.step > step:
+        pending = self._pending
+        while pending:
+            key = next(iter(pending))
+            if pending[key][0] > step:
                 break
-            del self._pending[key]
-            emit(oldest)
+            emit(pending.pop(key))
         emit(snap)
 
     def fail(self, where: str) -> None:
@@ -490,13 +495,6 @@ def _ends(result: Any) -> dict[str, tuple[str, int]] | None:
                 name = str(getattr(reason, "name", reason)).lower()  # "stop", "length", "abort", …
                 ends[o.request_id] = (name, len(getattr(o, "new_token_ids", None) or ()))
     return ends or None
-
-
-def _spec_lengths(out: Any) -> tuple[list[str], list[int]]:
-    """(ids, draft counts) of scheduled_spec_decode_tokens: lengths only, as flat lists
-    (C loops), so the step keeps none of vLLM's per-request token lists alive."""
-    spec = getattr(out, "scheduled_spec_decode_tokens", None) or {}
-    return list(spec), list(map(len, spec.values()))
 
 
 def _fast_demand_ok(request: Any) -> bool:

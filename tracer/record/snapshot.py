@@ -8,13 +8,13 @@ them into trace records, on the writer thread or, across a pipe, in the trace pr
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, NamedTuple
 
 
-# The snapshots are slotted dataclasses built by keyword: as cheap on the scheduler
-# thread as a NamedTuple or cheaper (docs/performance.md), and a field can be neither
-# shifted nor forgotten silently.
+# The typed snapshots, read by name off the scheduler thread. The scheduler thread itself
+# takes each as a plain tuple or list of its fields in order (one BUILD_LIST, where building
+# the dataclass by keyword cost microseconds a step): see `step_snapshot`.
 @dataclass(slots=True, kw_only=True)
 class Candidates:
     """before_schedule(): the requests schedule() is about to consider."""
@@ -49,10 +49,6 @@ class Drafts(NamedTuple):  # update_draft_token_ids(): ["d", ids (or positions),
     counts: list[int]
 
 
-class Applied(NamedTuple):  # a step's output applied: ["u", step] (-1: a step not traced)
-    step: int
-
-
 class Preemption(NamedTuple):  # one _preempt_request() call inside schedule()
     victim: str
     trigger: str | None  # the request whose KV allocation failed; None when not seen
@@ -61,13 +57,15 @@ class Preemption(NamedTuple):  # one _preempt_request() call inside schedule()
     free_after: int
 
 
-SchedulerInput = Arrival | Abort | Drafts | Applied
+# A step's output applied: ["u", step] (-1: a step not traced), a bare int (the one input every
+# step has: no tuple made for it).
+SchedulerInput = Arrival | Abort | Drafts | int
 
 
 @dataclass(slots=True, kw_only=True)
 class StepSnapshot:
-    """One step, taken in after_schedule() and completed in after_update(); the writer
-    thread builds its record (Recorder.build_step)."""
+    """One step, taken in after_schedule() and completed in after_update() as a list of these
+    fields in order (`step_snapshot` names them); the encoder builds its record."""
 
     step: int
     t: float  # the scheduler clock when schedule() began
@@ -99,6 +97,25 @@ class StepSnapshot:
     portable: bool = False
 
 
+CANDIDATE_FIELDS = tuple(f.name for f in fields(Candidates))
+STEP_FIELDS = tuple(f.name for f in fields(StepSnapshot))
+# Where the recorder and `portable` read and write a candidates' list, and a step's.
+RUNNING, WAITING_REFS = CANDIDATE_FIELDS.index("running"), CANDIDATE_FIELDS.index("waiting_refs")
+KV_FREE = CANDIDATE_FIELDS.index("kv_free")
+CANDIDATES, STATUSES = STEP_FIELDS.index("candidates"), STEP_FIELDS.index("statuses")
+SAMPLED, ENDS = STEP_FIELDS.index("sampled"), STEP_FIELDS.index("ends")
+PORTABLE = STEP_FIELDS.index("portable")
+
+
+def step_snapshot(raw: list[Any]) -> StepSnapshot:
+    """The typed step of the scheduler thread's list (its candidates' list typed too);
+    a list of the wrong length raises."""
+    snap = StepSnapshot(**dict(zip(STEP_FIELDS, raw, strict=True)))
+    if snap.candidates is not None:
+        snap.candidates = Candidates(**dict(zip(CANDIDATE_FIELDS, snap.candidates, strict=True)))
+    return snap
+
+
 class RunnerNote(NamedTuple):
     """What the runner hook noted about one forward pass; pickled back to EngineCore
     on the ModelRunnerOutput (RUNNER_NOTES_ATTR)."""
@@ -120,19 +137,22 @@ class RunnerPass(NamedTuple):
     note: RunnerNote
 
 
-SchedulerItem = StepSnapshot | RunnerPass | dict[str, Any]
+# What the scheduler thread emits: a step as a list (StepSnapshot's fields), a runner pass,
+# or a record built already (header, hooks).
+SchedulerItem = list[Any] | RunnerPass | dict[str, Any]
 
 
 def portable(item: SchedulerItem) -> SchedulerItem:
     """`item` with nothing of vLLM's left in it, so it pickles without vLLM: each request
     object's id (fixed at construction, so safe to read off the scheduler thread) and each
-    status's name. In place: the snapshot belongs to the writer side once emitted."""
-    if type(item) is StepSnapshot and not item.portable:
-        cand = item.candidates
+    status's name. In place: the step belongs to the writer side once emitted."""
+    if type(item) is list and not item[PORTABLE]:
+        cand = item[CANDIDATES]
         if cand is not None:
-            cand.running = [r.request_id for r in cand.running]
-            cand.waiting_refs = [r.request_id for r in cand.waiting_refs]
-        if item.statuses is not None:
-            item.statuses = [getattr(s, "name", str(s)) for s in item.statuses]
-        item.portable = True
+            cand[RUNNING] = [r.request_id for r in cand[RUNNING]]
+            cand[WAITING_REFS] = [r.request_id for r in cand[WAITING_REFS]]
+        statuses = item[STATUSES]
+        if statuses is not None:
+            item[STATUSES] = [getattr(s, "name", str(s)) for s in statuses]
+        item[PORTABLE] = True
     return item
