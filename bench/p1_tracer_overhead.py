@@ -33,15 +33,25 @@ the CPU of the process that builds the trace's born index beside the server
 `--baseline REF` loads the whole `tracer` package of git revision REF beside today's
 and times its TracingScheduler in the same rounds: before and after in one run.
 
+The order the contenders are built in matters too: a scheduler built later reads slower (its
+requests' objects land elsewhere in the heap), by up to 1.7% between two slots running the
+same code. So the run is split into processes, one per build order: rotation r builds the
+contender in slot (r + i) mod m i-th, so each is built first once, second once, and so on
+(a Latin square over m contenders). The figures pool every process's rounds, and each
+rotation's median is printed beside them; the control A'/A then reads what the harness
+reports when nothing differs, build order included.
+
     .venv/bin/python bench/p1_tracer_overhead.py            # 32, 256, 1024 running requests
     .venv/bin/python bench/p1_tracer_overhead.py --quick    # 256 only, fewer rounds
     .venv/bin/python bench/p1_tracer_overhead.py --requests 256 --baseline cd1c43d
+    .venv/bin/python bench/p1_tracer_overhead.py --requests 256 --rotation 0   # one build order, in-process
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import resource
 import sys
@@ -104,17 +114,27 @@ def build(n: int, steps: int, cls: type | None = None, trace: Path | None = None
     return sched
 
 
-def build_schedulers(n: int, steps: int, trace: Path) -> tuple[Any, Any, Any]:
-    """(stock Scheduler, the control: an empty subclass of it, TracingScheduler recording
-    to `trace`): three classes, so each pays the same when the steps switch between them."""
+def build_contenders(n: int, steps: int, workdir: Path, baseline: type | None, rotation: int) -> list[Any]:
+    """[stock Scheduler, the control (an empty subclass of it), TracingScheduler recording,
+    and the baseline revision's TracingScheduler if any], built in rotation `rotation`'s order:
+    slot (rotation + i) mod m i-th. Each is a class of its own, so each pays the same when the
+    steps switch between them."""
     from vllm.v1.core.sched.scheduler import Scheduler
 
     from tracer.scheduler import TracingScheduler
 
-    traced = build(n, steps, TracingScheduler, trace)
-    assert traced._schedscope is not None, "recording must be on"
-    control = type("StockControl", (Scheduler,), {})
-    return build(n, steps), build(n, steps, control), traced
+    classes: list[type | None] = [None, type("StockControl", (Scheduler,), {}), TracingScheduler]
+    traces: list[Path | None] = [None, None, workdir / f"p1_{n}.jsonl"]
+    if baseline is not None:
+        classes.append(baseline)
+        traces.append(workdir / f"p1_{n}_before.jsonl")
+    built: list[Any] = [None] * len(classes)
+    for i in range(len(classes)):
+        slot = (rotation + i) % len(classes)
+        built[slot] = build(n, steps, classes[slot], traces[slot])
+    for sched in built[2:]:
+        assert sched._schedscope is not None, "recording must be on"
+    return built
 
 
 def baseline_scheduler(ref: str, workdir: Path) -> type:
@@ -189,19 +209,19 @@ def measure(
     breakdown_steps: int,
     workdir: Path,
     baseline: type | None = None,
+    rotation: int = 0,
 ) -> dict:
     import itertools
 
     from vllm.utils.gc_utils import freeze_gc_heap
 
     steps = warmup + rounds * block + breakdown_steps
-    stock, control, traced = build_schedulers(n, steps, workdir / f"p1_{n}.jsonl")
+    # With a baseline, today's tracer (B) against an earlier revision's (C), in the same rounds.
+    stock, control, traced, *rest = build_contenders(n, steps, workdir, baseline, rotation)
     rec = traced._schedscope
     loops = [Loop(stock), Loop(control), Loop(traced, rec.writer.force_flush)]
-    before = None
-    if baseline is not None:  # today's tracer (B) against an earlier revision's (C), in the same rounds
-        before = build(n, steps, baseline, workdir / f"p1_{n}_before.jsonl")
-        assert before._schedscope is not None, "recording must be on"
+    before = rest[0] if rest else None
+    if before is not None:
         loops.append(Loop(before, before._schedscope.writer.force_flush))
     for loop in loops:
         loop.run(warmup)
@@ -237,6 +257,7 @@ def measure(
         parts["follower"] = follow_cpu(workdir / f"p1_{n}.jsonl", workdir / f"p1_{n}_again.jsonl") / steps
     return {
         "n": n,
+        "rotation": rotation,
         "ratio": [r[2] / r[0] for r in rounds_ns],
         "control": [r[1] / r[0] for r in rounds_ns],
         "wall_ratio": [r[2] / r[0] for r in rounds_wall],
@@ -333,6 +354,140 @@ def hook_times(rec: Any, loop: Loop, steps: int) -> dict[str, float]:
     return out
 
 
+def measure_sizes(args: argparse.Namespace, sizes: list[int], rotation: int) -> list[dict]:
+    """Every size's rounds in this process, its contenders built in `rotation`'s order."""
+    results = []
+    with tempfile.TemporaryDirectory(prefix="schedscope-p1-") as tmp:
+        baseline = baseline_scheduler(args.baseline, Path(tmp)) if args.baseline else None
+        for n in sizes:
+            results.append(
+                measure(
+                    n, args.rounds, args.block, args.warmup, 3 * args.block, Path(tmp), baseline, rotation
+                )
+            )
+    return results
+
+
+def run_rotations(args: argparse.Namespace, rotations: int, rounds: int) -> list[list[dict]]:
+    """Each build order in a process of its own (a fresh heap each), one after the other."""
+    import subprocess
+
+    own = ["--requests", args.requests, "--block", str(args.block), "--warmup", str(args.warmup)]
+    own += ["--waiting", str(args.waiting)] + (["--baseline", args.baseline] if args.baseline else [])
+    out = []
+    with tempfile.TemporaryDirectory(prefix="schedscope-p1-rot-") as tmp:
+        for r in range(rotations):
+            print(f"  build order {r + 1}/{rotations} ({rounds} rounds) ...", flush=True)
+            path = Path(tmp) / f"rotation{r}.json"
+            cmd = [
+                sys.executable,
+                __file__,
+                *own,
+                "--rounds",
+                str(rounds),
+                "--rotation",
+                str(r),
+                "--json",
+                str(path),
+            ]
+            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+            out.append(json.loads(path.read_text()))
+    return out
+
+
+POOLED = ("ratio", "control", "wall_ratio", "us_stock", "us_traced", "ratio_before", "delta_pct")
+
+
+def pool(per_rotation: list[list[dict]]) -> list[dict]:
+    """Each size's rounds from every build order together; each order's medians kept beside."""
+    import statistics
+
+    pooled = []
+    for by_size in zip(*per_rotation, strict=True):
+        res = dict(by_size[0])
+        for key in POOLED:
+            if res[key] is not None:
+                res[key] = [v for r in by_size for v in r[key]]
+        for key in ("parts", "parts_before"):
+            if res[key] is not None:
+                names = dict.fromkeys(k for r in by_size for k in r[key])  # "follower": only if it ran
+                res[key] = {k: statistics.median(r[key][k] for r in by_size if k in r[key]) for k in names}
+        res["dropped"] = sum(r["dropped"] for r in by_size)
+        res["errors"] = sum(r["errors"] for r in by_size)
+        res["by_rotation"] = [
+            {k: statistics.median(r[k]) for k in ("ratio", "control", "ratio_before") if r[k] is not None}
+            for r in by_size
+        ]
+        pooled.append(res)
+    return pooled
+
+
+def report(res: dict, baseline_ref: str | None) -> None:
+    """One size's figures: pooled over the build orders, each order's medians beside."""
+    n = res["n"]
+    stock_us, traced_us = spread(res["us_stock"])[1], spread(res["us_traced"])[1]
+    parts = res["parts"]
+    engine_side = ("on_drafts", "on_add", "on_finish")
+    writer_side = ("encode", "ship", "born", "follower", "follower_total")
+    hooks = sum(v for k, v in parts.items() if k not in writer_side and k not in engine_side)
+    print(
+        f"  {n:5d} running: stock {stock_us:8.1f} us/step, traced {traced_us:8.1f} us/step\n"
+        f"        traced/stock {fmt_spread(res['ratio'])}\n"
+        f"        (wall clock) {fmt_spread(res['wall_ratio'])}\n"
+        f"        control A'/A {fmt_spread(res['control'])}\n"
+        f"        tracer hooks {hooks:.1f} us/step on the scheduler thread ("
+        + ", ".join(f"{k} {v:.1f}" for k, v in parts.items() if k not in writer_side and k not in engine_side)
+        + f"); outside the timed calls: on_drafts {parts.get('on_drafts', 0.0):.1f} us/step, "
+        f"on_add {parts.get('on_add', 0.0):.2f} us/request, "
+        f"on_finish {parts.get('on_finish', 0.0):.2f} us/call; "
+        + (
+            f"writer thread encodes a step in {parts['encode']:.1f} us "
+            f"({parts['encode'] / stock_us:.1%} of a stock step)"
+            if "encode" in parts
+            else f"writer thread ships a step (trace process) in {parts.get('ship', 0.0):.1f} us "
+            f"({parts.get('ship', 0.0) / stock_us:.1%} of a stock step)"
+        )
+        + (
+            f", and its born index takes {parts['born']:.1f} us of a step's records "
+            f"({parts['born'] / stock_us:.2%})"
+            if "born" in parts
+            else ""
+        )
+        + (
+            f"; the born index's follower process (another core, nice 10) takes "
+            f"{parts['follower']:.1f} us of CPU a step past 16 MiB of trace; the processes "
+            f"beside the server (the trace process, if any, and the follower) took "
+            f"{parts['follower_total'] / 1000:.0f} ms of CPU in all"
+            if "follower" in parts
+            else ""
+        )
+        + "; "
+        f"dropped {res['dropped']}, tracer errors {res['errors']}",
+        flush=True,
+    )
+    if res["ratio_before"] is not None:
+        pb = res["parts_before"]
+        hooks_before = sum(v for k, v in pb.items() if k not in writer_side and k not in engine_side)
+        writer_before = pb.get("encode", 0.0) + pb.get("ship", 0.0) + pb.get("born", 0.0)
+        writer_after = parts.get("encode", 0.0) + parts.get("ship", 0.0) + parts.get("born", 0.0)
+        print(
+            f"        baseline {baseline_ref}: traced/stock {fmt_spread(res['ratio_before'])}\n"
+            f"        today - baseline, % of a stock step: {fmt_spread(res['delta_pct'], '%', 2)}\n"
+            f"        hooks {hooks_before:.1f} us/step before, {hooks:.1f} after; "
+            f"EngineCore's writer thread per step (encode or ship, + born index): "
+            f"{writer_before:.1f} us before, {writer_after:.1f} after, "
+            f"{(writer_after - writer_before) / stock_us:+.2%} "
+            "of a stock step",
+            flush=True,
+        )
+    for r, med in enumerate(res.get("by_rotation", ())):
+        print(
+            f"        build order {r + 1}: traced/stock {med['ratio']:.3f}x, control {med['control']:.3f}x"
+            + (f", baseline {med['ratio_before']:.3f}x" if "ratio_before" in med else ""),
+            flush=True,
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--requests", default="32,256,1024", help="running requests, comma-separated")
@@ -346,6 +501,16 @@ def main(argv: list[str] | None = None) -> int:
         help="also time the tracer of git revision REF in the same rounds (before/after in one run)",
     )
     ap.add_argument("--waiting", type=int, default=0, help="requests kept waiting behind max_num_seqs")
+    ap.add_argument(
+        "--rotations",
+        type=int,
+        help="build orders to run, one process each, the rounds shared out among them "
+        "(default: one per contender, so each is built first once)",
+    )
+    ap.add_argument(
+        "--rotation", type=int, help="run one build order in this process (what each of those processes runs)"
+    )
+    ap.add_argument("--json", metavar="FILE", help=argparse.SUPPRESS)  # a rotation's results, for the parent
     args = ap.parse_args(argv)
     global WAITING
     WAITING = args.waiting
@@ -357,73 +522,26 @@ def main(argv: list[str] | None = None) -> int:
 
     logging.disable(logging.WARNING)  # vLLM's config chatter
     print(f"P1 tracer overhead: {machine()}")
+    contenders = 4 if args.baseline else 3
+    orders = (
+        "one build order"
+        if args.rotation is not None
+        else f"{min(args.rotations or contenders, contenders)} build orders, a process each"
+    )
     print(
-        f"ngram K={K}, prompts {PROMPT} tokens, {args.rounds} rounds x {args.block} steps, "
+        f"ngram K={K}, prompts {PROMPT} tokens, {args.rounds} rounds x {args.block} steps in {orders}, "
         "stock (A) / stock subclass (A', control) / traced (B) rotated step by step"
     )
-    results = []
-    with tempfile.TemporaryDirectory(prefix="schedscope-p1-") as tmp:
-        baseline = baseline_scheduler(args.baseline, Path(tmp)) if args.baseline else None
-        for n in sizes:
-            res = measure(n, args.rounds, args.block, args.warmup, 3 * args.block, Path(tmp), baseline)
-            results.append(res)
-            stock_us, traced_us = spread(res["us_stock"])[1], spread(res["us_traced"])[1]
-            parts = res["parts"]
-            engine_side = ("on_drafts", "on_add", "on_finish")
-            writer_side = ("encode", "ship", "born", "follower", "follower_total")
-            hooks = sum(v for k, v in parts.items() if k not in writer_side and k not in engine_side)
-            print(
-                f"  {n:5d} running: stock {stock_us:8.1f} us/step, traced {traced_us:8.1f} us/step\n"
-                f"        traced/stock {fmt_spread(res['ratio'])}\n"
-                f"        (wall clock) {fmt_spread(res['wall_ratio'])}\n"
-                f"        control A'/A {fmt_spread(res['control'])}\n"
-                f"        tracer hooks {hooks:.1f} us/step on the scheduler thread ("
-                + ", ".join(
-                    f"{k} {v:.1f}" for k, v in parts.items() if k not in writer_side and k not in engine_side
-                )
-                + f"); outside the timed calls: on_drafts {parts.get('on_drafts', 0.0):.1f} us/step, "
-                f"on_add {parts.get('on_add', 0.0):.2f} us/request, "
-                f"on_finish {parts.get('on_finish', 0.0):.2f} us/call; "
-                + (
-                    f"writer thread encodes a step in {parts['encode']:.1f} us "
-                    f"({parts['encode'] / stock_us:.1%} of a stock step)"
-                    if "encode" in parts
-                    else f"writer thread ships a step (trace process) in {parts.get('ship', 0.0):.1f} us "
-                    f"({parts.get('ship', 0.0) / stock_us:.1%} of a stock step)"
-                )
-                + (
-                    f", and its born index takes {parts['born']:.1f} us of a step's records "
-                    f"({parts['born'] / stock_us:.2%})"
-                    if "born" in parts
-                    else ""
-                )
-                + (
-                    f"; the born index's follower process (another core, nice 10) takes "
-                    f"{parts['follower']:.1f} us of CPU a step past 16 MiB of trace; the processes "
-                    f"beside the server (the trace process, if any, and the follower) took "
-                    f"{parts['follower_total'] / 1000:.0f} ms of CPU in all"
-                    if "follower" in parts
-                    else ""
-                )
-                + "; "
-                f"dropped {res['dropped']}, tracer errors {res['errors']}",
-                flush=True,
-            )
-            if res["ratio_before"] is not None:
-                pb = res["parts_before"]
-                hooks_before = sum(v for k, v in pb.items() if k not in writer_side and k not in engine_side)
-                writer_before = pb.get("encode", 0.0) + pb.get("ship", 0.0) + pb.get("born", 0.0)
-                writer_after = parts.get("encode", 0.0) + parts.get("ship", 0.0) + parts.get("born", 0.0)
-                print(
-                    f"        baseline {args.baseline}: traced/stock {fmt_spread(res['ratio_before'])}\n"
-                    f"        today - baseline, % of a stock step: {fmt_spread(res['delta_pct'], '%', 2)}\n"
-                    f"        hooks {hooks_before:.1f} us/step before, {hooks:.1f} after; "
-                    f"EngineCore's writer thread per step (encode or ship, + born index): "
-                    f"{writer_before:.1f} us before, {writer_after:.1f} after, "
-                    f"{(writer_after - writer_before) / stock_us:+.2%} "
-                    "of a stock step",
-                    flush=True,
-                )
+    if args.rotation is not None:
+        results = measure_sizes(args, sizes, args.rotation)
+        if args.json:
+            Path(args.json).write_text(json.dumps(results))
+            return 0
+    else:
+        rotations = min(args.rotations or contenders, contenders)
+        results = pool(run_rotations(args, rotations, -(-args.rounds // rotations)))
+    for res in results:
+        report(res, args.baseline)
     headline = next((r for r in results if r["n"] == 256), results[0])
     lo, med, hi = spread(headline["ratio"])
     verdict = "met" if med <= 1.01 else "NOT met"

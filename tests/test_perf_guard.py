@@ -153,14 +153,14 @@ def test_reader_fast_path_is_taken_and_agrees(tmp_path: Path, monkeypatch: pytes
 
 
 # -- the bench scripts --------------------------------------------------------------------------
-def _run_bench(args: list[str], timeout: float) -> str:
+def _run_bench(args: list[str], timeout: float, whole: bool = False) -> str:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("SCHEDSCOPE_TRACE", None)
     out = subprocess.run(
         [sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
     )
     assert out.returncode == 0, out.stderr[-2000:]
-    return out.stdout.strip().splitlines()[-1]
+    return out.stdout.strip() if whole else out.stdout.strip().splitlines()[-1]
 
 
 def test_run_all_runs_the_short_versions() -> None:
@@ -177,9 +177,14 @@ def test_ingest_bench_runs(tmp_path: Path) -> None:
 
 @pytest.mark.vllm
 def test_scheduler_benches_run() -> None:
-    tiny = ["--requests", "32", "--rounds", "2", "--block", "3", "--warmup", "4"]
-    last = _run_bench([str(BENCH / "p1_tracer_overhead.py"), *tiny], timeout=180)
+    # Two build orders, a process each, pooled by the parent: the path a real run takes.
+    tiny = ["--requests", "32", "--rounds", "2", "--block", "3", "--warmup", "4", "--rotations", "2"]
+    out = _run_bench([str(BENCH / "p1_tracer_overhead.py"), *tiny], timeout=300, whole=True)
+    last = out.splitlines()[-1]
     assert last.startswith("P1 figure: traced/stock"), last
+    # One round from each order, pooled; each order's own medians listed.
+    assert "control A'/A" in out and "n=2)" in out, out
+    assert "build order 1: traced/stock" in out and "build order 2: traced/stock" in out, out
     last = _run_bench(
         [str(BENCH / "trace_size.py"), "--requests", "32", "--steps", "4", "--warmup", "4"], timeout=180
     )
