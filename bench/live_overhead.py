@@ -445,10 +445,11 @@ def measure(args: argparse.Namespace, workdir: Path) -> int:
         lo, med, hi = spread(ratios[c.name]["output_throughput"])
         met = met and med >= GOAL
         ttft = spread(ratios[c.name]["p99_ttft_ms"])[1]
+        tpot50 = spread(ratios[c.name]["median_tpot_ms"])[1]
         tpot = spread(ratios[c.name]["p99_tpot_ms"])[1]
         parts.append(
             f"{LABEL[c.name][0]}/A {med:.3f}x (min {lo:.3f}, max {hi:.3f}; "
-            f"TTFT p99 {ttft:.3f}x, TPOT p99 {tpot:.3f}x)"
+            f"TTFT p99 {ttft:.3f}x, TPOT p50 {tpot50:.3f}x, p99 {tpot:.3f}x)"
         )
     print(
         f"Live overhead figure: output tok/s at {args.concurrency} concurrent, {args.rounds} rounds: "
