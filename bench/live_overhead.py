@@ -284,6 +284,15 @@ def settle(cs: list[Contender], quiet: float = 0.05, window: float = 1.0, limit:
     return time.monotonic() - t0
 
 
+class FailedRun(RuntimeError):
+    """A run in which some requests failed: its figures are not comparable, so it is run again."""
+
+
+# Requests failing client-side (no error in the server's log) were seen on stock vLLM as well
+# as traced, at 1,024 prompts: a failed run is retried on a fresh server, and counted.
+RETRIES = 2
+
+
 def measured_run(
     c: Contender, idle: list[Contender], args: argparse.Namespace, workdir: Path, tag: str
 ) -> dict:
@@ -302,7 +311,7 @@ def measured_run(
         if o.server is not None and o.name in idle_before
     }
     if result.get("completed") != args.prompts or result.get("failed"):
-        raise RuntimeError(f"{c.name}: {result.get('completed')} completed, {result.get('failed')} failed")
+        raise FailedRun(f"{c.name}: {result.get('completed')} completed, {result.get('failed')} failed")
     run = {key: float(result[key]) for key, _, _ in FIGURES if key in result}
     run.update(
         duration=float(result["duration"]),
@@ -398,6 +407,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> int:
                 stack.enter_context(serving(c, model, workdir))
                 warm_up(c, args, workdir)
                 print(f"  {LABEL[c.name]} up and warmed in {time.monotonic() - t0:.0f} s", flush=True)
+        failures: list[str] = []
         for r in range(args.rounds):
             order = cs[r % len(cs) :] + cs[: r % len(cs)]
             print(f"  round {r + 1}/{args.rounds} ({', '.join(c.name for c in order)}):", flush=True)
@@ -405,14 +415,25 @@ def measure(args: argparse.Namespace, workdir: Path) -> int:
                 if args.servers == "kept":
                     run = measured_run(c, [o for o in cs if o is not c], args, workdir, f"r{r}")
                 else:
-                    with serving(c, model, workdir):
-                        warm_up(c, args, workdir)
-                        run = measured_run(c, [], args, workdir, f"r{r}")
+                    for attempt in range(RETRIES + 1):
+                        try:
+                            with serving(c, model, workdir):
+                                warm_up(c, args, workdir)
+                                run = measured_run(c, [], args, workdir, f"r{r}")
+                            break
+                        except FailedRun as e:
+                            failures.append(str(e))
+                            print(f"    {LABEL[c.name]}: {e}; run again on a fresh server", flush=True)
+                            if attempt == RETRIES:
+                                raise
                 print(fmt_run(c, run), flush=True)
     # Every server is stopped here (footers written).
     tokens = {run["output_tokens"] for c in cs for run in c.runs}
     if len(tokens) != 1:
         raise RuntimeError(f"the contenders made different numbers of output tokens: {sorted(tokens)}")
+    print(f"  runs with failed requests, each run again: {len(failures)}")
+    for f in failures:
+        print(f"    {f}")
     for c in cs[1:]:
         f = footer(c.trace) if c.trace is not None else None
         if f is None:
