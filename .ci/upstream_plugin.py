@@ -35,6 +35,7 @@ from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 
 from tracer.record.recorder import RecorderConfig, configured
+from tracer.render.text import footer_mismatch
 from tracer.scheduler import TracingAsyncScheduler, TracingMixin, TracingScheduler
 from tracer.trace.reader import load
 
@@ -171,7 +172,7 @@ def _check(built: Built) -> list[str]:
             problems.append(f"{path.name}: the tracer counted {footer['errors']} errors")
         if footer.get("records_dropped"):
             problems.append(f"{path.name}: {footer['records_dropped']} records dropped")
-        if mismatch := trace.footer_mismatch():
+        if mismatch := footer_mismatch(trace.footer_count()):
             problems.append(f"{path.name}: {mismatch}")
         calls = built.schedules.get(id(sched), 0)
         if len(trace) != calls:

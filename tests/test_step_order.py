@@ -21,13 +21,14 @@ from tests.stream_support import records, wait_for
 from tracer.doctor import record_verdicts
 from tracer.live.stream import StreamHub, StreamServer
 from tracer.render.summary import summary_lines
+from tracer.render.text import footer_mismatch
 from tracer.trace import index_files, reader, sidecar, sidecar_restore
 from tracer.trace.builder import TraceBuilder
 from tracer.trace.errors import TraceError, TraceOrderError
 from tracer.trace.ingest import load_bytes
 from tracer.trace.reader import load, open_builder
 from tracer.trace.source import TraceSource
-from tracer.trace.trace_type import Trace
+from tracer.trace.trace_type import FooterCount, Trace
 
 WHY = "(two writers on one file, or a joined copy?)"
 
@@ -98,7 +99,9 @@ def test_each_malformed_trace_is_refused_strictly_and_skipped_leniently(
     assert len(lenient) == 12 and [str(p) for p in lenient.problems] == [str(err.value)]
     assert list(lenient.columns["step"]) == list(range(1, 13))
     _same_columns(lenient, load(good))
-    assert lenient.footer_mismatch() is None  # what was left out is listed, and the rest adds up
+    assert (
+        footer_mismatch(lenient.footer_count()) is None
+    )  # what was left out is listed, and the rest adds up
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -327,7 +330,7 @@ def test_a_stream_copy_with_a_gap_loads_and_its_footer_is_explained(good: Path, 
     missing = 12 - len(kept)
     mismatch = f"the footer counts 12 steps written, {len(kept)} were read"
     mismatch += f" ({missing} in the live stream's gaps)"
-    assert copy.footer_mismatch() == mismatch
+    assert footer_mismatch(copy.footer_count()) == mismatch
     assert f"differs  {mismatch}" in list(summary_lines(copy))
     assert mismatch in record_verdicts(copy)[0].sentence
 
@@ -341,7 +344,11 @@ def test_gap_records_in_a_file_are_holes_not_repeats(good: Path, tmp_path: Path)
     trace = load(path)
     assert trace.columns["step"].tolist() == [1, 2, 3, 4, 8, 9, 10, 11, 12] and trace.gaps == [(4, 8)]
     mismatch = "the footer counts 12 steps written, 9 were read (3 in the live stream's gaps)"
-    assert trace.footer_mismatch() == mismatch
+    # The trace states the counts; render words them.
+    assert trace.footer_count() == FooterCount(
+        written=12, read=9, in_gaps=3, dropped=0, out_of_order=0, malformed=0
+    )
+    assert footer_mismatch(trace.footer_count()) == mismatch
     # A gap does not make room for a repeat: the step after it must still exceed the last.
     path.write_bytes(b"".join([*lines[: steps[3] + 1], gap, lines[steps[3]], *lines[steps[3] + 1 :]]))
     with pytest.raises(TraceOrderError, match="step 4 repeated"):
@@ -362,16 +369,16 @@ def test_summary_and_doctor_say_when_the_footer_differs(good: Path, tmp_path: Pa
     lost.write_bytes(b"".join(line for i, line in enumerate(lines) if i != steps[4]))
     trace = load(lost)
     mismatch = "the footer counts 12 steps written, 11 were read"
-    assert trace.footer_mismatch() == mismatch
+    assert footer_mismatch(trace.footer_count()) == mismatch
     assert f"differs  {mismatch}" in list(summary_lines(trace))
     verdict = record_verdicts(trace)[0]
     assert verdict.status == "FAIL" and mismatch in verdict.sentence
     torn = tmp_path / "torn.jsonl"  # no footer: as before, no count to compare with
     torn.write_bytes(b"".join(lines[:-1]) + lines[-1][:20])
     trace = load(torn)
-    assert trace.footer is None and trace.footer_mismatch() is None
+    assert trace.footer is None and footer_mismatch(trace.footer_count()) is None
     assert not any(line.startswith("differs") for line in summary_lines(trace))
-    assert len(load(good)) == 12 and load(good).footer_mismatch() is None
+    assert len(load(good)) == 12 and footer_mismatch(load(good).footer_count()) is None
 
 
 def test_the_cli_refuses_and_lenient_lists_what_it_left_out(good: Path, tmp_path: Path) -> None:

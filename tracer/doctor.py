@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from tracer.render.text import footer_mismatch
 from tracer.trace.errors import TraceOrderError
 from tracer.trace.schema import OFFLINE_MODEL_NAME, SUPPORTED_VLLM, WAITING_DEMAND_LIMIT
 from tracer.trace.trace_type import Trace
@@ -395,7 +396,7 @@ def record_verdicts(trace: Trace) -> list[Verdict]:
         problems.append(f"{foot['errors']} tracer errors (the server log has the first one)")
     if foot.get("writer_failure"):
         problems.append(f"writing stopped: {foot['writer_failure']}")
-    if (mismatch := trace.footer_mismatch()) is not None:
+    if (mismatch := footer_mismatch(trace.footer_count())) is not None:
         problems.append(mismatch)
     if problems:
         return [Verdict(FAIL, "records", "; ".join(problems))]

@@ -10,7 +10,7 @@ import numpy as np
 
 from tracer.analysis.session import Session
 from tracer.render.flags import message
-from tracer.render.text import describe_gaps, engine_line, flags_line
+from tracer.render.text import describe_gaps, engine_line, flags_line, footer_mismatch
 from tracer.render.why import waiting_lines
 from tracer.trace.trace_type import Trace
 
@@ -40,7 +40,7 @@ def summary_lines(source: Session | Trace, *, first: int = 0, limit: int | None 
         else "no footer: the recording did not shut down cleanly"
     )
     yield f"steps    {n} ({state})"
-    if (mismatch := trace.footer_mismatch()) is not None:
+    if (mismatch := footer_mismatch(trace.footer_count())) is not None:
         yield f"differs  {mismatch}"
     if trace.torn is not None:
         yield f"torn     {trace.torn.describe()}; every complete step before it is loaded"

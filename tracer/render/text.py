@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from tracer.analysis.compare import Comparison
     from tracer.analysis.engines import RunTotals
     from tracer.analysis.flags import FlagReport
-    from tracer.trace.trace_type import Trace
+    from tracer.trace.trace_type import FooterCount, Trace
 
 
 # -- the engine line ----------------------------------------------------------------------------
@@ -83,6 +83,25 @@ def describe_gaps(trace: Trace, limit: int = 3) -> str:
     spans = [f"{a + 1}–{b - 1}" if b - a > 2 else f"{a + 1}" for a, b in trace.gaps[:limit]]
     more = f" and {len(trace.gaps) - limit} more gaps" if len(trace.gaps) > limit else ""
     return f"steps {', '.join(spans)}{more} missing from the live stream"
+
+
+def footer_mismatch(count: FooterCount | None) -> str | None:
+    """A footer that counts other steps than were read: both numbers, and what accounts for
+    the difference, e.g. "the footer counts 12 steps written, 9 were read (3 in the live
+    stream's gaps)". None when they agree or there is no footer."""
+    if count is None:
+        return None
+    why = []
+    if count.in_gaps:
+        why.append(f"{count.in_gaps} in the live stream's gaps")
+    if count.dropped:
+        why.append(f"{count.dropped} records dropped by the recorder")
+    if count.out_of_order:
+        why.append(f"{count.out_of_order} out-of-order step records skipped")
+    elif count.malformed:
+        why.append(f"{count.malformed} malformed lines skipped")
+    because = f" ({'; '.join(why)})" if why else ""
+    return f"the footer counts {count.written} steps written, {count.read} were read{because}"
 
 
 class RunLine(NamedTuple):

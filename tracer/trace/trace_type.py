@@ -37,6 +37,20 @@ class Torn:
         return f"torn at line {self.line} (byte {self.offset}, {self.length} bytes of an incomplete record)"
 
 
+@dataclass(frozen=True)
+class FooterCount:
+    """A footer's `steps_written` against the steps read, and what accounts for the
+    difference: steps in a stream copy's gaps, records the recorder dropped, step records
+    skipped as out of order or (when none were) malformed lines skipped."""
+
+    written: Any
+    read: int
+    in_gaps: int
+    dropped: int
+    out_of_order: int
+    malformed: int
+
+
 @dataclass
 class Trace:
     path: str
@@ -67,7 +81,7 @@ class Trace:
     def __len__(self) -> int:
         return len(self.columns["step"])
 
-    def footer_mismatch(self) -> str | None:
+    def footer_count(self) -> FooterCount | None:
         """When the footer's `steps_written` is not the number of steps read: both numbers,
         and what accounts for steps read fewer (gaps, dropped or skipped records). None when
         they agree, or without a footer (a torn file: its count was never written)."""
@@ -76,17 +90,15 @@ class Trace:
         written, read = self.footer.get("steps_written"), len(self)
         if written == read:
             return None
-        why = []
-        if holes := sum(max(0, before - after - 1) for after, before in self.gaps):
-            why.append(f"{holes} in the live stream's gaps")
-        if dropped := self.footer.get("records_dropped"):
-            why.append(f"{dropped} records dropped by the recorder")
-        if skipped := sum(isinstance(p, TraceOrderError) for p in self.problems):
-            why.append(f"{skipped} out-of-order step records skipped")
-        elif self.problems:
-            why.append(f"{len(self.problems)} malformed lines skipped")
-        because = f" ({'; '.join(why)})" if why else ""
-        return f"the footer counts {written} steps written, {read} were read{because}"
+        skipped = sum(isinstance(p, TraceOrderError) for p in self.problems)
+        return FooterCount(
+            written=written,
+            read=read,
+            in_gaps=sum(max(0, before - after - 1) for after, before in self.gaps),
+            dropped=self.footer.get("records_dropped") or 0,
+            out_of_order=skipped,
+            malformed=0 if skipped else len(self.problems),
+        )
 
     def raw(self, i: int) -> bytes:
         """The i-th step's record as it is in the file (one JSON object, no newline)."""
