@@ -9,13 +9,15 @@ writer tap, like the stream hub), by the same code as `schedscope flags`:
 `tracer.analysis.flags.detect` and why's per-step pass (`tracer.analysis.why`: the waiting
 requests by reason, the preemptions by trigger) run over it. So a scrape's totals are the trace's
 totals, and the scheduler thread pays nothing: the tap only appends records;
-they are turned into counters at most every PROCESS_INTERVAL on the writer
-thread, and by a scrape (on its HTTP thread) so an idle engine reads exact.
+they are turned into counters at most every PROCESS_INTERVAL where the records are
+written (the trace process, or the writer thread with SCHEDSCOPE_WRITER=thread), and by a
+scrape (on its HTTP thread) so an idle engine reads exact.
 
 Labels `model_name` (the served model name) and `engine` (the data-parallel
 rank) match vLLM's own metrics. Own CollectorRegistry: vLLM's is never touched.
 SCHEDSCOPE_METRICS=off turns the counting off, /metrics on the stream server included
-(it costs the writer thread about as much again as encoding the records: docs/performance.md).
+(it costs about as much again as encoding the records, off EngineCore's GIL in the trace
+process: docs/performance.md).
 Security as for the stream: loopback by default; another address needs a
 bearer token (SCHEDSCOPE_METRICS_TOKEN, else SCHEDSCOPE_STREAM_TOKEN).
 """
@@ -48,7 +50,7 @@ logger = logging.getLogger("schedscope.metrics")
 ENV_METRICS = "SCHEDSCOPE_METRICS"
 ENV_TOKEN = "SCHEDSCOPE_METRICS_TOKEN"
 DEFAULT_PORT = 8800
-PROCESS_INTERVAL = 0.5  # seconds between batches turned into counters on the writer thread
+PROCESS_INTERVAL = 0.5  # seconds between batches turned into counters where the records are written
 MAX_PENDING_BYTES = 64 << 20  # lines waiting to be counted; beyond: dropped and counted
 # Target-budget utilisation per step (used / cap): fine near 1, where budget faults live.
 UTIL_BUCKETS = (0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1.0)
