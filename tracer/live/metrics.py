@@ -5,7 +5,8 @@
 
 The counters are computed from the very records the trace writer encodes (a
 writer tap, like the stream hub), by the same code as `schedscope flags`:
-`tracer.trace.reader` builds a small Trace from each batch, and `tracer.analysis.budget.analyze`,
+`tracer.trace.builder.TraceBuilder` builds a small Trace from each batch, and
+`tracer.analysis.budget.analyze`,
 `tracer.analysis.flags.detect` and why's per-step pass (`tracer.analysis.why`: the waiting
 requests by reason, the preemptions by trigger) run over it. So a scrape's totals are the trace's
 totals, and the scheduler thread pays nothing: the tap only appends records;
