@@ -38,13 +38,13 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from tracer.record import recorder as _recorder
-from tracer.record.snapshot import RunnerNote
+from tracer.record.config import trace_path_from_env
+from tracer.record.snapshot import RUNNER_HOOKS_ATTR, RUNNER_NOTES_ATTR, RunnerNote
 
 logger = logging.getLogger("schedscope.runner_hook")
 
-ATTR = _recorder.RUNNER_NOTES_ATTR
-HOOKS_ATTR = _recorder.RUNNER_HOOKS_ATTR
+ATTR = RUNNER_NOTES_ATTR
+HOOKS_ATTR = RUNNER_HOOKS_ATTR
 _PATCHED = "_schedscope_patched"
 V1_RUNNER = ("vllm.v1.worker.gpu_model_runner", "GPUModelRunner")
 V2_RUNNER = ("vllm.v1.worker.gpu.model_runner", "GPUModelRunner")
@@ -81,7 +81,7 @@ _in_real_execute = False
 
 def register() -> None:
     """`vllm.general_plugins` entry point: vLLM calls it in every process, maybe twice."""
-    if _recorder.trace_path_from_env() is not None:
+    if trace_path_from_env() is not None:
         install()
 
 
