@@ -9,11 +9,11 @@ A step's record waits for its update_from_output() so it can carry the tokens
 each request sampled (accepted drafts + 1); runner records join it by step.
 No vLLM import happens here: everything is read off the objects vLLM passes in.
 
-Which thread runs what: the scheduler thread (EngineCore's) builds the Recorder (its header),
-runs every hook (`before_schedule` to `on_drafts`, `fail`) and, at shutdown, `close`. Only
-`footer_facts` also runs on the writer's or the shipper's thread, which reads the counts the
-footer reports. What a server configures is `tracer.record.config`; making a Recorder for a
-scheduler (its writer or shipper, its file) is `tracer.record.wiring`.
+Which thread runs what: the scheduler thread (EngineCore's) builds the Recorder (and its
+header), runs every hook (`before_schedule` to `on_drafts`, and `fail`) and, at shutdown,
+`close`. `footer_facts` runs on the writer's or the shipper's thread too, which keeps the
+footer's facts current beside the trace. What a server configures is `tracer.record.config`;
+making a Recorder for a scheduler (its writer or shipper, its file) is `tracer.record.wiring`.
 """
 
 from __future__ import annotations
