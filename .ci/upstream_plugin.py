@@ -34,7 +34,7 @@ import pytest
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 
-from tracer.record.recorder import RecorderConfig, configured
+from tracer.record.config import RecorderConfig, configured
 from tracer.render.text import footer_mismatch
 from tracer.scheduler import TracingAsyncScheduler, TracingMixin, TracingScheduler
 from tracer.trace.reader import load

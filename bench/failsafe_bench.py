@@ -50,7 +50,7 @@ class Full(io.RawIOBase):
 def run_case(case: str, tmp: Path) -> list[float]:
     from vllm.v1.core.sched.scheduler import Scheduler
 
-    from tracer.record import recorder
+    from tracer.record import wiring
     from tracer.scheduler import TracingScheduler
     from tracer.whatif.offline import build_scheduler, run_workload
     from tracer.whatif.scenarios import SCENARIOS, mixed_accept
@@ -58,12 +58,12 @@ def run_case(case: str, tmp: Path) -> list[float]:
     os.environ.pop("SCHEDSCOPE_STREAM", None)
     os.environ["SCHEDSCOPE_TRACE"] = str(tmp / f"{case}.jsonl")
     os.environ["SCHEDSCOPE_WRITER"] = "thread"  # the writer thread's faults, patched in this process
-    original = recorder.open_sink
+    original = wiring.open_sink
     stuck = Stuck()
     if case == "stuck disk":
-        recorder.open_sink = lambda path: stuck  # type: ignore[assignment]
+        wiring.open_sink = lambda path: stuck  # type: ignore[assignment]
     elif case == "full disk":
-        recorder.open_sink = lambda path: Full()  # type: ignore[assignment]
+        wiring.open_sink = lambda path: Full()  # type: ignore[assignment]
     elif case == "stalled viewer":
         os.environ["SCHEDSCOPE_STREAM"] = "127.0.0.1:0"
     spec, requests = SCENARIOS["ngram_preempt"]
@@ -90,7 +90,7 @@ def run_case(case: str, tmp: Path) -> list[float]:
             sched._schedscope_stream.close()
         return times
     finally:
-        recorder.open_sink = original
+        wiring.open_sink = original
 
 
 def main() -> int:

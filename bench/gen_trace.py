@@ -34,8 +34,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tracer.record.indexer import IndexProcess
-from tracer.record.recorder import RUNNER_NOTES_ATTR, Recorder
-from tracer.record.snapshot import RunnerNote
+from tracer.record.recorder import Recorder
+from tracer.record.snapshot import RUNNER_NOTES_ATTR, RunnerNote
 from tracer.record.writer import TraceWriter, open_sink
 from tracer.trace import schema
 

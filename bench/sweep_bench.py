@@ -29,7 +29,7 @@ LAW = {"step": 2.0, "prefill_tokens": 0.01, "decode_tokens": 0.05, "requests": 0
 
 def record(path: Path, steps: int) -> float:
     """Record until the trace has at least `steps` steps; returns seconds spent."""
-    from tracer.record.recorder import ENV_TRACE
+    from tracer.record.config import ENV_TRACE
     from tracer.scheduler import TracingScheduler
     from tracer.whatif.offline import EngineSpec, RequestSpec, build_scheduler, run_workload
     from tracer.whatif.scenarios import mixed_accept

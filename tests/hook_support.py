@@ -12,16 +12,20 @@ _MISSING = object()
 
 @pytest.fixture
 def fresh_hook(monkeypatch: pytest.MonkeyPatch) -> Any:
-    """tracer.record.runner_hook's module state as in a new process (restored afterwards)."""
+    """The runner hooks' module state as in a new process (restored afterwards); returns
+    tracer.record.runner_hook."""
     from tracer.record import runner_hook as rh
+    from tracer.record import runner_notes, speculator_hook
 
-    monkeypatch.setattr(rh, "_state", rh._fresh_state())
-    monkeypatch.setattr(rh, "_state_dirty", False)
-    monkeypatch.setattr(rh, "_warned", set())
-    monkeypatch.setattr(rh, "_notes", [])
-    monkeypatch.setattr(rh, "_failures", 0)
-    monkeypatch.setattr(rh, "_dispatched", [])
-    monkeypatch.setattr(rh, "_in_propose", False)
+    monkeypatch.setattr(runner_notes, "_state", runner_notes._fresh_state())
+    monkeypatch.setattr(runner_notes, "_state_dirty", False)
+    monkeypatch.setattr(runner_notes, "_warned", set())
+    passes: list[Any] = []  # one list, as the three modules share it
+    for module in (runner_notes, rh, speculator_hook):
+        monkeypatch.setattr(module, "passes", passes)
+    monkeypatch.setattr(runner_notes, "_failures", 0)
+    monkeypatch.setattr(speculator_hook, "_dispatched", [])
+    monkeypatch.setattr(speculator_hook, "_in_propose", False)
     monkeypatch.setattr(rh, "_in_real_execute", False)
     return rh
 

@@ -90,11 +90,11 @@ class StuckDisk(io.RawIOBase):
 
 
 def test_disk_full(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    from tracer.record import recorder
+    from tracer.record import wiring
     from tracer.scheduler import TracingScheduler
 
     disk = FullDisk(room=3000)
-    monkeypatch.setattr(recorder, "open_sink", lambda path: disk)
+    monkeypatch.setattr(wiring, "open_sink", lambda path: disk)
     monkeypatch.setenv("SCHEDSCOPE_TRACE", str(tmp_path / "t.jsonl"))
     monkeypatch.setenv("SCHEDSCOPE_WRITER", "thread")  # the writer thread's own faults
     with caplog.at_level(logging.WARNING, logger="schedscope"):
@@ -112,11 +112,11 @@ def test_disk_full(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pyte
 def test_blocked_writer(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from tracer.record import recorder
+    from tracer.record import wiring
     from tracer.scheduler import TracingScheduler
 
     disk = StuckDisk()
-    monkeypatch.setattr(recorder, "open_sink", lambda path: disk)
+    monkeypatch.setattr(wiring, "open_sink", lambda path: disk)
     monkeypatch.setenv("SCHEDSCOPE_TRACE", str(tmp_path / "t.jsonl"))
     monkeypatch.setenv("SCHEDSCOPE_WRITER", "thread")  # the writer thread's own faults
     monkeypatch.setenv("SCHEDSCOPE_QUEUE", "8")

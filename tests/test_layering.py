@@ -45,7 +45,8 @@ ENGINE_CORE_MODULES = {
     "tracer", "tracer.scheduler", "tracer.policies", "tracer.draft_budget",
     "tracer.record", "tracer.record.engine_config", "tracer.record.indexer", "tracer.record.recorder",
     "tracer.record.runner_hook", "tracer.record.writer", "tracer.record.snapshot", "tracer.record.encoder",
-    "tracer.record.shipper",
+    "tracer.record.shipper", "tracer.record.config", "tracer.record.wiring",
+    "tracer.record.runner_notes", "tracer.record.speculator_hook",
     "tracer.live", "tracer.live.net", "tracer.live.stream", "tracer.live.taps",
     "tracer.trace", "tracer.trace.index_files", "tracer.trace.spec_methods", "tracer.trace.schema",
 }  # fmt: skip

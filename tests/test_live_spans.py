@@ -23,7 +23,7 @@ from tracer.analysis.session import Session
 from tracer.cli import main
 from tracer.live.metrics import TraceMetrics
 from tracer.live.spans import LiveSpans
-from tracer.record.recorder import RecorderConfig
+from tracer.record.config import RecorderConfig
 from tracer.record.writer import Record
 from tracer.render import otlp
 from tracer.trace.reader import load

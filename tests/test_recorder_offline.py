@@ -185,7 +185,7 @@ def test_recorder_config_from_env_falls_back_on_bad_values(caplog: pytest.LogCap
     """A bad SCHEDSCOPE_QUEUE is logged and replaced by the default; it never disables the trace."""
     import logging
 
-    from tracer.record.recorder import DEFAULT_QUEUE, RecorderConfig
+    from tracer.record.config import DEFAULT_QUEUE, RecorderConfig
 
     with caplog.at_level(logging.WARNING, logger="schedscope"):
         config = RecorderConfig.from_env(
@@ -228,16 +228,17 @@ def test_taps_get_each_record_with_kind_and_step(trace_env: Path, monkeypatch: p
 
     monkeypatch.setenv("SCHEDSCOPE_WRITER", "thread")
 
+    from tracer.record import wiring
     from tracer.record.recorder import Recorder
     from tracer.scheduler import TracingScheduler
 
     got: list[Any] = []
-    for_scheduler = Recorder.for_scheduler.__func__  # type: ignore[attr-defined]
+    recorder_for = wiring.recorder_for
 
-    def with_tap(cls: type, sched: Any, path: Any, **kw: Any) -> Recorder:
-        return for_scheduler(cls, sched, path, **{**kw, "taps": [*kw.get("taps", ()), got.extend]})
+    def with_tap(sched: Any, path: Any, **kw: Any) -> Recorder:
+        return recorder_for(sched, path, **{**kw, "taps": [*kw.get("taps", ()), got.extend]})
 
-    monkeypatch.setattr(Recorder, "for_scheduler", classmethod(with_tap))
+    monkeypatch.setattr(wiring, "recorder_for", with_tap)
     spec, requests = SCENARIOS["ngram_preempt"]
     sched = build_scheduler(spec, TracingScheduler)
     run_workload(sched, requests, accept=mixed_accept)

@@ -19,6 +19,7 @@ import orjson
 import pytest
 
 from tests.hook_support import fresh_hook, restore_attrs
+from tracer.record import runner_notes, speculator_hook
 from tracer.record.encoder import runner_record
 from tracer.record.snapshot import RunnerNote, RunnerPass
 from tracer.trace import schema
@@ -132,23 +133,23 @@ def test_v2_notes_target_and_query_rows_with_their_padding(fresh_hook: Any, modu
     out = one_step(runner, {"a": 5, "b": 4, "c": 1})
     # Pickled as the mp executor ships it to EngineCore.
     got = pickle.loads(pickle.dumps(out.get_output()))
-    notes = getattr(got, rh.ATTR)
+    notes = getattr(got, runner_notes.ATTR)
     assert notes == [
         RunnerNote("target", 10, CAPACITY, 3, 16, True),
         RunnerNote("draft", 12, CAPACITY, 3, 16, True),
     ]
     assert {type(note) for note in notes} == {RunnerNote}  # typed after the trip, not bare tuples
-    hooks = getattr(got, rh.HOOKS_ATTR)
+    hooks = getattr(got, runner_notes.HOOKS_ATTR)
     assert hooks["runner"] == "v2" and hooks["runner_cls"].endswith("StandinV2Runner")
     assert hooks["speculator"].endswith("DFlashSpeculator") and hooks["speculator_rows"] == "query"
     assert hooks["padded"] == ["target", "draft"] and hooks["inactive"] == []
     # The state went out once; the next step carries notes only.
     again = one_step(runner, {"a": 1}).get_output()
-    assert getattr(again, rh.ATTR) == [
+    assert getattr(again, runner_notes.ATTR) == [
         RunnerNote("target", 1, CAPACITY, 1, 8, True),
         RunnerNote("draft", 4, CAPACITY, 1, 8, True),
     ]
-    assert not hasattr(again, rh.HOOKS_ATTR)
+    assert not hasattr(again, runner_notes.HOOKS_ATTR)
 
 
 def test_v2_dummy_and_empty_steps_note_nothing(fresh_hook: Any) -> None:
@@ -157,9 +158,9 @@ def test_v2_dummy_and_empty_steps_note_nothing(fresh_hook: Any) -> None:
     rh.install_v2(runner_cls)
     runner = runner_cls()
     runner.execute_model(scheduled({"warmup": 8}), dummy_run=True)
-    assert rh._notes == [] and rh._state["runner"] is None
+    assert runner_notes.passes == [] and runner_notes._state["runner"] is None
     assert runner.execute_model(scheduled({})) is EMPTY
-    assert not hasattr(EMPTY, rh.ATTR), "vLLM's shared empty output must stay untouched"
+    assert not hasattr(EMPTY, runner_notes.ATTR), "vLLM's shared empty output must stay untouched"
 
 
 def test_v2_signature_that_moved_is_not_patched_and_warns_once(
@@ -181,7 +182,7 @@ def test_v2_signature_that_moved_is_not_patched_and_warns_once(
     assert Moved.execute_model is original
     warnings = [r for r in caplog.records if "V2 runner not hooked" in r.getMessage()]
     assert len(warnings) == 1
-    assert rh.hook_state()["inactive"] == [
+    assert runner_notes.hook_state()["inactive"] == [
         warnings[0].getMessage().removeprefix("schedscope: ").split(";")[0]
     ]
 
@@ -201,8 +202,8 @@ def test_v2_without_prepare_inputs_notes_scheduled_rows_unpadded(fresh_hook: Any
     runner_cls.execute_model = execute_model
     assert rh.install_v2(runner_cls)
     got = one_step(runner_cls(), {"a": 3, "b": 2}).get_output()
-    assert getattr(got, rh.ATTR) == [RunnerNote("target", 5, CAPACITY, 2)]
-    state = getattr(got, rh.HOOKS_ATTR)
+    assert getattr(got, runner_notes.ATTR) == [RunnerNote("target", 5, CAPACITY, 2)]
+    state = getattr(got, runner_notes.HOOKS_ATTR)
     assert state["padded"] == [] and "prepare_inputs" in state["inactive"][0]
 
 
@@ -216,27 +217,28 @@ def test_a_fault_in_the_hook_never_reaches_the_runner(
     def broken(spec: Any, batch: Any, k: Any) -> int:
         raise RuntimeError("a vLLM attribute changed meaning")
 
-    monkeypatch.setitem(rh.SPECULATOR_RULES, "DFlashSpeculator", ("query", broken, rh._buffer_rows))
+    monkeypatch.setitem(
+        speculator_hook.SPECULATOR_RULES, "DFlashSpeculator", ("query", broken, speculator_hook._buffer_rows)
+    )
     runner = runner_cls(make_speculator_cls()())
     with caplog.at_level(logging.ERROR, logger="schedscope"):
         for _ in range(3):
             got = one_step(runner, {"a": 2}).get_output()
     assert got.req_ids == ["r0"]
     # The draft note is lost, not the step.
-    assert getattr(got, rh.ATTR) == [RunnerNote("target", 2, CAPACITY, 1, 8, True)]
+    assert getattr(got, runner_notes.ATTR) == [RunnerNote("target", 2, CAPACITY, 1, 8, True)]
     assert len([r for r in caplog.records if "runner hook error" in r.getMessage()]) == 1
 
 
 def test_speculator_rules_follow_vllm_base_classes(fresh_hook: Any, caplog: pytest.LogCaptureFixture) -> None:
-    rh = fresh_hook
     dflash = make_speculator_cls("DFlashSpeculator")
     dspark = type("DSparkSpeculator", (dflash,), {})
-    assert rh.speculator_rule(dspark)[0] == "DFlashSpeculator"
-    assert rh.speculator_rule(type("NgramGPUSpeculator", (), {})) == ("NgramGPUSpeculator", None)
+    assert speculator_hook.speculator_rule(dspark)[0] == "DFlashSpeculator"
+    assert speculator_hook.speculator_rule(type("NgramGPUSpeculator", (), {})) == ("NgramGPUSpeculator", None)
     with caplog.at_level(logging.WARNING, logger="schedscope"):
-        assert rh.patch_speculator_class(make_speculator_cls("BrandNewSpeculator")) is None
+        assert speculator_hook.patch_speculator_class(make_speculator_cls("BrandNewSpeculator")) is None
     assert any("no known base" in r.getMessage() for r in caplog.records)
-    assert rh.hook_state()["speculator_rows"] is None
+    assert runner_notes.hook_state()["speculator_rows"] is None
 
 
 def test_v1_async_output_gets_notes_through_get_output(fresh_hook: Any) -> None:
@@ -259,8 +261,8 @@ def test_v1_async_output_gets_notes_through_get_output(fresh_hook: Any) -> None:
     runner = V1Runner()
     runner.execute_model(scheduled({"x": 7}))
     got = runner.sample_tokens(None).get_output()
-    assert getattr(got, rh.ATTR) == [RunnerNote("target", 7, CAPACITY, 1)]
-    assert getattr(got, rh.HOOKS_ATTR)["runner"] == "v1"
+    assert getattr(got, runner_notes.ATTR) == [RunnerNote("target", 7, CAPACITY, 1)]
+    assert getattr(got, runner_notes.HOOKS_ATTR)["runner"] == "v1"
 
 
 def test_recorder_writes_padded_rows_and_hooks_records(tmp_path: Path) -> None:
@@ -319,4 +321,4 @@ def test_a_runner_class_that_moved_gives_one_warning_not_a_crash(
         assert rh.install() is False
     moved = [r.getMessage() for r in caplog.records if "has no class GPUModelRunner" in r.getMessage()]
     assert len(moved) == 1
-    assert any("has no class GPUModelRunner" in reason for reason in rh.hook_state()["inactive"])
+    assert any("has no class GPUModelRunner" in reason for reason in runner_notes.hook_state()["inactive"])

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from tests.hook_support import fresh_hook, restore_attrs
+from tracer.record import runner_notes, speculator_hook
 from tracer.record.engine_config import describe_scheduler
 from tracer.trace.reader import load
 from tracer.whatif import offline
@@ -97,7 +98,7 @@ def test_install_hooks_the_real_v1_and_v2_runners_keeping_their_signatures(
     with caplog.at_level(logging.WARNING, logger="schedscope"):
         assert fresh_hook.install()
     assert not [r for r in caplog.records if r.name.startswith("schedscope")], "a hooked method moved"
-    assert fresh_hook.hook_state()["inactive"] == []
+    assert runner_notes.hook_state()["inactive"] == []
     for cls, methods in originals.items():
         for name, original in methods.items():
             wrapped = cls.__dict__[name]
@@ -149,18 +150,18 @@ def test_real_speculator_classes_are_hooked_with_their_signatures(
     body = inspect.unwrap(original)  # under torch.inference_mode()
     module = sys.modules[body.__module__]
     restore_attrs(cls, "propose")
-    restore_attrs(module, fresh_hook.DISPATCH)
+    restore_attrs(module, speculator_hook.DISPATCH)
     with caplog.at_level(logging.WARNING, logger="schedscope"):
-        assert fresh_hook.patch_speculator_class(cls) == rule
-    assert fresh_hook.hook_state()["inactive"] == []
+        assert speculator_hook.patch_speculator_class(cls) == rule
+    assert runner_notes.hook_state()["inactive"] == []
     if rule is None:
         assert cls.propose is original  # no forward pass over a token buffer: left alone
         return
     assert cls.propose is not original and cls.propose._schedscope_patched
     assert inspect.signature(cls.propose) == inspect.signature(original)
     if rule != "expanded":  # the draft model runs eagerly: no cudagraph dispatch to see
-        assert getattr(module, fresh_hook.DISPATCH)._schedscope_patched, module.__name__
-    assert fresh_hook.patch_speculator_class(cls) == rule
+        assert getattr(module, speculator_hook.DISPATCH)._schedscope_patched, module.__name__
+    assert speculator_hook.patch_speculator_class(cls) == rule
     assert cls.propose.__wrapped__ is original, "patched once"
 
 
@@ -203,7 +204,7 @@ def test_query_rows_come_from_the_real_speculators_arithmetic(
                              {"a": 300, "b": 120, "c": 40})  # fmt: skip
     speculator = init_speculator(sched.vllm_config, torch.device("cpu"), None)
     assert speculator.num_query_per_req == q
-    base, (rule, rows_of, capacity_of) = fresh_hook.speculator_rule(type(speculator))
+    base, (rule, rows_of, capacity_of) = speculator_hook.speculator_rule(type(speculator))
     assert (base, rule) == ("DFlashSpeculator", "query")
     n = len(out.num_scheduled_tokens)
     batch = _input_batch(n, out.total_num_scheduled_tokens)
@@ -225,7 +226,7 @@ def test_eagle_and_draft_model_rows_come_from_the_real_speculators(
     monkeypatch.setitem(offline._DRAFT_CONFIGS, "eagle", EAGLE_DRAFT)
     sched, out = _first_step(EngineSpec(method=method, num_speculative_tokens=3), {"a": 300, "b": 120})
     speculator = init_speculator(sched.vllm_config, torch.device("cpu"), None)
-    _, (got, rows_of, capacity_of) = fresh_hook.speculator_rule(type(speculator))
+    _, (got, rows_of, capacity_of) = speculator_hook.speculator_rule(type(speculator))
     assert got == rule
     n, total = len(out.num_scheduled_tokens), out.total_num_scheduled_tokens
     rows = rows_of(speculator, _input_batch(n, total), 3)
@@ -379,7 +380,7 @@ def test_v2_runner_stand_in_without_cuda_records_real_dflash_rows_and_padding(
     speculator_cls = _cuda_less_dflash()
     real = inspect.signature(DFlashSpeculator.propose).parameters
     assert list(inspect.signature(speculator_cls.propose).parameters) == list(real)
-    restore_attrs(sys.modules[__name__], fresh_hook.DISPATCH)
+    restore_attrs(sys.modules[__name__], speculator_hook.DISPATCH)
 
     sched = build_scheduler(EngineSpec(method="dflash", num_speculative_tokens=7), TracingScheduler)
     speculator = speculator_cls(sched.vllm_config, torch.device("cpu"))

@@ -22,7 +22,8 @@ from vllm.v1.core.sched.scheduler import Scheduler
 
 from tracer.live import taps as live_taps
 from tracer.record import recorder as _recorder
-from tracer.record import runner_hook
+from tracer.record import runner_hook, wiring
+from tracer.record.config import current_config
 from tracer.record.engine_config import engine_index
 from tracer.record.shipper import TraceShipper
 
@@ -42,7 +43,7 @@ class TracingMixin:
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        config = _recorder.current_config()
+        config = current_config()
         if not config.active:
             return
         path = config.trace
@@ -77,7 +78,7 @@ class TracingMixin:
             # Policy layers (tracer.policies) name themselves; vLLM's own is "stock".
             policy = getattr(self, "SCHEDSCOPE_POLICY", "stock")
             # The config read above, passed on: the environment is parsed once per scheduler.
-            rec = _recorder.Recorder.for_scheduler(
+            rec = wiring.recorder_for(
                 self,
                 path,
                 policy=policy,

@@ -8,6 +8,12 @@ a `StepSnapshot` in plain lists: ints, ids and flat lists) -> the writer's queue
 A step's record waits for its update_from_output() so it can carry the tokens
 each request sampled (accepted drafts + 1); runner records join it by step.
 No vLLM import happens here: everything is read off the objects vLLM passes in.
+
+Which thread runs what: the scheduler thread (EngineCore's) builds the Recorder (and its
+header), runs every hook (`before_schedule` to `on_drafts`, and `fail`) and, at shutdown,
+`close`. `footer_facts` runs on the writer's or the shipper's thread too, which keeps the
+footer's facts current beside the trace. What a server configures is `tracer.record.config`;
+making a Recorder for a scheduler (its writer or shipper, its file) is `tracer.record.wiring`.
 """
 
 from __future__ import annotations
@@ -15,22 +21,17 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
-from dataclasses import dataclass, field
 from itertools import chain, islice
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tracer import __version__
 from tracer.record.encoder import StepEncoder, footer
-from tracer.record.engine_config import describe_scheduler, regime_of
-from tracer.record.indexer import IndexProcess
-from tracer.record.shipper import TraceShipper
+from tracer.record.engine_config import regime_of
 from tracer.record.snapshot import (
     ENDS,
     KV_FREE,
+    RUNNER_HOOKS_ATTR,
+    RUNNER_NOTES_ATTR,
     SAMPLED,
     WAITING_REFS,
     Abort,
@@ -40,132 +41,17 @@ from tracer.record.snapshot import (
     RunnerPass,
     SchedulerInput,
 )
-from tracer.record.writer import Tap, TraceWriter, open_sink
+from tracer.record.writer import TraceWriter
 from tracer.trace import schema
 
-logger = logging.getLogger("schedscope.recorder")
+if TYPE_CHECKING:
+    from tracer.record.shipper import TraceShipper
 
-ENV_TRACE = "SCHEDSCOPE_TRACE"
-ENV_QUEUE = "SCHEDSCOPE_QUEUE"
-ENV_WRITER = "SCHEDSCOPE_WRITER"
-DEFAULT_QUEUE = 65536
-ENV_OTLP = "SCHEDSCOPE_OTLP"
-ENV_OTLP_TIMEOUT = "SCHEDSCOPE_OTLP_TIMEOUT"
-DEFAULT_OTLP_TIMEOUT = 5.0  # tracer.live.spans.TIMEOUT: the recorder does not import it
+logger = logging.getLogger("schedscope.recorder")
 
 # A step whose update_from_output never arrives is written without outcomes
 # once this many newer steps are pending (async scheduling keeps one or two).
 MAX_PENDING = 16
-
-# The runner hook attaches its per-pass notes to the ModelRunnerOutput under this name,
-# and, when they changed, which of its hooks are active in the runner's process.
-RUNNER_NOTES_ATTR = "_schedscope_runner"
-RUNNER_HOOKS_ATTR = "_schedscope_hooks"
-
-
-@dataclass(frozen=True)
-class RecorderConfig:
-    """What a tracing scheduler records and serves. A server reads it from the environment
-    (`from_env`); the offline harness passes one (`configured`) and leaves the environment be."""
-
-    trace: Path | None = None  # the trace file; None: no file
-    stream: str = ""  # SCHEDSCOPE_STREAM: HOST:PORT of the live stream, "" for none
-    stream_token: str | None = None
-    metrics: str = ""  # SCHEDSCOPE_METRICS: HOST:PORT, "off", or "" (on the stream server only)
-    queue: int = DEFAULT_QUEUE  # the writer's bounded queue, in records
-    metrics_token: str | None = None  # SCHEDSCOPE_METRICS_TOKEN, else the stream's token
-    header: Mapping[str, Any] = field(default_factory=dict)  # extra header fields (a replay's source)
-    # Where records are built and written: "process" (a server's default: the trace process,
-    # off EngineCore's GIL) or "thread" (a writer thread beside the scheduler; the offline harness).
-    writer: str = "thread"
-    # SCHEDSCOPE_OTLP: an OTLP/HTTP collector for each request's spans (tracer.live.spans, in the
-    # trace process only); SCHEDSCOPE_OTLP_TIMEOUT: seconds a batch of them gets.
-    otlp: str = ""
-    otlp_timeout: float = DEFAULT_OTLP_TIMEOUT
-
-    @property
-    def active(self) -> bool:
-        return (
-            self.trace is not None
-            or bool(self.stream)
-            or bool(self.otlp)
-            or self.metrics.lower() not in ("", "off")
-        )
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> RecorderConfig:
-        """The server's configuration. A bad value is logged and falls back to its default:
-        it never turns the trace off silently, nor stops the server."""
-        env = os.environ if env is None else env
-        raw = env.get(ENV_TRACE, "").strip()
-        queue = DEFAULT_QUEUE
-        text = env.get(ENV_QUEUE, "").strip()
-        if text:
-            try:
-                queue = int(text)
-                if queue <= 0:
-                    raise ValueError("not positive")
-            except ValueError:
-                queue = DEFAULT_QUEUE
-                logger.warning(
-                    "schedscope: %s=%r is not a positive integer; using %d", ENV_QUEUE, text, queue
-                )
-        writer = env.get(ENV_WRITER, "").strip().lower() or "process"
-        if writer not in ("process", "thread"):
-            logger.warning(
-                "schedscope: %s=%r is neither 'process' nor 'thread'; using process", ENV_WRITER, writer
-            )
-            writer = "process"
-        otlp_timeout = DEFAULT_OTLP_TIMEOUT
-        text = env.get(ENV_OTLP_TIMEOUT, "").strip()
-        if text:
-            try:
-                otlp_timeout = float(text)
-                if not 0 < otlp_timeout < float("inf"):
-                    raise ValueError("not a positive number")
-            except ValueError:
-                otlp_timeout = DEFAULT_OTLP_TIMEOUT
-                logger.warning(
-                    "schedscope: %s=%r is not a positive number of seconds; using %g",
-                    ENV_OTLP_TIMEOUT,
-                    text,
-                    otlp_timeout,
-                )
-        return cls(
-            writer=writer,
-            otlp=env.get(ENV_OTLP, "").strip(),
-            otlp_timeout=otlp_timeout,
-            trace=Path(raw.replace("{pid}", str(os.getpid()))) if raw else None,
-            stream=env.get("SCHEDSCOPE_STREAM", "").strip(),
-            stream_token=env.get("SCHEDSCOPE_STREAM_TOKEN") or None,
-            metrics=env.get("SCHEDSCOPE_METRICS", "").strip(),
-            queue=queue,
-            metrics_token=env.get("SCHEDSCOPE_METRICS_TOKEN") or env.get("SCHEDSCOPE_STREAM_TOKEN") or None,
-        )
-
-
-# Set by the offline harness around building a scheduler (tracer.whatif.replay.recording_to);
-# never in a server, where the environment decides.
-_configured: ContextVar[RecorderConfig | None] = ContextVar("schedscope_recorder_config", default=None)
-
-
-def current_config() -> RecorderConfig:
-    return _configured.get() or RecorderConfig.from_env()
-
-
-@contextmanager
-def configured(config: RecorderConfig) -> Iterator[None]:
-    """Tracing schedulers built inside this block record as `config` says."""
-    token = _configured.set(config)
-    try:
-        yield
-    finally:
-        _configured.reset(token)
-
-
-def trace_path_from_env() -> Path | None:
-    """The trace path a scheduler built here would record to; `{pid}` is replaced (one file per engine)."""
-    return current_config().trace
 
 
 def _vllm_version() -> str | None:
@@ -226,43 +112,6 @@ class Recorder:
                 **(header_extra or {}),
             }
         )
-
-    @classmethod
-    def for_scheduler(
-        cls,
-        sched: Any,
-        path: str | Path | None,
-        *,
-        policy: str = "stock",
-        max_queue: int | None = None,
-        taps: Sequence[Tap] = (),
-        header: Mapping[str, Any] | None = None,
-        shipper: TraceShipper | None = None,
-    ) -> Recorder:
-        """A recorder writing to `path` (None: no file, e.g. stream only) and `taps` on a writer
-        thread, or through `shipper` to the trace process, which writes `path` itself."""
-        path = Path(path) if path is not None else None
-        writer: TraceWriter | TraceShipper
-        if shipper is not None:
-            writer = shipper
-        else:
-            if path is None:
-                sink = open(os.devnull, "ab")  # noqa: SIM115 - owned and closed by the writer
-            else:
-                if path.exists():
-                    path.unlink()  # one run per file; `{pid}` in the path keeps engines apart
-                sink = open_sink(path)
-            # The Recorder binds its encoder; a plain file gets its born index, from a process beside.
-            queue = max_queue or current_config().queue
-            writer = TraceWriter(sink, max_queue=queue, taps=taps, index=IndexProcess.start(path))
-        name = f"{type(sched).__module__}.{type(sched).__qualname__}"
-        extra = dict(header) if header else None
-        recorder = cls(
-            writer, describe_scheduler(sched), policy=policy, scheduler_cls=name, header_extra=extra
-        )
-        if path is not None:  # a kill before close() leaves the footer's facts beside the trace
-            writer.keep_footer(path.with_name(path.name + schema.KEPT_FOOTER_SUFFIX), recorder._footer)
-        return recorder
 
     # -- scheduler thread: snapshots only ----------------------------------------------
     def before_schedule(self, sched: Any) -> list[Any]:
@@ -469,9 +318,9 @@ class Recorder:
         for snap in self._pending.values():
             self.writer.emit(snap)
         self._pending.clear()
-        self.writer.shutdown(timeout, last=self._footer)
+        self.writer.shutdown(timeout, last=self.footer_facts)
 
-    def _footer(self) -> dict[str, Any]:
+    def footer_facts(self) -> dict[str, Any]:
         """The footer as of now; through a shipper, this side's part of it (the trace process
         counts the steps and adds its own drops and errors)."""
         return footer(

@@ -35,7 +35,6 @@ from tracer.record.snapshot import portable
 
 logger = logging.getLogger("schedscope.writer")
 
-ENV_WRITER = "SCHEDSCOPE_WRITER"  # "process" (a server's default) or "thread"
 FRAME = struct.Struct("<I")  # each frame: its length, then pickle of (items, facts, end)
 BATCH = 4096
 

@@ -116,6 +116,12 @@ def step_snapshot(raw: list[Any]) -> StepSnapshot:
     return snap
 
 
+# The runner hook attaches its per-pass notes to the ModelRunnerOutput under this name,
+# and, when they changed, which of its hooks are active in the runner's process.
+RUNNER_NOTES_ATTR = "_schedscope_runner"
+RUNNER_HOOKS_ATTR = "_schedscope_hooks"
+
+
 class RunnerNote(NamedTuple):
     """What the runner hook noted about one forward pass; pickled back to EngineCore
     on the ModelRunnerOutput (RUNNER_NOTES_ATTR)."""

@@ -320,7 +320,7 @@ def replay_probing(
     `at_step(step, scheduler)` right before each listed step's schedule(). Each of those
     steps' real schedule() must re-make the record (else ProbeError)."""
     from tracer.policies import scheduler_class
-    from tracer.record.recorder import RecorderConfig, configured
+    from tracer.record.config import RecorderConfig, configured
     from tracer.whatif.offline import build_scheduler
     from tracer.whatif.replay import REPLAYABLE_METHODS, Replayer
     from tracer.whatif.workload import workload_from_trace

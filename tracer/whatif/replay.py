@@ -391,7 +391,7 @@ def _truncate(owners: list[tuple[int | None, str]], blocks: int) -> list[tuple[i
 def recording_to(path: Path, header: dict[str, Any] | None = None) -> Iterator[None]:
     """Tracing schedulers built in this block record to `path` (with extra header fields),
     whatever the environment says: no stream, no metrics, nothing changed in os.environ."""
-    from tracer.record.recorder import RecorderConfig, configured
+    from tracer.record.config import RecorderConfig, configured
 
     with configured(RecorderConfig(trace=Path(path), header=dict(header or {}))):
         yield
