@@ -13,6 +13,7 @@ from textual.markup import escape
 from textual.widgets import Footer, ProgressBar, Static, TabbedContent, TabPane
 
 from tracer.analysis.requests import RequestLife
+from tracer.render import empty
 from tracer.render.source import source_line
 from tui.bins import Window
 from tui.data import TraceModel
@@ -188,7 +189,7 @@ class MainScreen(StepScreen):
         self.query_one(Timeline).border_title = "timeline · " + " · ".join(parts)
         kinds = self.model.kinds_present if self.model is not None else []
         shown = self.kind or "all kinds"
-        choices = " · ".join(kinds) if kinds else "no flags in this trace"
+        choices = " · ".join(kinds) if kinds else empty.NO_FLAGS_IN_TRACE
         self.query_one("#flag-filter", Static).update(
             f"showing [b]{escape(shown)}[/b] · k cycles: {escape(choices)} · enter jumps"
         )

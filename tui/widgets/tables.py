@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from tracer.analysis.flags import glyph
+from tracer.render import empty
 from tracer.render.flags import message
 from tui.data import CompareModel, TraceModel
 from tui.widgets.vlist import Cell, VirtualList
@@ -32,7 +33,7 @@ class StepTable(VirtualList):
         ("fin", 4),
         ("wait", 5),
     )
-    empty_text = "no steps yet"
+    empty_text = empty.NO_STEPS_YET
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
