@@ -66,6 +66,11 @@ def upload_opened(label: str, steps: int) -> str:
 NO_FLAGS_IN_TRACE = "no flags in this trace"
 
 
+def no_flags_of(kind: str | None) -> str:
+    """The TUI's flag list with no row: no flags, or none of the kind it filters on."""
+    return "no flags" if kind is None else f"no {kind} flags"
+
+
 def no_flags(total: int) -> str:
     """A flag table with no row: none in the trace, or none the filter lets through."""
     return "no flags" if not total else "no flag matches the filter"

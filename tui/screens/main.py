@@ -13,7 +13,7 @@ from textual.markup import escape
 from textual.widgets import Footer, ProgressBar, Static, TabbedContent, TabPane
 
 from tracer.analysis.requests import RequestLife
-from tracer.render import empty
+from tracer.render import empty, moves
 from tracer.render.source import source_line
 from tui.bins import Window
 from tui.data import TraceModel
@@ -227,7 +227,7 @@ class MainScreen(StepScreen):
 
     def action_tail(self) -> None:
         if not self.follow:
-            self.notify("The tail follows a growing file: open it with --follow FILE.")
+            self.notify(moves.TAIL_NEEDS_FOLLOW)
             return
         self.tail = not self.tail
         if self.tail:
@@ -240,8 +240,7 @@ class MainScreen(StepScreen):
             return
         row = self.model.next_flag(self.cursor, self.kind, backwards=backwards)
         if row is None:
-            what = f"{self.kind} flag" if self.kind else "flag"
-            self.notify(f"no {'earlier' if backwards else 'later'} {what}", timeout=2)
+            self.notify(moves.nothing_further(moves.flag_named(self.kind), backwards), timeout=2)
             return
         self.set_cursor(row)
 

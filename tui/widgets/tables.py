@@ -90,7 +90,7 @@ class FlagList(VirtualList):
         self.model = model
         self.index = model.flag_positions(kind) if model is not None else np.zeros(0, dtype=np.int64)
         self.rows = model.flag_rows[self.index] if model is not None else np.zeros(0, dtype=np.int64)
-        self.empty_text = "no flags" if kind is None else f"no {kind} flags"
+        self.empty_text = empty.no_flags_of(kind)
         self.set_count(len(self.index))
 
     def sync_to_row(self, row: int) -> None:
