@@ -46,6 +46,12 @@ NO_WAITING = "no request waited"  # the waiting-by-reason chart of a run where n
 NO_REQUEST_IN_STEPS = "no request in these steps"  # the TUI's requests view
 NOT_IN_STEP = "not in this step"  # a request lane at the cursor's step, where it has no segment
 
+# -- the timelines' panels and lanes -----------------------------------------------------------
+NO_RUNNER_RECORDS = "no runner records in this trace"  # the web's buffer panel
+NO_RUNNER_RECORDS_LANE = f"{NO_RUNNER_RECORDS} (target pass = target)"  # the TUI's buffer lane
+NO_DRAFTER_PASS = "no separate drafter pass for this method"  # the web's query-rows panel
+NO_SUCH_STEP = "no such step"  # an engine's lane at a step of the axis it did not record
+
 # -- traces ------------------------------------------------------------------------------------
 NO_TRACE = "no trace loaded"
 NO_TRACE_UPLOAD = "no trace loaded: upload one"
