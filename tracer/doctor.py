@@ -209,7 +209,7 @@ def version_verdict(trace: Trace) -> Verdict:
 
 
 def _scheduler_verdict(trace: Trace) -> Verdict:
-    cls = trace.header.get("scheduler_cls") or "an unknown class"
+    cls = trace.header.get("scheduler_cls") or words.UNKNOWN_CLASS
     on = bool(trace.config.get("async_scheduling"))
     is_async = "Async" in cls.rsplit(".", 1)[-1]
     if on != is_async:

@@ -48,6 +48,9 @@ def version(release: str | None, supported: bool | None, low: str, high: str) ->
 
 
 # -- hooks -------------------------------------------------------------------------------
+UNKNOWN_CLASS = "an unknown class"  # a header that names no scheduler class
+
+
 def scheduler_mismatch(cls: str, async_on: bool, use: str) -> str:
     """The class that recorded does not match async scheduling; `use` is the one that does."""
     if async_on:
