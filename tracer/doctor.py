@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from tracer.render import doctor as words
 from tracer.render.text import footer_mismatch
 from tracer.trace.errors import TraceOrderError
 from tracer.trace.schema import OFFLINE_MODEL_NAME, SUPPORTED_VLLM, WAITING_DEMAND_LIMIT
@@ -41,10 +42,6 @@ METRIC_DRAFTS = "vllm:spec_decode_num_draft_tokens_total"
 # Methods whose drafter runs no forward pass over a token buffer: no `draft` records.
 NO_DRAFT_PASS_METHODS = frozenset({"ngram", "ngram_gpu", "suffix"})
 SYNC_CLS, ASYNC_CLS = "tracer.scheduler.TracingScheduler", "tracer.scheduler.TracingAsyncScheduler"
-NOT_LOADED = (
-    "the model-runner process did not load the hook (is schedscope pip-installed in the server's "
-    "environment? the server log names a moved vLLM class in a 'schedscope:' warning)"
-)
 
 
 @dataclass
@@ -188,7 +185,7 @@ class Verdict:
     sentence: str
 
     def line(self) -> str:
-        return f"{self.status}  {self.check}: {self.sentence}"
+        return words.verdict_line(self.status, self.check, self.sentence)
 
 
 def vllm_release(version: object) -> tuple[int, int] | None:
@@ -204,30 +201,22 @@ def version_verdict(trace: Trace) -> Verdict:
     """Which vLLM recorded the trace (its header), and whether this schedscope supports it."""
     version = trace.header.get("vllm_version")
     low, high = (".".join(map(str, v)) for v in (SUPPORTED_VLLM[0], SUPPORTED_VLLM[-1]))
-    supported = f"this schedscope supports {low} to {high}"
     release = vllm_release(version)
     if release is None:
-        return Verdict(SKIP, "vLLM version", f"the header names no vLLM release ({version!r}); {supported}")
+        return Verdict(SKIP, "vLLM version", words.version(repr(version), None, low, high))
     if release in SUPPORTED_VLLM:
-        return Verdict(PASS, "vLLM version", f"recorded by vLLM {version}, supported ({supported})")
-    return Verdict(
-        FAIL,
-        "vLLM version",
-        f"recorded by vLLM {version}, not supported: {supported}; "
-        "a field it moved may be missing from the records",
-    )
+        return Verdict(PASS, "vLLM version", words.version(str(version), True, low, high))
+    return Verdict(FAIL, "vLLM version", words.version(str(version), False, low, high))
 
 
 def _scheduler_verdict(trace: Trace) -> Verdict:
-    cls = trace.header.get("scheduler_cls") or "an unknown class"
+    cls = trace.header.get("scheduler_cls") or words.UNKNOWN_CLASS
     on = bool(trace.config.get("async_scheduling"))
     is_async = "Async" in cls.rsplit(".", 1)[-1]
-    if on and not is_async:
-        return Verdict(FAIL, "scheduler hook", f"async scheduling is on but {cls} recorded: use {ASYNC_CLS}")
-    if is_async and not on:
-        return Verdict(FAIL, "scheduler hook", f"{cls} recorded with async scheduling off: use {SYNC_CLS}")
-    mode = "async" if on else "sync"
-    return Verdict(PASS, "scheduler hook", f"{cls} recorded {len(trace)} steps ({mode} scheduling)")
+    if on != is_async:
+        use = ASYNC_CLS if on else SYNC_CLS
+        return Verdict(FAIL, "scheduler hook", words.scheduler_mismatch(cls, on, use))
+    return Verdict(PASS, "scheduler hook", words.scheduler_ok(cls, len(trace), on))
 
 
 def _runner_verdict(trace: Trace, hooks: dict[str, Any] | None) -> Verdict:
@@ -235,54 +224,43 @@ def _runner_verdict(trace: Trace, hooks: dict[str, Any] | None) -> Verdict:
     noted = trace.runner["target_rows"] >= 0
     if hooks is None:
         if trace.config.get("model") == OFFLINE_MODEL_NAME:
-            return Verdict(
-                SKIP,
-                "runner hook",
-                "recorded offline (a replay or the offline harness): no model runner ran",
-            )
+            return Verdict(SKIP, "runner hook", words.runner_offline())
         if noted.any():
-            return Verdict(PASS, "runner hook", "runner records present (no runner named: a pre-1.1 trace)")
+            return Verdict(PASS, "runner hook", words.runner_unnamed())
         if not busy.any():
-            return Verdict(SKIP, "runner hook", "no step scheduled tokens, so no forward pass to record")
-        return Verdict(FAIL, "runner hook", f"no runner records: {NOT_LOADED}")
-    name = f"{hooks.get('runner')} runner {hooks.get('runner_cls')}"
+            return Verdict(SKIP, "runner hook", words.nothing_scheduled("forward pass"))
+        return Verdict(FAIL, "runner hook", words.runner_missing())
+    name = words.runner_name(hooks.get("runner"), hooks.get("runner_cls"))
     missing = int((busy & ~noted).sum())
     if missing:
-        return Verdict(
-            FAIL, "runner hook", f"{name}: {missing} of {int(busy.sum())} busy steps lack a record"
-        )
-    pad = ", padded rows included" if "target" in (hooks.get("padded") or ()) else ""
-    return Verdict(PASS, "runner hook", f"{name}: a target-pass record for every busy step{pad}")
+        return Verdict(FAIL, "runner hook", words.runner_gaps(name, missing, int(busy.sum())))
+    padded = "target" in (hooks.get("padded") or ())
+    return Verdict(PASS, "runner hook", words.runner_ok(name, padded))
 
 
 def _speculator_verdict(trace: Trace, hooks: dict[str, Any] | None) -> Verdict:
     method = trace.config.get("spec_method")
     if not method:
-        return Verdict(SKIP, "speculator hook", "no speculative decoding in this run")
+        return Verdict(SKIP, "speculator hook", words.no_speculation())
     run = trace.runner
     drafted = run["draft_rows"] >= 0
     name = (hooks or {}).get("speculator") or method
     if method in NO_DRAFT_PASS_METHODS:
         if drafted.any():
-            return Verdict(FAIL, "speculator hook", f"{method} runs no drafter pass, yet draft records exist")
-        return Verdict(PASS, "speculator hook", f"{method} runs no drafter forward pass: none to record")
+            return Verdict(FAIL, "speculator hook", words.passless_drafted(method))
+        return Verdict(PASS, "speculator hook", words.passless_ok(method))
     if hooks is not None and not hooks.get("speculator_rows"):
-        return Verdict(FAIL, "speculator hook", f"{name} ({method}) is not hooked: draft rows not recorded")
+        return Verdict(FAIL, "speculator hook", words.speculator_unhooked(name, method))
     if not drafted.any():
         if not (trace.columns["target_used"] > 0).any():
-            return Verdict(SKIP, "speculator hook", "no step scheduled tokens, so no drafter pass to record")
+            return Verdict(SKIP, "speculator hook", words.nothing_scheduled("drafter pass"))
         if trace.config.get("model") == OFFLINE_MODEL_NAME:
-            return Verdict(SKIP, "speculator hook", "recorded offline: no drafter ran")
-        return Verdict(FAIL, "speculator hook", f"{method}: not one draft-pass record in a run that drafted")
-    detail = f"{name}: {int(drafted.sum())} draft-pass records"
-    if hooks is not None:
-        detail += f" (rows: {hooks['speculator_rows']})"
-        if "draft" in (hooks.get("padded") or ()):
-            detail += ", padded rows included"
+            return Verdict(SKIP, "speculator hook", words.speculator_offline())
+        return Verdict(FAIL, "speculator hook", words.speculator_silent(method))
     over = int((drafted & (run["draft_cap"] >= 0) & (run["draft_rows"] > run["draft_cap"])).sum())
-    if over:
-        detail += f"; {over} passes overflow the drafter buffer (schedscope flags)"
-    return Verdict(PASS, "speculator hook", detail)
+    rows = None if hooks is None else hooks["speculator_rows"]
+    padded = hooks is not None and "draft" in (hooks.get("padded") or ())
+    return Verdict(PASS, "speculator hook", words.speculator_ok(name, int(drafted.sum()), rows, padded, over))
 
 
 def hook_verdicts(trace: Trace) -> list[Verdict]:
@@ -291,75 +269,48 @@ def hook_verdicts(trace: Trace) -> list[Verdict]:
     out = [_scheduler_verdict(trace), _runner_verdict(trace, hooks), _speculator_verdict(trace, hooks)]
     inactive = sorted({reason for rec in trace.hooks for reason in rec.get("inactive") or ()})
     if inactive:
-        out.append(Verdict(FAIL, "inactive hooks", "; ".join(inactive)))
+        out.append(Verdict(FAIL, "inactive hooks", words.inactive(inactive)))
     return out
 
 
 def total_verdicts(traces: Sequence[Trace], metrics: Metrics | None) -> list[Verdict]:
     if metrics is None:
-        return [Verdict(SKIP, "totals", "not compared with the server's counters (no --metrics-url/-file)")]
+        return [Verdict(SKIP, "totals", words.no_metrics())]
     out: list[Verdict] = []
     if len(metrics.engines) > len(traces):
-        engines = ", ".join(sorted(metrics.engines))
-        out.append(
-            Verdict(
-                FAIL,
-                "engines",
-                f"the server reports engines {engines}, {len(traces)} trace(s) given: "
-                "pass every engine's trace (SCHEDSCOPE_TRACE with {pid})",
-            )
-        )
+        out.append(Verdict(FAIL, "engines", words.engines_missing(sorted(metrics.engines), len(traces))))
     t = trace_totals(traces)
 
     def ranged(check: str, name: str, lo: int, hi: int, what: str) -> None:
         theirs = metrics.get(name)
         if theirs is None:
-            out.append(Verdict(SKIP, check, f"the server does not export {name}"))
+            out.append(Verdict(SKIP, check, words.not_exported(name)))
             return
         if lo == hi:
             exact(check, name, lo, what)
             return
         n = int(theirs)
         ok = lo <= n <= hi
-        relation = "within" if ok else "outside"
-        why = "what vLLM discards is not in the trace"
-        out.append(
-            Verdict(
-                PASS if ok else FAIL, check, f"{name} {n} is {relation} the trace's {lo}–{hi} {what} ({why})"
-            )
-        )
+        out.append(Verdict(PASS if ok else FAIL, check, words.in_range(name, n, lo, hi, what, ok)))
 
     def exact(check: str, name: str, ours: int, what: str) -> None:
         theirs = metrics.get(name)
         if theirs is None:
-            out.append(Verdict(SKIP, check, f"the server does not export {name}"))
-        elif int(theirs) == ours:
-            out.append(Verdict(PASS, check, f"{ours} {what} in the trace = {name} {int(theirs)}"))
+            out.append(Verdict(SKIP, check, words.not_exported(name)))
         else:
-            out.append(
-                Verdict(
-                    FAIL,
-                    check,
-                    f"{ours} {what} in the trace ≠ {name} {int(theirs)} (differ by {int(theirs) - ours})",
-                )
-            )
+            same = int(theirs) == ours
+            out.append(Verdict(PASS if same else FAIL, check, words.equal(name, ours, int(theirs), what)))
 
-    exact("requests", METRIC_REQUESTS, t.finished, f"finished requests ({t.admitted} admitted)")
+    exact("requests", METRIC_REQUESTS, t.finished, words.finished_requests(t.admitted))
     if t.prompt_unknown:
-        out.append(
-            Verdict(
-                SKIP,
-                "prompt tokens",
-                f"{t.prompt_unknown} of {t.admitted} admitted requests have no recorded prompt length "
-                f"(a step admitted more than {WAITING_DEMAND_LIMIT})",
-            )
-        )
+        unknown = words.prompts_unknown(t.prompt_unknown, t.admitted, WAITING_DEMAND_LIMIT)
+        out.append(Verdict(SKIP, "prompt tokens", unknown))
     else:
-        exact("prompt tokens", METRIC_PROMPT, t.prompt_tokens, "prompt tokens at admission")
-    ranged("generation tokens", METRIC_GENERATION, t.generation_min, t.generation_max, "sampled tokens")
-    exact("preemptions", METRIC_PREEMPTIONS, t.preemptions, "preemptions")
+        exact("prompt tokens", METRIC_PROMPT, t.prompt_tokens, words.PROMPT_TOKENS)
+    ranged("generation tokens", METRIC_GENERATION, t.generation_min, t.generation_max, words.SAMPLED_TOKENS)
+    exact("preemptions", METRIC_PREEMPTIONS, t.preemptions, words.PREEMPTIONS)
     if any(tr.config.get("spec_method") for tr in traces) or metrics.get(METRIC_DRAFTS):
-        ranged("draft tokens", METRIC_DRAFTS, t.spec_min, t.spec_max, "draft tokens scheduled")
+        ranged("draft tokens", METRIC_DRAFTS, t.spec_min, t.spec_max, words.DRAFT_TOKENS)
     return out
 
 
@@ -368,46 +319,30 @@ def record_verdicts(trace: Trace) -> list[Verdict]:
     steps = trace.columns["step"]
     problems: list[str] = []
     if len(steps) and not bool((steps == np.arange(1, len(steps) + 1)).all()):
-        problems.append(f"step numbers are not 1..{len(steps)}: steps are missing")
+        problems.append(words.steps_missing(len(steps)))
     if trace.gaps:
-        problems.append(f"{len(trace.gaps)} gaps from a live stream (`attach --save`)")
+        problems.append(words.stream_gaps(len(trace.gaps)))
     if trace.torn is not None:
-        problems.append(f"the file is {trace.torn.describe()}")
+        problems.append(words.torn(trace.torn.describe()))
     if trace.problems:
         unordered = [p for p in trace.problems if isinstance(p, TraceOrderError)]
         if malformed := len(trace.problems) - len(unordered):
-            problems.append(f"{malformed} malformed lines skipped")
+            problems.append(words.malformed_skipped(malformed))
         if unordered:  # the first says where: a second writer or a joined copy begins there
-            problems.append(f"{len(unordered)} out-of-order step records skipped, the first {unordered[0]}")
+            problems.append(words.unordered_skipped(len(unordered), unordered[0]))
     if foot is None:
-        why = "; ".join(problems) or "records dropped are counted at a clean shutdown"
-        return [
-            Verdict(
-                SKIP if not problems else FAIL,
-                "records",
-                f"no footer yet (the server is running, or was killed): {why}",
-            )
-        ]
+        return [Verdict(SKIP if not problems else FAIL, "records", words.no_footer(problems))]
     if foot.get("records_dropped"):
-        problems.append(
-            f"{foot['records_dropped']} records dropped (raise SCHEDSCOPE_QUEUE, or a faster disk)"
-        )
+        problems.append(words.dropped(foot["records_dropped"]))
     if foot.get("errors"):
-        problems.append(f"{foot['errors']} tracer errors (the server log has the first one)")
+        problems.append(words.tracer_errors(foot["errors"]))
     if foot.get("writer_failure"):
-        problems.append(f"writing stopped: {foot['writer_failure']}")
+        problems.append(words.writing_stopped(foot["writer_failure"]))
     if (mismatch := footer_mismatch(trace.footer_count())) is not None:
         problems.append(mismatch)
     if problems:
-        return [Verdict(FAIL, "records", "; ".join(problems))]
-    kept = (
-        " (kept beside the trace: EngineCore was killed before it wrote its footer)"
-        if foot.get("kept")
-        else ""
-    )
-    return [
-        Verdict(PASS, "records", f"footer: {len(steps)} steps written, 0 records dropped, 0 errors{kept}")
-    ]
+        return [Verdict(FAIL, "records", words.problems(problems))]
+    return [Verdict(PASS, "records", words.footer_ok(len(steps), bool(foot.get("kept"))))]
 
 
 def replay_verdicts(trace: Trace) -> list[Verdict]:
@@ -420,15 +355,14 @@ def replay_verdicts(trace: Trace) -> list[Verdict]:
     except WorkloadError as exc:
         return [Verdict(FAIL, "identity replay", str(exc))]
     if not exact:
-        why = "no recorded scheduler inputs (format 1.0, or stream gaps): a replay would be approximate"
-        return [Verdict(SKIP, "identity replay", why)]
+        return [Verdict(SKIP, "identity replay", words.replay_approximate())]
     try:
         result = fidelity.check_fidelity(trace)
     except ImportError as exc:
-        return [Verdict(SKIP, "identity replay", f"needs vLLM installed here ({exc})")]
+        return [Verdict(SKIP, "identity replay", words.replay_needs_vllm(exc))]
     except Exception as exc:
-        return [Verdict(FAIL, "identity replay", f"the replay raised {type(exc).__name__}: {exc}")]
-    summary = fidelity_lines(result)[0].removeprefix("identity replay ")
+        return [Verdict(FAIL, "identity replay", words.replay_raised(exc))]
+    summary = words.replay_summary(fidelity_lines(result)[0])
     return [Verdict(PASS if result.identical else FAIL, "identity replay", summary)]
 
 
@@ -442,17 +376,10 @@ def diagnose(traces: Sequence[Trace], metrics: Metrics | None) -> list[tuple[str
             *record_verdicts(trace),
             *replay_verdicts(trace),
         ]
-        sections.append((_describe(trace), verdicts))
-    sections.append((f"totals ({metrics.source})" if metrics else "totals", total_verdicts(traces, metrics)))
+        sections.append((words.trace_title(trace.path, len(trace), trace.header), verdicts))
+    title = words.totals_title(metrics.source if metrics else None)
+    sections.append((title, total_verdicts(traces, metrics)))
     return sections
-
-
-def _describe(trace: Trace) -> str:
-    h = trace.header
-    return (
-        f"{trace.path}: {len(trace)} steps, vLLM {h.get('vllm_version')}, "
-        f"schema {h.get('schema')}, EngineCore pid {h.get('pid')}"
-    )
 
 
 def run(
@@ -480,5 +407,5 @@ def run(
         for v in verdicts:
             counts[v.status] += 1
             lines.append(f"  {v.line()}")
-    lines.append(f"{counts[PASS]} passed, {counts[FAIL]} failed, {counts[SKIP]} skipped")
+    lines.append(words.tally(counts[PASS], counts[FAIL], counts[SKIP]))
     return (1 if counts[FAIL] else 0), lines

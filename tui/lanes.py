@@ -13,6 +13,7 @@ from typing import Literal
 import numpy as np
 
 from tracer.analysis.series import step_series
+from tracer.render import empty
 from tui.data import RunModel, TraceModel
 
 Kind = Literal["bar", "stack", "marks", "note"]
@@ -111,9 +112,7 @@ def build_lanes(model: TraceModel, *, compact: bool = False) -> list[Lane]:
                 )
             )
         if not shown:
-            lanes.append(
-                Lane("buffers", "note", note="no runner records in this trace (target pass = target)")
-            )
+            lanes.append(Lane("buffers", "note", note=empty.NO_RUNNER_RECORDS_LANE))
         seqs = max(int(trace.config.get("max_num_seqs") or 0), int(s["num_running"].max(initial=0)))
         lanes.append(
             Lane(
@@ -168,7 +167,7 @@ def engine_lanes(run: RunModel, selected: int | None = None) -> list[Lane]:
 
         def readout(r: int, used: np.ndarray = used, cap: np.ndarray = cap, ok: np.ndarray = recorded) -> str:
             if not 0 <= r < n or not ok[r]:
-                return "no such step"
+                return empty.NO_SUCH_STEP
             return f"{int(used[r])}/{int(cap[r])}"
 
         def held(r: int, withheld: np.ndarray = withheld) -> str:

@@ -16,6 +16,7 @@ import numpy as np
 from dash import ALL, Dash, Input, Output, Patch, State, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
+from tracer.render import empty
 from tracer.trace.source import Phase
 from web import layout as ids
 from web.chart import (
@@ -111,7 +112,7 @@ class Handlers:
         if view is None:
             if trigger == ids.TICK:
                 return no_update, no_update, no_update, status
-            msg = status or "no trace loaded: upload one"
+            msg = status or empty.NO_TRACE_UPLOAD
             return _empty_figure(msg), None, "", status  # "": shown, nothing yet (ticks_done)
         if (
             trigger in (None, ids.TRACE)
@@ -244,12 +245,12 @@ class Handlers:
         shown, current, count = page(found, current)
         rows = view.report.flags.take(shown) if view is not None else []
         total = len(view.report.flags) if view is not None else 0
-        return table(rows, total), f"page {current + 1} of {count} ({len(found)} flags)", current
+        return table(rows, total), empty.flag_page(current + 1, count, len(found)), current
 
     def summary(self, key: str | None) -> Any:
         view = self.store.get(key)
         if view is None:
-            return html.Span("no trace loaded")
+            return html.Span(empty.NO_TRACE)
         return html.Div([html.B(view.label), " — ", view.summary()])
 
     # -- upload --------------------------------------------------------------------------
@@ -260,10 +261,10 @@ class Handlers:
         try:
             view = self.store.open_upload(gate["contents"], gate.get("filename") or "upload")
         except UploadError as exc:
-            msg = html.Span(f"Could not open the upload: {exc}", className="error", id="upload-error")
+            msg = html.Span(empty.upload_failed(exc), className="error", id="upload-error")
             return no_update, no_update, msg, no_update, no_update
         options = self.store.options()
-        msg = html.Span(f"opened {view.label} ({len(view)} steps)", className="ok")
+        msg = html.Span(empty.upload_opened(view.label, len(view)), className="ok")
         return options, view.key, msg, options, options
 
     # -- live controls -------------------------------------------------------------------
@@ -309,7 +310,7 @@ class Handlers:
             raise PreventUpdate
         found = self.store.compared(key_a, key_b)
         if found is None:
-            msg = "Load two traces to compare: `schedscope web A B`, or upload one."
+            msg = empty.COMPARE_NEEDS_TWO
             return _empty_figure(msg), html.P(msg), None, None
         pair, c, cache_key = found
         chart = pair.once("chart", lambda: compare_chart(c))  # kept with the comparison

@@ -12,6 +12,7 @@ import numpy as np
 from dash import html
 
 from tracer.analysis.flags import Flag, FlagList
+from tracer.render import empty
 from tracer.render.flags import message
 from tracer.render.flags import messages as flag_messages
 
@@ -46,7 +47,7 @@ def page(
 
 def table(flags: list[Flag], total: int) -> Any:
     if not flags:
-        return html.P("no flags" if not total else "no flag matches the filter", className="muted")
+        return html.P(empty.no_flags(total), className="muted")
     head = html.Tr([html.Th(h) for h in ("step", "severity", "kind", "tokens withheld", "what to do")])
     rows = [
         html.Tr(

@@ -1,7 +1,8 @@
 """The step inspector: one step's requests and tokens, its budget arithmetic, its flags.
 
-The arithmetic lines are tracer.render.step.arithmetic's, verbatim; the requests are the
-step record's, typed by tracer.analysis.session.step_requests.
+The arithmetic lines are tracer.render.step.arithmetic's, and the heading's place and the
+status line tracer.render.step's, verbatim, as the TUI's inspector prints them; the requests
+are the step record's, typed by tracer.analysis.session.step_requests.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ from typing import Any
 from dash import html
 
 from tracer.analysis.session import StepRequests, step_requests
+from tracer.render import empty
 from tracer.render.flags import message
-from tracer.render.step import arithmetic, schedule_time, step_status
+from tracer.render.step import arithmetic, step_place, step_status
 from web.model import TraceView
 
 SEVERITY_CLASS = {"error": "sev-error", "warning": "sev-warning", "info": "sev-info"}
@@ -47,7 +49,7 @@ def _requests_table(reqs: StepRequests) -> html.Table:
             )
         )
     if not rows:
-        rows.append(html.Tr([html.Td("no request scheduled", colSpan=6)]))
+        rows.append(html.Tr([html.Td(empty.NO_REQUEST_SCHEDULED, colSpan=6)]))
     return html.Table([html.Thead(head), html.Tbody(rows)], className="requests")
 
 
@@ -61,10 +63,10 @@ def _id_list(label: str, ids: list[Any], extra: int = 0) -> html.Div | None:
 def inspector(view: TraceView | None, step: int | None) -> list[Any]:
     """Children of the inspector panel for a recorded step number."""
     if view is None or step is None:
-        return [html.P("Click a step in the timeline, or a step in the flag table, to inspect it.")]
+        return [html.P(empty.INSPECT_HINT)]
     row = view.row_of(step)
     if row is None:
-        return [html.P(f"This trace has no step {step}.")]
+        return [html.P(empty.no_such_step(step))]
     rec = view.trace.step(row)
     reqs = step_requests(rec)
     flags = view.session.flags_at(row)
@@ -72,7 +74,8 @@ def inspector(view: TraceView | None, step: int | None) -> list[Any]:
     waiting = [f"{d.id} ({d.demand})" for d in reqs.waiting]
     parts: list[Any] = [
         html.H4(f"Step {step}", id="inspector-title"),
-        html.Div(f"{step_status(rec)} · {schedule_time(rec)}", className="muted", id="inspector-status"),
+        html.Div(step_place(view.trace, row, rec), className="muted", id="inspector-place"),
+        html.Div(step_status(rec), className="muted", id="inspector-status"),
         html.H5("Budget arithmetic"),
         html.Pre("\n".join(lines), id="inspector-arithmetic"),
         html.H5(f"Flags ({len(flags)})"),
@@ -89,7 +92,7 @@ def inspector(view: TraceView | None, step: int | None) -> list[Any]:
                 )
                 for f in flags
             ]
-            or [html.Li("none")],
+            or [html.Li(empty.NONE)],
             id="inspector-flags",
         ),
         html.H5("Requests and tokens"),

@@ -11,12 +11,12 @@ from typing import Any
 import plotly.graph_objects as go
 from dash import dcc, html
 
-from tracer.render.sweep_report import error_text, sweep_lines
+from tracer.render.sweep_report import figure_title, objective_axis, sweep_lines
 from tracer.whatif.sweep import OBJECTIVES
 
 
 def sweep_figure(doc: dict[str, Any]) -> go.Figure:
-    key, label, unit, higher = OBJECTIVES[doc["objective"]]
+    key, label, unit, _ = OBJECTIVES[doc["objective"]]
     err = doc.get("error_pct")
     lines: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in doc["results"]:
@@ -50,12 +50,10 @@ def sweep_figure(doc: dict[str, Any]) -> go.Figure:
                 ),
             )
         )
-    pm = error_text(err) + ("" if err is None else " (the model's summed error)")
-    better = "higher is better" if higher else "lower is better"
     fig.update_layout(
-        title=f"sweep of {doc['trace']}: predicted {label}, {better}; {pm}",
+        title=figure_title(doc),
         xaxis_title="max_num_batched_tokens",
-        yaxis_title=f"{label} ({unit}, predicted)",
+        yaxis_title=objective_axis(doc),
         template="plotly_white",
         legend_title="setting",
         height=520,

@@ -10,6 +10,7 @@ import numpy as np
 
 from tracer.analysis import flags as flag_registry  # read when drawn: a new kind needs no edit here
 from tracer.analysis.flags import Flag, kind_info
+from tracer.render import empty
 from tracer.render.flags import message
 from web.chart import Chart, Line, Markers, Panel
 from web.model import TraceView
@@ -107,7 +108,7 @@ def timeline_chart(view: TraceView) -> Chart:
                 Line("query rows", s["query_rows"], PURPLE, fill=True),
                 Line("query capacity", s["query_cap"], DARK, dash="dash", width=1),
             ),
-            note=None if has_query else "no separate drafter pass for this method",
+            note=None if has_query else empty.NO_DRAFTER_PASS,
         ),
         Panel(
             "buffer occupancy per forward pass (runner records)",
@@ -117,7 +118,7 @@ def timeline_chart(view: TraceView) -> Chart:
                 Line("draft pass rows", s["buffer_draft_rows"], GREEN, gaps_below=0),
                 Line("draft buffer", s["buffer_draft_cap"], GREEN, dash="dash", gaps_below=0, width=1),
             ),
-            note=None if has_runner else "no runner records in this trace",
+            note=None if has_runner else empty.NO_RUNNER_RECORDS,
         ),
         Panel(
             "requests: running, waiting, preempted",

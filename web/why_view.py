@@ -27,6 +27,7 @@ from tracer.analysis.request_lanes import (
     WAITING,
     RequestLanes,
 )
+from tracer.render import empty
 from tracer.render.why import lanes_note, no_story_line, segment_text, state_label, story_lines
 from web.chart import AXIS_LOOK, LOOK, MARGIN, XAXIS_LOOK, whole_range
 from web.decimate import MAX_POINTS, parse_xrange, row_range, select_rows
@@ -111,7 +112,7 @@ def waiting_figure(view: TraceView, x_range: XRange = None, max_points: int = MA
     else:
         layout["annotations"] = [
             {
-                "text": "no request waited",
+                "text": empty.NO_WAITING,
                 "showarrow": False,
                 "xref": "paper",
                 "yref": "paper",
@@ -188,7 +189,7 @@ def _title(text: str) -> dict[str, Any]:
 
 def why_panel(view: TraceView | None, request_id: str | None) -> list[Any]:
     if view is None or not request_id:
-        return [html.P("Click a request's lane in the Gantt to read its why.", className="muted")]
+        return [html.P(empty.WHY_HINT, className="muted")]
     story = view.session.request_story(request_id)
     if story is None:
         return [html.P(no_story_line(request_id))]

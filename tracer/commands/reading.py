@@ -48,8 +48,8 @@ def cmd_flags(args: argparse.Namespace) -> int:
     import orjson
 
     from tracer.analysis.engines import Run
-    from tracer.render.flags import flag_doc, flag_lines
-    from tracer.render.text import RunLine, run_totals_line
+    from tracer.render.flags import flag_lines, flags_document
+    from tracer.render.text import RunLine, run_row
 
     opened = open_traces(args, *args.traces)
     run = opened.run or Run.of(opened.sessions)
@@ -60,15 +60,7 @@ def cmd_flags(args: argparse.Namespace) -> int:
         wanted = report.flags.positions(args.kind or None)
         if args.json:
             flags = report.flags.take(wanted)
-            docs.append(
-                {
-                    "trace": trace.path,
-                    **({"engine": engine.label} if several else {}),
-                    "flags": [flag_doc(f) for f in flags],
-                    "counts": report.counts(),
-                    "tokens_withheld": report.tokens_withheld,
-                }
-            )
+            docs.append(flags_document(trace.path, engine.label if several else None, report, flags))
             continue
         where = f"{engine.label}  " if several else ""
         sys.stdout.write(flag_lines(report, wanted, where))
@@ -77,7 +69,7 @@ def cmd_flags(args: argparse.Namespace) -> int:
         doc = docs[0] if not several else {"engines": docs}
         sys.stdout.buffer.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
     elif several:
-        print(f"run: {run_totals_line(run.totals())}")
+        print(run_row(run.totals()))
     return 0
 
 

@@ -125,6 +125,17 @@ def flag_doc(flag: Flag) -> dict[str, Any]:
             "numbers": flag.numbers}  # fmt: skip
 
 
+def flags_document(path: str, engine: str | None, report: FlagReport, flags: list[Flag]) -> dict[str, Any]:
+    """One trace's `schedscope flags --json` document (`engine`: its label in a run of several)."""
+    return {
+        "trace": path,
+        **({"engine": engine} if engine is not None else {}),
+        "flags": [flag_doc(f) for f in flags],
+        "counts": report.counts(),
+        "tokens_withheld": report.tokens_withheld,
+    }
+
+
 def flag_lines(report: FlagReport, positions: np.ndarray, where: str = "") -> str:
     """The flags at `positions` (FlagReport.flags.positions), a line each, `where` before each
     (an engine's label in a run of several). Made in bulk from the report's columns, not from

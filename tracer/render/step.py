@@ -10,7 +10,8 @@ from tracer.trace.trace_type import Trace
 
 
 def step_status(rec: dict[str, Any]) -> str:
-    """A step's state once schedule() returned, as both inspectors print it."""
+    """A step's state once schedule() returned: the one status line both inspectors print,
+    as it is, on a line of its own."""
     return (
         f"after the step: {rec['num_running']} running · {rec['num_waiting']} waiting · "
         f"KV {100 * float(rec['kv_usage']):.1f}%"
@@ -20,6 +21,14 @@ def step_status(rec: dict[str, Any]) -> str:
 def schedule_time(rec: dict[str, Any]) -> str:
     """How long the step's schedule() call took, for a step's heading."""
     return f"schedule() {rec.get('sched_us', 0):.0f} µs"
+
+
+def step_place(trace: Trace, row: int, rec: dict[str, Any]) -> str:
+    """Where step row `row` is in the run and what its schedule() cost, beside the step's
+    number in both inspectors' headings."""
+    t0 = trace.header.get("t0")
+    when = f" · t +{rec['t'] - t0:.3f} s" if isinstance(t0, (int, float)) else ""
+    return f"row {row + 1} of {len(trace)}{when} · {schedule_time(rec)}"
 
 
 def buffers_line(trace: Trace, i: int) -> str | None:

@@ -28,6 +28,22 @@ def error_text(err: float | None) -> str:
     return f"±{err:.2f}%" if err < 1 else f"±{err:.1f}%"
 
 
+def figure_title(doc: dict[str, Any]) -> str:
+    """The sweep figure's title (`sweep --plot`, the web app's Sweep page): what it predicts,
+    which way is better, and the clock's error."""
+    _, label, _, higher = OBJECTIVES[doc["objective"]]
+    err = doc.get("error_pct")
+    pm = error_text(err) + ("" if err is None else " (the model's summed error)")
+    better = "higher is better" if higher else "lower is better"
+    return f"sweep of {doc['trace']}: predicted {label}, {better}; {pm}"
+
+
+def objective_axis(doc: dict[str, Any]) -> str:
+    """The sweep figure's y-axis title: the objective, its unit, predicted."""
+    _, label, unit, _ = OBJECTIVES[doc["objective"]]
+    return f"{label} ({unit}, predicted)"
+
+
 def _fmt(value: float | None, fmt: str) -> str:
     return "n/a" if value is None else fmt.format(value)
 

@@ -72,6 +72,11 @@ def run_totals_line(totals: RunTotals) -> str:
     )
 
 
+def run_row(totals: RunTotals) -> str:
+    """The run's totals after its engines' blocks, as `summary` and `flags` end them."""
+    return f"run: {run_totals_line(totals)}"
+
+
 def engine_heading(label: str, path: str) -> str:
     return f"== {label}: {path}"
 

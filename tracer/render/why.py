@@ -13,6 +13,7 @@ from tracer.analysis.request_lanes import RequestLanes, Segment
 from tracer.analysis.request_story import LifeStep, RequestStory
 from tracer.analysis.step_bindings import WaitingSummary
 from tracer.analysis.why import Cause, PreemptionWhy, RequestWhy, StepWhy
+from tracer.render.empty import NO_REQUEST_IN_STEPS, NO_WAITING
 
 
 def _pct(x: float) -> str:
@@ -258,7 +259,7 @@ def waiting_sentence(summary: WaitingSummary) -> str | None:
 
 def waiting_lines(summary: WaitingSummary) -> Iterator[str]:
     if not summary.total:
-        yield "waiting  no request waited"
+        yield f"waiting  {NO_WAITING}"
         return
     parts = [f"{label(code)} {_pct(n / summary.total)} ({n})" for code, n in summary.by_reason.items()]
     yield f"waiting  {summary.total} request-steps: " + ", ".join(parts)
@@ -286,7 +287,7 @@ def segment_text(seg: Segment) -> str:
 def lanes_note(lanes: RequestLanes) -> str:
     """What the lanes show, and what they leave out."""
     if not lanes.lanes:
-        return "no request in these steps"
+        return NO_REQUEST_IN_STEPS
     parts = [
         f"{len(lanes.lanes)} of {lanes.requests} requests" if lanes.left_out else f"{lanes.requests} requests"
     ]

@@ -8,6 +8,7 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.timer import Timer
 
+from tracer.render import moves
 from tui.bins import Window
 
 SPEEDS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000, 20000)  # steps per second
@@ -121,8 +122,8 @@ class StepScreen(Screen[None]):
 
         self.app.push_screen(PromptScreen("Go to step", "a step number as recorded"), go)
 
-    # What `g` says of a step number this screen does not show.
-    no_step = "this trace has no step {}"
+    # Whether `g`'s step numbers are the engines' shared axis (render.moves.no_step words it).
+    engines_axis = False
 
     def row_of_step(self, step: int) -> int | None:
         """The row showing `step` as recorded, None if none does (a subclass knows its rows)."""
@@ -130,11 +131,11 @@ class StepScreen(Screen[None]):
 
     def goto_step(self, text: str) -> None:
         if not text.lstrip("-").isdigit():
-            self.notify(f"not a step number: {text}", severity="warning")
+            self.notify(moves.not_a_step(text), severity="warning")
             return
         row = self.row_of_step(int(text))
         if row is None:
-            self.notify(self.no_step.format(text), severity="warning")
+            self.notify(moves.no_step(text, self.engines_axis), severity="warning")
         else:
             self.set_cursor(row)
 

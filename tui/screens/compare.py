@@ -14,6 +14,7 @@ from textual.markup import escape
 from textual.widgets import Footer, ProgressBar, Static
 
 from tracer.analysis.opening import Spec, open_input
+from tracer.render import moves
 from tracer.render.compare import headline_sentences, performance_note, performance_rows
 from tracer.render.step import arithmetic
 from tracer.render.text import compare_totals
@@ -166,7 +167,7 @@ class CompareScreen(StepScreen):
     def _arith(self, side: TraceModel, label: str) -> str:
         row = self.cursor
         if row >= len(side):
-            return f"[$text-muted]{label} has no step {row + 1}: it drained in {len(side)} steps[/]"
+            return f"[$text-muted]{escape(moves.drained(label, row, len(side)))}[/]"
         lines = [f"[b]{label} step {int(side.trace.columns['step'][row])}[/b]"]
         for line in arithmetic(side.trace, row, side.report.analysis):
             style = "$error" if line.startswith("withheld") else "$text"
@@ -178,8 +179,8 @@ class CompareScreen(StepScreen):
     def update_status(self) -> None:
         if self.model is None:
             return
-        changed = len(self.model.changed)
-        self.query_one("#status", Static).update(f"{self.replay_status()} · {changed} steps differ · n/N")
+        changed = moves.steps_differ(len(self.model.changed))
+        self.query_one("#status", Static).update(f"{self.replay_status()} · {changed} · n/N")
 
     @on(VirtualList.Chosen, "#deltas")
     def _delta_chosen(self, message: VirtualList.Chosen) -> None:
@@ -194,7 +195,7 @@ class CompareScreen(StepScreen):
             return
         row = self.model.next_change(self.cursor, backwards=backwards)
         if row is None:
-            self.notify(f"no {'earlier' if backwards else 'later'} step that differs", timeout=2)
+            self.notify(moves.nothing_further(moves.STEP_THAT_DIFFERS, backwards), timeout=2)
         else:
             self.set_cursor(row)
 

@@ -152,7 +152,7 @@ class EnginesScreen(StepScreen):
         source = TraceSource.loaded(engine.trace, strict=self.strict)
         self.app.push_screen(EngineScreen(source))
 
-    no_step = "no engine recorded a step {}"
+    engines_axis = True
 
     def row_of_step(self, step: int) -> int | None:
         return self.model.row_of(step) if self.model is not None else None

@@ -13,6 +13,7 @@ from textual.markup import escape
 from textual.widgets import Footer, ProgressBar, Static, TabbedContent, TabPane
 
 from tracer.analysis.requests import RequestLife
+from tracer.render import empty, moves
 from tracer.render.source import source_line
 from tui.bins import Window
 from tui.data import TraceModel
@@ -188,7 +189,7 @@ class MainScreen(StepScreen):
         self.query_one(Timeline).border_title = "timeline · " + " · ".join(parts)
         kinds = self.model.kinds_present if self.model is not None else []
         shown = self.kind or "all kinds"
-        choices = " · ".join(kinds) if kinds else "no flags in this trace"
+        choices = " · ".join(kinds) if kinds else empty.NO_FLAGS_IN_TRACE
         self.query_one("#flag-filter", Static).update(
             f"showing [b]{escape(shown)}[/b] · k cycles: {escape(choices)} · enter jumps"
         )
@@ -226,7 +227,7 @@ class MainScreen(StepScreen):
 
     def action_tail(self) -> None:
         if not self.follow:
-            self.notify("The tail follows a growing file: open it with --follow FILE.")
+            self.notify(moves.TAIL_NEEDS_FOLLOW)
             return
         self.tail = not self.tail
         if self.tail:
@@ -239,8 +240,7 @@ class MainScreen(StepScreen):
             return
         row = self.model.next_flag(self.cursor, self.kind, backwards=backwards)
         if row is None:
-            what = f"{self.kind} flag" if self.kind else "flag"
-            self.notify(f"no {'earlier' if backwards else 'later'} {what}", timeout=2)
+            self.notify(moves.nothing_further(moves.flag_named(self.kind), backwards), timeout=2)
             return
         self.set_cursor(row)
 

@@ -37,6 +37,7 @@ from tracer.analysis.request_lanes import (
     RequestLane,
     RequestLanes,
 )
+from tracer.render import empty
 from tracer.render.why import lanes_note, no_story_line, segment_text, state_label, story_lines
 from tui.bins import Columns, Window
 from tui.data import TraceModel
@@ -83,7 +84,7 @@ class LaneList(VirtualList):
             super().__init__()
             self.row = row
 
-    empty_text = "no request in these steps"
+    empty_text = empty.NO_REQUEST_IN_STEPS
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -290,7 +291,7 @@ class RequestsScreen(StepScreen):
         if lanes is not None and lanes.lanes:
             lane = lanes.lanes[min(row, len(lanes.lanes) - 1)]
             seg = lane.at(self.cursor)
-            where = segment_text(seg) if seg is not None else "not in this step"
+            where = segment_text(seg) if seg is not None else empty.NOT_IN_STEP
             text += f" · [b]{escape(lane.id)}[/b]: {escape(where)}"
         self.query_one("#readout", Static).update(text)
 

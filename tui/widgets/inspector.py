@@ -16,9 +16,10 @@ from tracer.analysis.flags import glyph
 from tracer.analysis.requests import RequestLife
 from tracer.analysis.session import StepRequests, step_requests
 from tracer.analysis.why import StepWhy
+from tracer.render import empty
 from tracer.render.flags import message
 from tracer.render.life import life_rows
-from tracer.render.step import arithmetic, buffers_line, schedule_time, step_status
+from tracer.render.step import arithmetic, buffers_line, step_place, step_status
 from tracer.render.text import RunLine, engine_parts
 from tracer.render.why import cause_text, reason_cell
 from tui.data import TraceModel
@@ -60,7 +61,7 @@ class Inspector(TextView):
 
     def show(self, model: TraceModel | None, row: int) -> None:
         if model is None or not 0 <= row < len(model):
-            self.update("[$text-muted]no step selected[/]")
+            self.update(f"[$text-muted]{empty.NO_STEP_SELECTED}[/]")
             return
         self.update("\n".join(self.lines(model, row)))
 
@@ -69,11 +70,8 @@ class Inspector(TextView):
         trace = model.trace
         rec = trace.step(row)
         col = trace.columns
-        t0 = trace.header.get("t0")
-        when = f" · t +{rec['t'] - t0:.3f} s" if isinstance(t0, (int, float)) else ""
         out = [
-            f"[b]Step {rec['step']}[/b] [$text-muted](row {row + 1} of {len(trace)}{when} · "
-            f"{schedule_time(rec)})[/]",
+            f"[b]Step {rec['step']}[/b] [$text-muted]({escape(step_place(trace, row, rec))})[/]",
             "[b $primary]Budget[/]",
         ]
         for line in arithmetic(trace, row, model.report.analysis):
@@ -137,14 +135,14 @@ class LifetimePanel(Static):
 
     def show_life(self, query: str, life: RequestLife | None, suggestions: list[str]) -> None:
         if life is None:
-            text = f"No request [b]{escape(query)}[/b] in this trace."
+            text = empty.no_request(query, mark=lambda q: f"[b]{escape(q)}[/b]")
             if suggestions:
-                text += "\nIds starting with it: " + ", ".join(escape(s) for s in suggestions)
+                text += "\n" + empty.ids_like([escape(s) for s in suggestions])
             self.update(text)
             return
         lines = [f"[b]Request {escape(life.id)}[/b]"]
         lines += [f"  [$text-muted]{k:<12}[/]{escape(v)}" for k, v in life_rows(life)]
-        lines.append("[$text-muted]  the cursor moved to its admission; [b]/[/b] searches again[/]")
+        lines.append(f"[$text-muted]  {empty.life_found('[b]/[/b]')}[/]")
         self.update("\n".join(lines))
 
 

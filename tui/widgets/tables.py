@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from tracer.analysis.flags import glyph
+from tracer.render import empty
 from tracer.render.flags import message
 from tui.data import CompareModel, TraceModel
 from tui.widgets.vlist import Cell, VirtualList
@@ -32,7 +33,7 @@ class StepTable(VirtualList):
         ("fin", 4),
         ("wait", 5),
     )
-    empty_text = "no steps yet"
+    empty_text = empty.NO_STEPS_YET
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -89,7 +90,7 @@ class FlagList(VirtualList):
         self.model = model
         self.index = model.flag_positions(kind) if model is not None else np.zeros(0, dtype=np.int64)
         self.rows = model.flag_rows[self.index] if model is not None else np.zeros(0, dtype=np.int64)
-        self.empty_text = "no flags" if kind is None else f"no {kind} flags"
+        self.empty_text = empty.no_flags_of(kind)
         self.set_count(len(self.index))
 
     def sync_to_row(self, row: int) -> None:

@@ -17,6 +17,8 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from tracer.render import empty
+
 # A cell: (text, component style name without the "vlist--" prefix).
 Cell = tuple[str, str]
 
@@ -72,7 +74,7 @@ class VirtualList(ScrollView, can_focus=True):
         def control(self) -> VirtualList:
             return self.source
 
-    empty_text = "nothing to show"
+    empty_text = empty.NOTHING
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
