@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import defaultdict
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +14,7 @@ import numpy as np
 import orjson
 
 from tracer.analysis import detail
+from tracer.analysis.reasons import EXACT
 from tracer.analysis.requests import RequestEvents, request_index
 from tracer.analysis.step_features import step_pass
 from tracer.analysis.throughput import steps_clock
@@ -23,7 +23,6 @@ from tracer.analysis.why import (
     Config,
     LaterStep,
     PreemptionWhy,
-    has_why_fields,
     later_step,
     recomputed_tokens,
     step_why,
@@ -81,7 +80,7 @@ class StorySpan:
 
     events: RequestEvents | None
     first: int
-    stop: int
+    stop: int | None  # None: to the trace's end
 
 
 def story_span(trace: Trace, request_id: str) -> StorySpan:
@@ -95,13 +94,13 @@ def story_span(trace: Trace, request_id: str) -> StorySpan:
     except ValueError:
         i = -1
     if events is None or i < 0:
-        return StorySpan(events, 0, len(trace))
+        return StorySpan(events, 0, None)
     starts = [int(r) for r in (times.arrived[i], times.seen[i]) if r >= 0]
     first = min(starts) if starts else 0
-    stop = len(trace)
+    stop = None
     if events.finished is not None:
         row = int(detail.rows_of_steps(trace, [events.finished])[0])
-        stop = row + 1 if row >= 0 else stop
+        stop = row + 1 if row >= 0 else None
     return StorySpan(events, first, stop)
 
 
@@ -131,7 +130,8 @@ def request_story(trace: Trace, request_id: str) -> RequestStory | None:
     added_t = scheduled_t = frontend_s = None
     finished: int | None = None
     named = False
-    for row, rec in _mentioning(trace, orjson.dumps(request_id), span.first, span.stop):
+    # The trace reads the span's bytes and parses only the records naming the request.
+    for row, rec in trace.steps_containing(orjson.dumps(request_id), span.first, span.stop):
         named = True
         why = step_why(trace, row, rec, config=cfg, resume_costs=False)  # only its own, below
         if span.events is not None and span.events.resumed:
@@ -179,7 +179,7 @@ def request_story(trace: Trace, request_id: str) -> RequestStory | None:
             finished = why.step
     if not named:
         return None
-    exact = has_why_fields(trace)
+    exact = cfg.exact == EXACT
     preemptions = [_resumed_cost(p, step, span.events, after, exact) for p, step in preempted]
     # Steps the request waited through without being listed (a step lists at most 32 waiting
     # requests): the engine had it, so it waited, but the trace cannot say why.
@@ -209,26 +209,6 @@ def request_story(trace: Trace, request_id: str) -> RequestStory | None:
         preemptions=preemptions,
         finished=finished,
     )
-
-
-def _mentioning(trace: Trace, needle: bytes, first: int, stop: int) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(row, record) for the rows in [first, stop) whose record contains `needle`: one read of
-    those rows' raw bytes, the hits parsed in batches as tracer.analysis.detail.records does."""
-    batch: list[tuple[int, bytes]] = []
-    for row, raw in trace.raw_many(range(first, min(stop, len(trace)))):
-        if needle in raw:
-            batch.append((row, raw))
-        if len(batch) >= detail.BATCH:
-            yield from _parsed(batch)
-            batch = []
-    yield from _parsed(batch)
-
-
-def _parsed(batch: list[tuple[int, bytes]]) -> Iterator[tuple[int, dict[str, Any]]]:
-    if batch:
-        parsed = orjson.loads(b"[" + b",".join(raw for _, raw in batch) + b"]")
-        for (row, _), rec in zip(batch, parsed, strict=True):
-            yield row, detail.with_defaults(rec)
 
 
 def _resumed_cost(

@@ -23,6 +23,7 @@ from tracer.trace.rows import with_defaults
 from tracer.trace.store import MemoryStore, Store
 
 logger = logging.getLogger("schedscope.reader")
+_BATCH = 2048  # records per orjson call in steps_containing: bounds the parsed ones alive at once
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,22 @@ class Trace:
             raise IndexError(f"rows {rows[0]}..{rows[-1]} are not all in a trace of {len(self._spans)} steps")
         return zip(rows.tolist(), self.store.read_many(self._spans[rows]), strict=True)
 
+    def steps_containing(
+        self, needle: bytes, first: int = 0, stop: int | None = None
+    ) -> Iterator[tuple[int, dict[str, Any]]]:
+        """(row, full record as `step` gives it) for each row in [first, stop) (None: to the
+        end) whose raw record contains `needle`, a request id's JSON say: one read of those
+        rows' bytes, only the hits parsed, a batch of them per orjson call."""
+        end = len(self) if stop is None else min(stop, len(self))
+        batch: list[tuple[int, bytes]] = []
+        for row, raw in self.raw_many(range(first, end)):
+            if needle in raw:
+                batch.append((row, raw))
+            if len(batch) >= _BATCH:
+                yield from _parsed(batch)
+                batch = []
+        yield from _parsed(batch)
+
     def step(self, i: int) -> dict[str, Any]:
         """The full record of the i-th step (0-based row), defaults filled in, in the 1.1
         layout whatever the trace's format (tracer.trace.compact; checked when loaded)."""
@@ -148,6 +165,14 @@ class Trace:
                 "the file changed since it was loaded; load it again",
             ) from None
         return with_defaults(compact.expand(record, check=False), schema.STEP_DEFAULTS)
+
+
+def _parsed(batch: list[tuple[int, bytes]]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Each (row, raw record) of `batch` parsed in one orjson call, as `Trace.step` gives it."""
+    if batch:
+        records = orjson.loads(b"[" + b",".join(raw for _, raw in batch) + b"]")
+        for (row, _), record in zip(batch, records, strict=True):
+            yield row, with_defaults(compact.expand(record, check=False), schema.STEP_DEFAULTS)
 
 
 def entries_of(trace: Trace) -> Entries | None:
