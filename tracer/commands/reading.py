@@ -14,7 +14,7 @@ from tracer.inputs import open_trace, open_traces
 def cmd_summary(args: argparse.Namespace) -> int:
     from tracer.analysis.engines import Run
     from tracer.render.summary import summary_lines
-    from tracer.render.text import engine_heading, run_totals_line
+    from tracer.render.text import engine_heading, run_row
 
     sessions = open_traces(args, *args.traces).sessions
     limit = None if args.limit == 0 else args.limit
@@ -28,7 +28,7 @@ def cmd_summary(args: argparse.Namespace) -> int:
         for line in summary_lines(engine.session, first=args.first, limit=limit):
             print(line)
         print()
-    print(f"run: {run_totals_line(run.totals())}")
+    print(run_row(run.totals()))
     return 0
 
 
