@@ -156,7 +156,7 @@ class TracingMixin:
         try:
             caller = sys._getframe(1)
             trigger = caller.f_locals.get("request") if caller.f_code.co_name == "schedule" else None
-            lost, free = int(request.num_computed_tokens), _recorder._free_blocks(self)
+            lost, free = int(request.num_computed_tokens), _recorder.free_blocks(self)
         except Exception:
             rec.fail("_preempt_request()")
             return super()._preempt_request(request, *args, **kwargs)  # type: ignore[misc]

@@ -21,6 +21,7 @@ from tracer.record.snapshot import (
     SchedulerInput,
     SchedulerItem,
     StepSnapshot,
+    counted,
     step_snapshot,
 )
 from tracer.record.writer import Record
@@ -54,9 +55,11 @@ class StepEncoder:
     def build_step(self, snap: StepSnapshot) -> dict[str, Any]:
         step, t, dt_ns, total = snap.step, snap.t, snap.dt_ns, snap.total
         num_sched, new_ids, cached_ids, resumed = snap.num_sched, snap.new_ids, snap.cached_ids, snap.resumed
-        spec, preempted, finished = snap.spec, snap.preempted, snap.finished
+        spec, preempted, finished = counted(snap.spec), snap.preempted, snap.finished
         n_running, n_waiting, kv = snap.n_running, snap.n_waiting, snap.kv
         sampled, inputs, ends = snap.sampled, snap.inputs, snap.ends
+        if sampled is not None:
+            sampled = counted(sampled)
         cand = snap.candidates
         if cand is None:  # before_schedule failed: no demands this step
             running_refs, running_demand, waiting_pre, truncated, priority = (), (), (), 0, None

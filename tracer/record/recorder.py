@@ -30,6 +30,7 @@ from tracer.record.engine_config import regime_of
 from tracer.record.snapshot import (
     ENDS,
     KV_FREE,
+    LAZY_BACKLOG,
     RUNNER_HOOKS_ATTR,
     RUNNER_NOTES_ATTR,
     SAMPLED,
@@ -40,6 +41,7 @@ from tracer.record.snapshot import (
     Preemption,
     RunnerPass,
     SchedulerInput,
+    Uncounted,
 )
 from tracer.record.writer import TraceWriter
 from tracer.trace import schema
@@ -161,7 +163,7 @@ class Recorder:
             if self._by_priority:
                 priority = {r.request_id: r.priority for r in head if r.priority}
         # Candidates' fields, in order (tracer.record.snapshot).
-        return [refs, demand, waiting, truncated, priority, head, _free_blocks(sched)]
+        return [refs, demand, waiting, truncated, priority, head, free_blocks(sched)]
 
     def after_schedule(self, sched: Any, out: Any, pre: list[Any] | None, t_start: float, dt_ns: int) -> None:
         self.step += 1
@@ -202,6 +204,12 @@ class Recorder:
             self._preemptions = []
         pause = getattr(sched, "_pause_state", 0)
         spec = getattr(out, "scheduled_spec_decode_tokens", None) or {}
+        # The dict is copied now (the GPU n-gram proposer edits it later); its lists are counted
+        # on the writer side while it keeps up (snapshot.Uncounted).
+        if self.writer.backlog < LAZY_BACKLOG:
+            drafts: Any = Uncounted(list(spec), list(spec.values()))
+        else:
+            drafts = (list(spec), list(map(len, spec.values())))
         # StepSnapshot's fields, in order (tracer.record.snapshot); lengths only for the drafts,
         # so the step keeps none of vLLM's per-request token lists alive.
         snap = [
@@ -213,7 +221,7 @@ class Recorder:
             new_ids,
             list(cached.req_ids),
             resumed,
-            (list(spec), list(map(len, spec.values()))),
+            drafts,
             preempted,
             finished,
             n_running,
@@ -221,7 +229,7 @@ class Recorder:
             float(getattr(getattr(sched, "kv_cache_manager", None), "usage", 0.0) or 0.0),
             pre,
             self._inputs,
-            (pre[KV_FREE], _free_blocks(sched)) if pre is not None else None,
+            (pre[KV_FREE], free_blocks(sched)) if pre is not None else None,
             admitted,
             statuses,
             preemptions or None,
@@ -254,7 +262,7 @@ class Recorder:
     def on_preempt(self, victim: Any, trigger: Any, free_before: int, lost: int, sched: Any) -> None:
         """_preempt_request() inside schedule(): who was evicted, for whom, and what it lost."""
         rid = getattr(trigger, "request_id", None)
-        self._preemptions.append(Preemption(victim.request_id, rid, lost, free_before, _free_blocks(sched)))
+        self._preemptions.append(Preemption(victim.request_id, rid, lost, free_before, free_blocks(sched)))
 
     def on_finish(self, request_ids: Any, status: Any) -> None:
         """finish_requests() from outside the scheduler: a client abort, mostly."""
@@ -270,7 +278,7 @@ class Recorder:
         """update_draft_token_ids(): how many drafts the proposer offered each request."""
         ids = list(getattr(draft_token_ids, "req_ids", None) or ())
         drafts = getattr(draft_token_ids, "draft_token_ids", None) or ()
-        self._inputs.append(Drafts(ids, [len(d) for d in drafts]))
+        self._inputs.append(Drafts(ids, list(map(len, drafts))))
 
     def after_update(self, out: Any, runner_output: Any, result: Any = None) -> None:
         snap = self._pending.pop(id(out), None)
@@ -287,8 +295,12 @@ class Recorder:
         req_ids = getattr(runner_output, "req_ids", None) or ()
         sampled = getattr(runner_output, "sampled_token_ids", None)
         if isinstance(sampled, list) and len(sampled) == len(req_ids):
-            # Flat copies (C loops); the encoder zips them into the step's record.
-            snap[SAMPLED] = (list(req_ids), list(map(len, sampled)))
+            # Flat copies; the lists are counted on the writer side while it keeps up (the
+            # stop check trimmed them already), and the encoder zips them into the record.
+            if self.writer.backlog < LAZY_BACKLOG:
+                snap[SAMPLED] = Uncounted(list(req_ids), list(sampled))
+            else:
+                snap[SAMPLED] = (list(req_ids), list(map(len, sampled)))
         emit = self.writer.emit
         for note in getattr(runner_output, RUNNER_NOTES_ATTR, None) or ():
             emit(RunnerPass(step, note))
@@ -355,7 +367,7 @@ def _fast_demand_ok(request: Any) -> bool:
         return False
 
 
-def _free_blocks(sched: Any) -> int:
+def free_blocks(sched: Any) -> int:
     """Free KV blocks in the scheduler's block pool; -1 when this vLLM does not say."""
     try:
         return int(sched.kv_cache_manager.block_pool.get_num_free_blocks())

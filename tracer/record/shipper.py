@@ -153,6 +153,11 @@ class TraceShipper:
         return True
 
     @property
+    def backlog(self) -> int:
+        """Items emitted and not yet taken by the writer side."""
+        return len(self._queue)
+
+    @property
     def dropped(self) -> int:
         return self._dropped_emit + self._dropped_ship
 
