@@ -114,3 +114,122 @@ def at_step(step: int) -> str:
 # -- small screens -----------------------------------------------------------------------------
 CANNOT_OPEN = "schedscope could not open this trace"
 PRESS_Q = "Press q to quit."
+
+
+# -- the run line over the timeline, the step inspector and a request's lifetime ---------------
+def policy_part(name: str, mark: Callable[[str], str] = _plain) -> str:
+    return f"policy {mark(name)}"
+
+
+def regime_part(name: str) -> str:
+    return f"regime {name}"
+
+
+def vllm_part(version: str) -> str:
+    return f"vLLM {version}"
+
+
+def step_title(step: object) -> str:
+    return f"Step {step}"
+
+
+def request_title(request_id: str) -> str:
+    return f"Request {request_id}"
+
+
+BUDGET = "Budget"
+FLAGS = "Flags"
+WHY_HEADING = "Why"
+REQUESTS_HEADING = "Requests"
+RUNNING_NOT_SCHEDULED = "Running, not scheduled"
+WAITING_NOT_ADMITTED = "Waiting, not admitted"
+ADMITTED = "admitted"  # the inspector's name for a new request's row
+PREEMPTED = "preempted"
+FINISHED = "finished"
+UNSCHEDULED = "unscheduled"
+WAITING = "waiting"
+# The inspector's request columns.
+COL_TOKENS, COL_SPEC, COL_QUERY, COL_DEMAND, COL_REASON, COL_ID = (
+    "tokens",
+    "spec",
+    "query",
+    "demand",
+    "reason",
+    "id",
+)
+
+
+def scheduled_count(count: int) -> str:
+    return f"({count} scheduled)"
+
+
+def more(count: int, unlisted: bool = False) -> str:
+    """Rows past the ones listed (`unlisted`: some the trace did not list at all)."""
+    return f"… {count} more" + (" (not listed in the trace)" if unlisted else "")
+
+
+# -- the step table, the flag list and the compare delta table ---------------------------------
+# The step table's columns, abbreviated to fit half the screen ("whld": withheld).
+STEP_COLUMNS = ("step", "target", "input", "+rsv", "query", "whld", "sched", "adm", "pre", "fin", "wait")
+STEP_FLAGS_COLUMN = "flags"
+FLAG_COLUMNS = ("step", "kind", "withheld", "what to do")
+DELTA_COLUMNS = (
+    "step",
+    "target A",
+    "target B",
+    "Δ",
+    "query Δ",
+    "admit Δ",
+    "preempt Δ",
+    "withheld A",
+    "withheld B",
+    "flags A",
+    "flags B",
+)
+
+# -- the timeline's lanes ----------------------------------------------------------------------
+LANE_TARGET, LANE_INPUT, LANE_WITHHELD, LANE_QUERY = "target", "input", "withheld", "query"
+LANE_BUFFER_TARGET, LANE_BUFFER_DRAFT, LANE_BUFFERS = "buf tgt", "buf drf", "buffers"
+LANE_RUNNING, LANE_WAITING, LANE_FLAGS, LANE_PREEMPT, LANE_STEP = (
+    "running",
+    "waiting",
+    "flags",
+    "preempt",
+    "step",
+)
+
+
+def reserved_readout(used: str, reserved: str) -> str:
+    """The input lane's readout: rows used, and the draft slots reserved on top."""
+    return f"{used} +{reserved} rsv"
+
+
+def tokens_readout(tokens: object, withheld: bool = False) -> str:
+    return f"{tokens} tok withheld" if withheld else f"{tokens} tok"
+
+
+def of_readout(value: str, total: object) -> str:
+    return f"{value} of {total}"
+
+
+def flags_readout(count: object) -> str:
+    return f"{count} flag(s)"
+
+
+# == the viewers' commands: `schedscope tui` ===================================================
+TUI_HELP = "the terminal UI: timeline, step table, inspector, flags, replay, follow, compare"
+TUI_DESCRIPTION = (
+    "Open a trace in the terminal UI; two traces open side by side (compare); "
+    "--engines shows the engines of a data-parallel run as lanes; "
+    "--follow tails a trace that a live server is still writing. Press ? in the UI for every key."
+)
+TUI_COMPARE_HELP = "compare TRACE and TRACE_B side by side"
+
+
+def error(problem: object) -> str:
+    """A viewer command's error line, on stderr."""
+    return f"schedscope: error: {problem}"
+
+
+def needs_textual(problem: object) -> str:
+    return error(f"the terminal UI needs textual ({problem}): pip install 'schedscope[tui]'")
