@@ -16,7 +16,7 @@ import numpy as np
 from dash import ALL, Dash, Input, Output, Patch, State, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
-from tracer.render import empty
+from tracer.render import empty, labels
 from tracer.trace.source import Phase
 from web import layout as ids
 from web.chart import (
@@ -293,7 +293,7 @@ class Handlers:
 
     def pause(self, n_clicks: int | None) -> tuple[bool, str]:
         paused = bool(n_clicks) and n_clicks % 2 == 1
-        return paused, "Resume" if paused else "Pause"
+        return paused, labels.RESUME if paused else labels.PAUSE
 
     # -- compare -------------------------------------------------------------------------
     def compare(
@@ -360,7 +360,7 @@ class Handlers:
     ) -> dict[str, Any]:
         """The figure as shown, rebuilt from its trace and visible range (never from client JSON)."""
         if tab == "engines" and self.run is not None:
-            title = f"engines: {self.run.totals_line()}"
+            title = labels.engines_figure_title(self.run.totals_line())
             fig = build_figure(engines_chart(self.run), None, self.max_points, title=title)
             name = "schedscope-engines"
         elif tab == "compare":
