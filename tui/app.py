@@ -25,7 +25,7 @@ from tui.screens.main import MainScreen
 
 
 class SchedscopeApp(App[None]):
-    TITLE = "schedscope"
+    TITLE = labels.APP_NAME
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("question_mark", "help", keys.HELP, key_display="?"),
         Binding("d", "toggle_theme", keys.THEME, show=False),

@@ -16,6 +16,9 @@ def _plain(text: str) -> str:
     return text
 
 
+APP_NAME = "schedscope"  # both viewers' title
+
+
 # == the TUI ===================================================================================
 LENIENT_HINT = "--lenient skips malformed lines."  # under an error a lenient read would skip
 LOADING = "loading…"
@@ -238,6 +241,7 @@ def needs_textual(problem: object) -> str:
 # == the web app ===============================================================================
 PAUSE = "Pause"
 RESUME = "Resume"
+LIVE_PREFIX = "live: "  # before a followed file's or stream's name in the trace menu
 DIFFERENCE = "B − A"  # a compare column and its delta lines' name
 
 
@@ -342,7 +346,6 @@ def why_title(request_id: str) -> str:
 
 
 # -- the page: its header, tabs and controls ---------------------------------------------------
-APP_NAME = "schedscope"
 TAGLINE = "vLLM scheduler budgets, step by step"
 DOWNLOAD = "download this view: "
 PNG, PNG_TIP = "PNG", "the current figure as PNG"
