@@ -23,7 +23,8 @@ _WORD = re.compile(r"[A-Za-z]{2,}")
 NON_PROSE_KEYWORDS = {"id", "className", "classes", "style"}
 # Dict values under these keys name a Plotly reference frame ("x domain"), not words.
 NON_PROSE_DICT_KEYS = {"xref", "yref"}
-# Assignments holding another language (CSS, JavaScript, an HTML page template).
+# Assignments holding another language (CSS, JavaScript, an HTML page template). Words a script
+# shows come from render too (web.callbacks' UPLOAD_GATE_JS takes render.labels.UPLOAD_WORDS_JS).
 CODE_NAME = re.compile(r"(^|_)(CSS|JS|HTML)$")
 # Calls whose first argument is a name or a pattern: attributes, environment, regexes.
 NAME_CALLS = {"getattr", "hasattr", "get", "setdefault", "compile", "search"}

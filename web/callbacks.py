@@ -423,18 +423,21 @@ def _empty_figure(message: str) -> dict[str, Any]:
 
 UPLOAD_GATE_JS = """
 function(contents, filename, limit) {
-    // Check the size in the browser, so an oversized file is never sent to the server.
+    // Check the size in the browser, so an oversized file is never sent to the server. The
+    // words are tracer.render.labels'; a function fills each {field}, so a "$" in a name stays.
+    var words = WORDS;
+    var fill = function(text, fields) {
+        return text.replace(/\\{(\\w+)\\}/g, function(_, key) { return fields[key]; });
+    };
     if (!contents) { return [window.dash_clientside.no_update, window.dash_clientside.no_update]; }
     var bytes = Math.floor((contents.length - contents.indexOf(",") - 1) * 3 / 4);
     if (bytes > limit) {
         var mib = function(n) { return (n / 1048576).toFixed(1) + " MiB"; };
-        return [null, "Could not open the upload: " + filename + " is " + mib(bytes) +
-                ", larger than the upload limit of " + mib(limit) +
-                "; open it with `schedscope web FILE` instead."];
+        return [null, fill(words.tooLarge, {name: filename, size: mib(bytes), limit: mib(limit)})];
     }
-    return [{contents: contents, filename: filename}, "opening " + filename + " …"];
+    return [{contents: contents, filename: filename}, fill(words.opening, {name: filename})];
 }
-"""
+""".replace("WORDS", labels.UPLOAD_WORDS_JS)
 
 
 # What the timeline's answer is for when inputs fired together: Dash sends a zoom that comes while

@@ -9,6 +9,7 @@ is bold, as `render.empty.no_request` does.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
 
@@ -391,6 +392,16 @@ def not_base64(name: str) -> str:
 
 def not_a_trace(problem: object) -> str:
     return f"not a schedscope trace: {problem}"
+
+
+# What the upload box says before a file is sent: the page's size check runs in the browser
+# (web.callbacks), which fills in each {field}.
+UPLOAD_TOO_LARGE = (
+    "Could not open the upload: {name} is {size}, larger than the upload limit of {limit}; "
+    "open it with `schedscope web FILE` instead."
+)
+UPLOAD_OPENING = "opening {name} …"
+UPLOAD_WORDS_JS = json.dumps({"tooLarge": UPLOAD_TOO_LARGE, "opening": UPLOAD_OPENING}, ensure_ascii=False)
 
 
 def upload_label(name: str) -> str:
