@@ -13,6 +13,7 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 
 from tracer.analysis.opening import Spec, check, open_input
+from tracer.render import keys, labels
 from tracer.trace.errors import TraceError, skippable
 from tracer.trace.source import TraceSource
 from tui.screens.base import StepScreen
@@ -22,22 +23,13 @@ from tui.screens.error import ErrorScreen
 from tui.screens.help import HelpScreen
 from tui.screens.main import MainScreen
 
-HELP_INTRO = (
-    "[b]schedscope[/b] replays a vLLM scheduler trace step by step. The timeline shows, per step, "
-    "target tokens against the target budget, the input budget with reserved draft slots in the "
-    "warning colour, the target tokens those slots withheld, query rows against the drafter "
-    "buffer, buffer rows per forward pass, running and waiting requests, flags (✖ error, "
-    "▲ warning, ● info) and preemptions (◆). [b]w[/b] opens the requests view: one lane per "
-    "request, coloured by state and reason; enter on a lane says why."
-)
-
 
 class SchedscopeApp(App[None]):
-    TITLE = "schedscope"
+    TITLE = labels.APP_NAME
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("question_mark", "help", "Help", key_display="?"),
-        Binding("d", "toggle_theme", "Dark/light theme", show=False),
-        Binding("q", "quit", "Quit"),
+        Binding("question_mark", "help", keys.HELP, key_display="?"),
+        Binding("d", "toggle_theme", keys.THEME, show=False),
+        Binding("q", "quit", keys.QUIT),
     ]
 
     def __init__(self, spec: Spec) -> None:
@@ -63,7 +55,7 @@ class SchedscopeApp(App[None]):
         return MainScreen(source)
 
     def show_error(self, error: TraceError, *, strict: bool = True) -> None:
-        hint = "--lenient skips malformed lines." if strict and skippable(error) else ""
+        hint = labels.LENIENT_HINT if strict and skippable(error) else ""
         self.error = str(error)
         self.push_screen(ErrorScreen(str(error), hint))
 
@@ -72,7 +64,7 @@ class SchedscopeApp(App[None]):
 
     def action_help(self) -> None:
         if isinstance(self.screen, StepScreen):
-            self.push_screen(HelpScreen(self.screen, HELP_INTRO))
+            self.push_screen(HelpScreen(self.screen, keys.HELP_INTRO))
 
     def action_toggle_theme(self) -> None:
         self.theme = "textual-light" if self.current_theme.dark else "textual-dark"
@@ -82,7 +74,7 @@ class SchedscopeApp(App[None]):
         if isinstance(screen, StepScreen):
             for title, help_text, action in screen.commands():
                 yield SystemCommand(title, help_text, lambda a=action: screen.run_action(a))
-            yield SystemCommand("Keys", "Every key binding (?)", self.action_help)
+            yield SystemCommand(*keys.KEYS, self.action_help)
 
 
 def make_app(

@@ -13,7 +13,7 @@ from typing import Literal
 import numpy as np
 
 from tracer.analysis.series import step_series
-from tracer.render import empty
+from tracer.render import empty, labels
 from tui.data import RunModel, TraceModel
 
 Kind = Literal["bar", "stack", "marks", "note"]
@@ -56,7 +56,7 @@ def build_lanes(model: TraceModel, *, compact: bool = False) -> list[Lane]:
 
     lanes = [
         Lane(
-            "target",
+            labels.LANE_TARGET,
             "bar",
             "target",
             height=3,
@@ -65,27 +65,31 @@ def build_lanes(model: TraceModel, *, compact: bool = False) -> list[Lane]:
             readout=lambda r: f"{_fmt(at(s['target_used'], r))}/{_fmt(at(s['target_cap'], r))}",
         ),
         Lane(
-            "input",
+            labels.LANE_INPUT,
             "stack",
             "target",
             height=3,
             values=s["input_target"],
             top=s["input_used"],
             scale=s["input_cap"],
-            readout=lambda r: f"{_fmt(at(s['input_used'], r))} +{_fmt(at(s['input_reserved'], r))} rsv",
+            readout=lambda r: labels.reserved_readout(
+                _fmt(at(s["input_used"], r)), _fmt(at(s["input_reserved"], r))
+            ),
         ),
         Lane(
-            "withheld",
+            labels.LANE_WITHHELD,
             "marks",
             marks=[Mark(s["withheld"], "▼", "withheld"), Mark(s["reserved_excess"], "·", "reserved")],
             numbers=s["withheld"],
-            readout=lambda r: f"{at(s['withheld'], r)} tok" if at(s["withheld"], r) > 0 else "–",
+            readout=lambda r: (
+                labels.tokens_readout(at(s["withheld"], r)) if at(s["withheld"], r) > 0 else "–"
+            ),
         ),
     ]
     if analysis.model.q or int(trace.columns["query_per_req"].max(initial=0)) > 0:
         lanes.append(
             Lane(
-                "query",
+                labels.LANE_QUERY,
                 "bar",
                 "query",
                 height=1 if compact else 2,
@@ -96,8 +100,8 @@ def build_lanes(model: TraceModel, *, compact: bool = False) -> list[Lane]:
         )
     if not compact:
         passes = [
-            ("buf tgt", "buffer_target_rows", "buffer_target_cap"),
-            ("buf drf", "buffer_draft_rows", "buffer_draft_cap"),
+            (labels.LANE_BUFFER_TARGET, "buffer_target_rows", "buffer_target_cap"),
+            (labels.LANE_BUFFER_DRAFT, "buffer_draft_rows", "buffer_draft_cap"),
         ]
         shown = [p for p in passes if int(s[p[1]].max(initial=-1)) >= 0]
         for name, rows, cap in shown:
@@ -112,21 +116,21 @@ def build_lanes(model: TraceModel, *, compact: bool = False) -> list[Lane]:
                 )
             )
         if not shown:
-            lanes.append(Lane("buffers", "note", note=empty.NO_RUNNER_RECORDS_LANE))
+            lanes.append(Lane(labels.LANE_BUFFERS, "note", note=empty.NO_RUNNER_RECORDS_LANE))
         seqs = max(int(trace.config.get("max_num_seqs") or 0), int(s["num_running"].max(initial=0)))
         lanes.append(
             Lane(
-                "running",
+                labels.LANE_RUNNING,
                 "bar",
                 "running",
                 values=s["num_running"],
                 scale=float(seqs),
-                readout=lambda r: f"{_fmt(at(s['num_running'], r))} of {seqs}",
+                readout=lambda r: labels.of_readout(_fmt(at(s["num_running"], r)), seqs),
             )
         )
         lanes.append(
             Lane(
-                "waiting",
+                labels.LANE_WAITING,
                 "bar",
                 "waiting",
                 values=s["num_waiting"],
@@ -138,15 +142,15 @@ def build_lanes(model: TraceModel, *, compact: bool = False) -> list[Lane]:
     counts = np.bincount(model.flag_rows[model.flag_rows >= 0], minlength=n) if n else np.zeros(0, np.int64)
     lanes.append(
         Lane(
-            "flags",
+            labels.LANE_FLAGS,
             "marks",
             marks=[Mark(sev == 3, "✖", "error"), Mark(sev == 2, "▲", "warning"), Mark(sev == 1, "●", "info")],
-            readout=lambda r: f"{at(counts, r)} flag(s)" if at(counts, r) > 0 else "–",
+            readout=lambda r: labels.flags_readout(at(counts, r)) if at(counts, r) > 0 else "–",
         )
     )
     lanes.append(
         Lane(
-            "preempt",
+            labels.LANE_PREEMPT,
             "marks",
             marks=[Mark(s["n_preempted"], "◆", "preempt")],
             numbers=s["n_preempted"],
@@ -171,7 +175,11 @@ def engine_lanes(run: RunModel, selected: int | None = None) -> list[Lane]:
             return f"{int(used[r])}/{int(cap[r])}"
 
         def held(r: int, withheld: np.ndarray = withheld) -> str:
-            return f"{int(withheld[r])} tok withheld" if 0 <= r < n and withheld[r] > 0 else "–"
+            return (
+                labels.tokens_readout(int(withheld[r]), withheld=True)
+                if 0 <= r < n and withheld[r] > 0
+                else "–"
+            )
 
         pointer = "▶ " if i == selected else "  "
         lanes.append(
@@ -179,7 +187,7 @@ def engine_lanes(run: RunModel, selected: int | None = None) -> list[Lane]:
         )
         lanes.append(
             Lane(
-                "    withheld",
+                f"    {labels.LANE_WITHHELD}",
                 "marks",
                 marks=[Mark(withheld, "▼", "withheld")],
                 numbers=withheld,

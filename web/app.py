@@ -10,6 +10,7 @@ from dash import Dash
 from tracer.analysis.engines import Run
 from tracer.analysis.opening import Opened, Spec, open_input
 from tracer.analysis.session import Session
+from tracer.render import labels
 from tracer.trace.source import TraceSource
 from tracer.trace.trace_type import Trace
 from web import layout as ui
@@ -65,14 +66,14 @@ def make_app(
         store.put(engine_view)
     live = None
     if opened.live is not None:
-        live = StoreFeed(opened.live, store, LIVE, "live: ")
+        live = StoreFeed(opened.live, store, LIVE, labels.LIVE_PREFIX)
         feeds.append(live)
 
     # The dropdown names every slot, in order, whether or not its source has read anything yet.
-    labels = {o["value"]: o["label"] for o in store.options()}
-    labels.update({f.key: f.label for f in feeds if f.key not in labels})
+    names = {o["value"]: o["label"] for o in store.options()}
+    names.update({f.key: f.label for f in feeds if f.key not in names})
     engine_keys = [v.key for v in run.views] if run is not None else []
-    options = [{"label": labels[k], "value": k} for k in ("a", "b", *engine_keys, LIVE) if k in labels]
+    options = [{"label": names[k], "value": k} for k in ("a", "b", *engine_keys, LIVE) if k in names]
     keys = [o["value"] for o in options]
     default = LIVE if live is not None else (keys[0] if keys else None)
     if len(ab) > 1:
@@ -82,7 +83,7 @@ def make_app(
     else:
         pair = (default, None)
 
-    app = Dash(__name__, title="schedscope", update_title=None)
+    app = Dash(__name__, title=labels.APP_NAME, update_title=None)
     # The page's plotly.js: the cartesian bundle, asked for from the head (web.plotlyjs).
     app.index_string = ui.INDEX.replace("<head>", "<head>" + plotlyjs.install(app), 1)
     # Uploads travel base64-encoded in a callback request: cap it, with room for the JSON around.

@@ -16,7 +16,7 @@ import numpy as np
 from dash import ALL, Dash, Input, Output, Patch, State, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
-from tracer.render import empty
+from tracer.render import empty, labels
 from tracer.trace.source import Phase
 from web import layout as ids
 from web.chart import (
@@ -293,7 +293,7 @@ class Handlers:
 
     def pause(self, n_clicks: int | None) -> tuple[bool, str]:
         paused = bool(n_clicks) and n_clicks % 2 == 1
-        return paused, "Resume" if paused else "Pause"
+        return paused, labels.RESUME if paused else labels.PAUSE
 
     # -- compare -------------------------------------------------------------------------
     def compare(
@@ -360,7 +360,7 @@ class Handlers:
     ) -> dict[str, Any]:
         """The figure as shown, rebuilt from its trace and visible range (never from client JSON)."""
         if tab == "engines" and self.run is not None:
-            title = f"engines: {self.run.totals_line()}"
+            title = labels.engines_figure_title(self.run.totals_line())
             fig = build_figure(engines_chart(self.run), None, self.max_points, title=title)
             name = "schedscope-engines"
         elif tab == "compare":
@@ -423,18 +423,21 @@ def _empty_figure(message: str) -> dict[str, Any]:
 
 UPLOAD_GATE_JS = """
 function(contents, filename, limit) {
-    // Check the size in the browser, so an oversized file is never sent to the server.
+    // Check the size in the browser, so an oversized file is never sent to the server. The
+    // words are tracer.render.labels'; a function fills each {field}, so a "$" in a name stays.
+    var words = WORDS;
+    var fill = function(text, fields) {
+        return text.replace(/\\{(\\w+)\\}/g, function(_, key) { return fields[key]; });
+    };
     if (!contents) { return [window.dash_clientside.no_update, window.dash_clientside.no_update]; }
     var bytes = Math.floor((contents.length - contents.indexOf(",") - 1) * 3 / 4);
     if (bytes > limit) {
         var mib = function(n) { return (n / 1048576).toFixed(1) + " MiB"; };
-        return [null, "Could not open the upload: " + filename + " is " + mib(bytes) +
-                ", larger than the upload limit of " + mib(limit) +
-                "; open it with `schedscope web FILE` instead."];
+        return [null, fill(words.tooLarge, {name: filename, size: mib(bytes), limit: mib(limit)})];
     }
-    return [{contents: contents, filename: filename}, "opening " + filename + " …"];
+    return [{contents: contents, filename: filename}, fill(words.opening, {name: filename})];
 }
-"""
+""".replace("WORDS", labels.UPLOAD_WORDS_JS)
 
 
 # What the timeline's answer is for when inputs fired together: Dash sends a zoom that comes while

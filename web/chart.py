@@ -26,6 +26,7 @@ import numpy as np
 import plotly.graph_objects as go
 from dash import Patch
 
+from tracer.render import labels
 from web.decimate import MAX_POINTS, row_range, select_rows, step_points, thin
 
 XRange = tuple[float, float] | None
@@ -299,7 +300,7 @@ def _stacked_layout(panels: Sequence[Panel]) -> dict[str, Any]:
             "anchor": f"y{n}" if n > 1 else "y",
             "domain": [0.0, 1.0],
             "type": "linear",
-            "title": {"text": "step"},
+            "title": {"text": labels.STEP_AXIS},
             "autorange": True,
             **XAXIS_LOOK,
         },

@@ -8,6 +8,7 @@ import sys
 from dataclasses import replace
 
 from tracer.inputs import viewer_args, viewer_inputs
+from tracer.render import labels
 
 
 def cmd_web(args: argparse.Namespace) -> int:
@@ -17,25 +18,17 @@ def cmd_web(args: argparse.Namespace) -> int:
     try:
         inputs = viewer_inputs(args, "web", live_beside=True)
     except ValueError as exc:
-        print(f"schedscope: error: {exc}", file=sys.stderr)
+        print(labels.error(exc), file=sys.stderr)
         return 2
     if not is_loopback(args.host):
         if not args.allow_remote:
-            print(
-                f"schedscope: error: {args.host} is not a loopback address and the web app has no "
-                "authentication; pass --allow-remote to serve it there anyway",
-                file=sys.stderr,
-            )
+            print(labels.not_loopback(args.host), file=sys.stderr)
             return 2
-        print(
-            f"schedscope: warning: serving on {args.host}: anyone who can reach port {args.port} can read "
-            "these traces and upload files",
-            file=sys.stderr,
-        )
+        print(labels.serving_remote(args.host, args.port), file=sys.stderr)
     try:
         from web.app import make_app  # lazily: dash and plotly only for this command
     except ImportError as exc:
-        print(f"schedscope: error: the web app needs: pip install 'schedscope[web]' ({exc})", file=sys.stderr)
+        print(labels.needs_dash(exc), file=sys.stderr)
         return 2
     from tracer.analysis.opening import open_input
 
@@ -49,15 +42,15 @@ def cmd_web(args: argparse.Namespace) -> int:
         try:
             sweep = load_sweep(args.sweep)
         except SweepFileError as exc:
-            print(f"schedscope: error: --sweep {exc}", file=sys.stderr)
+            print(labels.bad_sweep(exc), file=sys.stderr)
             return 2
     app = make_app(opened=opened, max_upload=args.max_upload_mb << 20, sweep=sweep)
     from web.plotlyjs import fallback
 
     if reason := fallback():
-        print(f"schedscope web: note: {reason}", file=sys.stderr)
+        print(labels.web_note(reason), file=sys.stderr)
     host = f"[{args.host}]" if ":" in args.host else args.host
-    print(f"schedscope web: http://{host}:{args.port}/  (Ctrl-C to stop)", flush=True)
+    print(labels.serving(host, args.port), flush=True)
     try:
         app.run(host=args.host, port=args.port, debug=False)
     finally:
@@ -69,17 +62,13 @@ def cmd_web(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "web",
-        help="interactive web app: timelines, step inspector, flags, compare, live --follow",
-        description="Serves a Dash app (needs the 'web' extra) on loopback and prints its URL. "
-        "With TRACE_B the compare page opens on A vs B; --engines shows the engines of a "
-        "data-parallel run as lanes; --follow FILE shows a growing trace live.",
+        help=labels.WEB_HELP,
+        description=labels.WEB_DESCRIPTION,
     )
     viewer_args(p)
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8050, help="port (default 8050)")
-    p.add_argument(
-        "--allow-remote", action="store_true", help="allow a non-loopback --host (no authentication!)"
-    )
-    p.add_argument("--max-upload-mb", type=int, default=64, help="upload size limit in MiB (default 64)")
-    p.add_argument("--sweep", metavar="JSON", help="show a saved `schedscope sweep --json` on a Sweep page")
+    p.add_argument("--host", default="127.0.0.1", help=labels.HOST_HELP)
+    p.add_argument("--port", type=int, default=8050, help=labels.PORT_HELP)
+    p.add_argument("--allow-remote", action="store_true", help=labels.ALLOW_REMOTE_HELP)
+    p.add_argument("--max-upload-mb", type=int, default=64, help=labels.MAX_UPLOAD_HELP)
+    p.add_argument("--sweep", metavar=labels.SWEEP_METAVAR, help=labels.SWEEP_HELP)
     p.set_defaults(func=cmd_web)

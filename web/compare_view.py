@@ -9,6 +9,7 @@ import numpy as np
 from dash import html
 
 from tracer.analysis.compare import Comparison, Side
+from tracer.render import labels
 from tracer.render.compare import headline_sentences, performance_note, performance_rows
 from tracer.render.text import compare_totals
 from web.chart import Chart, Line, Markers, Panel
@@ -22,7 +23,7 @@ def _flag_markers(c: Comparison, side: Side, label: str, color: str, symbol: str
     # Aligned by row: the i-th step of each trace sits at x = i + 1.
     rows = np.searchsorted(side.trace.columns["step"], flags.steps)
     return Markers(
-        name=f"flags in {label} ({len(flags)})",
+        name=labels.flags_in(label, len(flags)),
         panel=0,
         rows=rows,
         y=[int(c.values["target_used"][0 if label == "A" else 1][r]) for r in rows.tolist()],
@@ -33,7 +34,7 @@ def _flag_markers(c: Comparison, side: Side, label: str, color: str, symbol: str
 
 
 def compare_chart(c: Comparison) -> Chart:
-    a_name, b_name = f"A ({c.a.name})", f"B ({c.b.name})"
+    a_name, b_name = labels.side_name("A", c.a.name), labels.side_name("B", c.b.name)
 
     def overlay(title: str, column: str) -> Panel:
         va, vb = c.values[column]
@@ -47,16 +48,16 @@ def compare_chart(c: Comparison) -> Chart:
 
     def delta(title: str, column: str) -> Panel:
         # No fill under the signed line (the WebGL lines used before drew stray polygons for one).
-        return Panel(title, (Line("B − A", c.delta(column), DELTA_COLOR, width=2),), weight=0.7)
+        return Panel(title, (Line(labels.DIFFERENCE, c.delta(column), DELTA_COLOR, width=2),), weight=0.7)
 
     panels = (
-        overlay("target tokens scheduled per step", "target_used"),
-        delta("Δ target tokens (B − A)", "target_used"),
-        overlay("drafter query rows per step", "query_rows"),
-        delta("Δ query rows (B − A)", "query_rows"),
-        overlay("requests admitted per step", "admitted"),
-        overlay("requests preempted per step", "preempted"),
-        delta("Δ admitted (B − A)", "admitted"),
+        overlay(labels.COMPARE_TARGET, "target_used"),
+        delta(labels.COMPARE_TARGET_DELTA, "target_used"),
+        overlay(labels.COMPARE_QUERY, "query_rows"),
+        delta(labels.COMPARE_QUERY_DELTA, "query_rows"),
+        overlay(labels.COMPARE_ADMITTED, "admitted"),
+        overlay(labels.COMPARE_PREEMPTED, "preempted"),
+        delta(labels.COMPARE_ADMITTED_DELTA, "admitted"),
     )
     markers = (
         _flag_markers(c, c.a, "A", "#d62728", "diamond"),
@@ -71,7 +72,7 @@ def headline(c: Comparison) -> list[str]:
 
 
 def totals_table(c: Comparison) -> html.Table:
-    head = html.Tr([html.Th(""), html.Th("A"), html.Th("B"), html.Th("B − A")])
+    head = html.Tr([html.Th(""), html.Th("A"), html.Th("B"), html.Th(labels.DIFFERENCE)])
     rows = []
     for total in compare_totals(c):
         a, b, d = total.cells()

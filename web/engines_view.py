@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dash import html
 
+from tracer.render import labels
 from web.chart import Chart, Line, Panel
 from web.model import RunView
 from web.timeline import BLUE, DARK, RED
@@ -24,12 +25,12 @@ def engines_chart(run: RunView) -> Chart:
         used, cap = run.on_axis(i, s["target_used"], -1), run.on_axis(i, s["target_cap"], -1)
         panels.append(
             Panel(
-                f"{view.label}: target tokens vs target budget (click to open this engine)",
+                labels.engine_panel(view.label),
                 (
                     Line(view.label, used, BLUE, fill=True, gaps_below=0),
-                    Line("target budget", cap, DARK, dash="dash", width=1, gaps_below=0),
+                    Line(labels.TARGET_BUDGET, cap, DARK, dash="dash", width=1, gaps_below=0),
                     Line(
-                        "tokens withheld",
+                        labels.TOKENS_WITHHELD,
                         run.on_axis(i, s["withheld"], 0),
                         RED,
                         markers_only=True,
@@ -51,4 +52,4 @@ def engine_of_trace(run: RunView, curve: int) -> int | None:
 
 
 def totals_children(run: RunView) -> list[html.Span | html.B]:
-    return [html.B("Run: "), html.Span(run.totals_line(), id="engines-totals-line")]
+    return [html.B(labels.RUN), html.Span(run.totals_line(), id="engines-totals-line")]

@@ -12,7 +12,7 @@ import numpy as np
 from dash import html
 
 from tracer.analysis.flags import Flag, FlagList
-from tracer.render import empty
+from tracer.render import empty, labels
 from tracer.render.flags import message
 from tracer.render.flags import messages as flag_messages
 
@@ -48,13 +48,11 @@ def page(
 def table(flags: list[Flag], total: int) -> Any:
     if not flags:
         return html.P(empty.no_flags(total), className="muted")
-    head = html.Tr([html.Th(h) for h in ("step", "severity", "kind", "tokens withheld", "what to do")])
+    head = html.Tr([html.Th(h) for h in labels.FLAG_TABLE_COLUMNS])
     rows = [
         html.Tr(
             [
-                html.Td(
-                    html.Button(str(f.step), id={"type": JUMP, "step": f.step}, title="jump to this step")
-                ),
+                html.Td(html.Button(str(f.step), id={"type": JUMP, "step": f.step}, title=labels.JUMP_TIP)),
                 html.Td(f.severity, className=f"sev-{f.severity}"),
                 html.Td(f.kind),
                 html.Td(f.numbers.get("tokens_withheld", "")),

@@ -12,7 +12,7 @@ from typing import Any
 from dash import html
 
 from tracer.analysis.session import StepRequests, step_requests
-from tracer.render import empty
+from tracer.render import empty, labels
 from tracer.render.flags import message
 from tracer.render.step import arithmetic, step_place, step_status
 from web.model import TraceView
@@ -21,7 +21,7 @@ SEVERITY_CLASS = {"error": "sev-error", "warning": "sev-warning", "info": "sev-i
 
 
 def _requests_table(reqs: StepRequests) -> html.Table:
-    head = html.Tr([html.Th(h) for h in ("", "request", "tokens", "spec", "demand", "sampled")])
+    head = html.Tr([html.Th(h) for h in labels.REQUEST_COLUMNS])
     rows = [
         html.Tr(
             [
@@ -39,7 +39,7 @@ def _requests_table(reqs: StepRequests) -> html.Table:
         rows.append(
             html.Tr(
                 [
-                    html.Td("not scheduled"),
+                    html.Td(labels.NOT_SCHEDULED),
                     html.Td(str(d.id)),
                     html.Td(0),
                     html.Td(""),
@@ -56,7 +56,7 @@ def _requests_table(reqs: StepRequests) -> html.Table:
 def _id_list(label: str, ids: list[Any], extra: int = 0) -> html.Div | None:
     if not ids:
         return None
-    more = f" (+{extra} more)" if extra else ""
+    more = labels.and_more(extra) if extra else ""
     return html.Div([html.B(f"{label}: "), ", ".join(str(i) for i in ids) + more])
 
 
@@ -73,12 +73,12 @@ def inspector(view: TraceView | None, step: int | None) -> list[Any]:
     lines = arithmetic(view.trace, row, view.session.analysis)
     waiting = [f"{d.id} ({d.demand})" for d in reqs.waiting]
     parts: list[Any] = [
-        html.H4(f"Step {step}", id="inspector-title"),
+        html.H4(labels.step_title(step), id="inspector-title"),
         html.Div(step_place(view.trace, row, rec), className="muted", id="inspector-place"),
         html.Div(step_status(rec), className="muted", id="inspector-status"),
-        html.H5("Budget arithmetic"),
+        html.H5(labels.BUDGET_ARITHMETIC),
         html.Pre("\n".join(lines), id="inspector-arithmetic"),
-        html.H5(f"Flags ({len(flags)})"),
+        html.H5(labels.flags_count(len(flags))),
         html.Ul(
             [
                 html.Li(
@@ -95,15 +95,15 @@ def inspector(view: TraceView | None, step: int | None) -> list[Any]:
             or [html.Li(empty.NONE)],
             id="inspector-flags",
         ),
-        html.H5("Requests and tokens"),
+        html.H5(labels.REQUESTS_AND_TOKENS),
         _requests_table(reqs),
     ]
     parts += [
         p
         for p in (
-            _id_list("preempted", reqs.preempted),
-            _id_list("finished", reqs.finished),
-            _id_list("waiting, not admitted (demand)", waiting, reqs.waiting_truncated),
+            _id_list(labels.PREEMPTED, reqs.preempted),
+            _id_list(labels.FINISHED, reqs.finished),
+            _id_list(labels.WAITING_DEMAND, waiting, reqs.waiting_truncated),
         )
         if p is not None
     ]

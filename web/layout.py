@@ -8,6 +8,7 @@ from typing import Any
 from dash import dcc, html
 
 from tracer.analysis import flags as flag_registry  # read when laid out: a new kind needs no edit here
+from tracer.render import labels
 from web.why_view import why_section
 
 # Component ids.
@@ -82,9 +83,14 @@ td.better { color: #2e7d32; font-weight: bold; } td.worse { color: #b00020; font
 # check). plotly.js calls them per point and per colour: about a tenth of the browser's time in
 # a zoom of the 200k-step timeline (docs/performance-history.md). The page keeps the native ones and puts
 # them back once the scripts have run, before the app starts.
-_NATIVE = ("String.prototype", "trim"), ("String.prototype", "trimStart"), ("String.prototype", "trimEnd")
-_NATIVE += ("window", "parseInt"), ("window", "parseFloat"), ("Number", "parseInt"), ("Number", "parseFloat")
-_KEPT = ",".join(f"[{o},'{k}',{o}.{k}]" for o, k in _NATIVE)
+_NATIVE_JS = ("String.prototype", "trim"), ("String.prototype", "trimStart"), ("String.prototype", "trimEnd")
+_NATIVE_JS += (
+    ("window", "parseInt"),
+    ("window", "parseFloat"),
+    ("Number", "parseInt"),
+    ("Number", "parseFloat"),
+)
+_KEPT = ",".join(f"[{o},'{k}',{o}.{k}]" for o, k in _NATIVE_JS)
 KEEP_NATIVE = f"<script>window.__ssNative=[{_KEPT}];</script>"
 RESTORE_NATIVE = "<script>window.__ssNative.forEach(function(n){if(n[2]){n[0][n[1]]=n[2];}});</script>"
 
@@ -108,9 +114,7 @@ def _timeline_tab(options: list[dict[str, Any]], default: str | None, live: bool
         dcc.Dropdown(id=TRACE, options=options, value=default, clearable=False, className="dropdown"),
         dcc.Upload(
             id=UPLOAD,
-            children=html.Div(
-                ["Open a trace: drop a .jsonl or .jsonl.gz here, or ", html.A("choose a file")]
-            ),
+            children=html.Div([labels.UPLOAD_PROMPT, html.A(labels.UPLOAD_CHOOSE)]),
             className="upload",
             multiple=False,
         ),
@@ -118,29 +122,33 @@ def _timeline_tab(options: list[dict[str, Any]], default: str | None, live: bool
     ]
     if live:
         controls += [
-            html.Button("Pause", id=PAUSE, title="stop or resume live updates"),
-            dcc.Checklist(id=FOLLOW_TAIL, options=[{"label": " follow tail", "value": "on"}], value=["on"]),
+            html.Button(labels.PAUSE, id=PAUSE, title=labels.PAUSE_TIP),
+            dcc.Checklist(
+                id=FOLLOW_TAIL, options=[{"label": labels.FOLLOW_TAIL, "value": "on"}], value=["on"]
+            ),
             html.Span(id=LIVE_STATUS, className="muted"),
         ]
     else:  # the callbacks name these ids: keep them, hidden
         controls += [
-            html.Button("Pause", id=PAUSE, style={"display": "none"}),
+            html.Button(labels.PAUSE, id=PAUSE, style={"display": "none"}),
             dcc.Checklist(id=FOLLOW_TAIL, options=[], value=[], style={"display": "none"}),
             html.Span(id=LIVE_STATUS, style={"display": "none"}),
         ]
     flags = html.Div(
         [
-            html.H4("Flags"),
+            html.H4(labels.FLAGS),
             html.Div(
                 [
                     dcc.Dropdown(
                         id=FLAG_KINDS,
                         options=[{"label": k, "value": k} for k in flag_registry.KINDS],
                         multi=True,
-                        placeholder="all kinds",
+                        placeholder=labels.ALL_KINDS,
                         className="dropdown",
                     ),
-                    dcc.Input(id=FLAG_TEXT, type="text", placeholder="filter: text or step", debounce=True),
+                    dcc.Input(
+                        id=FLAG_TEXT, type="text", placeholder=labels.FILTER_PLACEHOLDER, debounce=True
+                    ),
                 ],
                 className="bar",
                 style={"padding": "0 0 8px 0"},
@@ -148,10 +156,10 @@ def _timeline_tab(options: list[dict[str, Any]], default: str | None, live: bool
             html.Div(id=FLAG_TABLE),
             html.Div(
                 [
-                    html.Button("‹ previous", id=FLAG_PREV),
+                    html.Button(labels.PREVIOUS_PAGE, id=FLAG_PREV),
                     html.Span(id=FLAG_PAGE_LABEL, className="muted"),
-                    html.Button("next ›", id=FLAG_NEXT),
-                    html.Span("click a step to jump to it", className="muted"),
+                    html.Button(labels.NEXT_PAGE, id=FLAG_NEXT),
+                    html.Span(labels.JUMP_HINT, className="muted"),
                 ],
                 className="bar",
                 style={"padding": "6px 0"},
@@ -160,7 +168,7 @@ def _timeline_tab(options: list[dict[str, Any]], default: str | None, live: bool
         ]
     )
     return dcc.Tab(
-        label="Timeline",
+        label=labels.TIMELINE_TAB,
         value="timeline",
         children=[
             html.Div(controls, className="bar"),
@@ -188,7 +196,7 @@ def _timeline_tab(options: list[dict[str, Any]], default: str | None, live: bool
 
 def _compare_tab(options: list[dict[str, Any]], a: str | None, b: str | None) -> dcc.Tab:
     return dcc.Tab(
-        label="Compare",
+        label=labels.COMPARE_TAB,
         value="compare",
         id="compare-tab",
         children=[
@@ -215,14 +223,13 @@ def _compare_tab(options: list[dict[str, Any]], a: str | None, b: str | None) ->
 
 def _engines_tab(figure: Any, totals: list[Any]) -> dcc.Tab:
     return dcc.Tab(
-        label="Engines",
+        label=labels.ENGINES_TAB,
         value="engines",
         id="engines-tab",
         children=[
             html.Div(totals, id=ENG_TOTALS, className="bar"),
             html.Div(
-                "One lane per engine of the run, on a shared step axis. Click a lane to open that "
-                "engine on the Timeline tab; the trace menu there lists every engine.",
+                labels.ENGINES_NOTE,
                 className="bar muted",
             ),
             dcc.Graph(
@@ -258,15 +265,13 @@ def layout(
         [
             html.Header(
                 [
-                    html.H1("schedscope"),
-                    html.Span("vLLM scheduler budgets, step by step"),
+                    html.H1(labels.APP_NAME),
+                    html.Span(labels.TAGLINE),
                     html.Span(
                         [
-                            "download this view: ",
-                            html.Button("PNG", id=DOWNLOAD_PNG, title="the current figure as PNG"),
-                            html.Button(
-                                "HTML", id=DOWNLOAD_HTML, title="the current figure as a standalone page"
-                            ),
+                            labels.DOWNLOAD,
+                            html.Button(labels.PNG, id=DOWNLOAD_PNG, title=labels.PNG_TIP),
+                            html.Button(labels.HTML, id=DOWNLOAD_HTML, title=labels.HTML_TIP),
                         ],
                         style={"marginLeft": "auto"},
                     ),

@@ -23,6 +23,8 @@ from pathlib import Path
 from dash import Dash
 from flask import Response, request
 
+from tracer.render import labels
+
 BUNDLE = Path(__file__).with_name("static") / "plotly-cartesian.min.js"
 # The address dash-renderer gives dcc.Graph for plotly.js (window._dashPlotlyJSURL), under the app's prefix.
 PLOTLY_PATH = "_dash-component-suites/plotly/package_data/plotly.min.js"
@@ -47,10 +49,7 @@ def fallback() -> str | None:
     """Why the page loads the plotly package's full bundle, or None when it loads the cartesian one."""
     ours, theirs = bundle_version(), plotly_version()
     if ours != theirs:
-        return (
-            f"web/static holds plotly.js {ours} (cartesian) and the plotly package writes figures for "
-            f"plotly.js {theirs}: the page loads the package's full bundle (a first figure about 0.5 s later)"
-        )
+        return labels.plotly_fallback(ours, theirs)
     return None
 
 

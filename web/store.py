@@ -17,6 +17,7 @@ from tracer.analysis.compare import Comparison, compare
 from tracer.analysis.memo import Memo, joint_memo
 from tracer.analysis.opening import Spec, Upload, open_input
 from tracer.analysis.session import Session
+from tracer.render import labels
 from tracer.trace.errors import TraceError
 from tracer.trace.trace_type import Trace
 from web.model import TraceView
@@ -63,26 +64,26 @@ class TraceStore:
         name = (filename or "upload").replace("/", "_")[-120:]
         header, sep, b64 = (contents or "").partition(",")
         if not sep or not header.startswith("data:") or ";base64" not in header:
-            raise UploadError(f"{name}: not a file upload")
+            raise UploadError(labels.not_an_upload(name))
         if len(b64) * 3 // 4 > self.max_upload:
-            raise UploadError(f"{name}: larger than the upload limit of {self.max_upload / 2**20:.0f} MiB")
+            raise UploadError(labels.upload_too_large(name, self.max_upload / 2**20))
         try:
             data = base64.b64decode(b64, validate=True)
         except (binascii.Error, ValueError):
-            raise UploadError(f"{name}: the upload is not valid base64") from None
+            raise UploadError(labels.not_base64(name)) from None
         try:
             session = open_input(
                 Spec(upload=Upload(data, name, max_decompressed=16 * self.max_upload))
             ).session
         except TraceError as exc:
-            raise UploadError(f"not a schedscope trace: {exc}") from None
+            raise UploadError(labels.not_a_trace(exc)) from None
         with self._lock:
             self._uploads += 1
             key = f"upload-{self._uploads}"
             stale = [k for k in self._views if k.startswith("upload-")][: -(MAX_UPLOADS_KEPT - 1) or None]
             for k in stale:
                 del self._views[k]
-        return self.add(key, f"upload: {name}", session)
+        return self.add(key, labels.upload_label(name), session)
 
     def compared(self, key_a: str | None, key_b: str | None) -> tuple[Memo, Comparison, str] | None:
         """The two traces' comparison, remembered for their two Sessions (tracer.analysis.memo

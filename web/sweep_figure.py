@@ -11,6 +11,7 @@ from typing import Any
 import plotly.graph_objects as go
 from dash import dcc, html
 
+from tracer.render import labels
 from tracer.render.sweep_report import figure_title, objective_axis, sweep_lines
 from tracer.whatif.sweep import OBJECTIVES
 
@@ -35,7 +36,7 @@ def sweep_figure(doc: dict[str, Any]) -> go.Figure:
         error = None if err is None else {"type": "data", "array": [abs(y or 0) * err / 100 for y in ys]}
         fig.add_trace(
             go.Scatter(
-                x=[x if x is not None else "recorded" for x in xs],
+                x=[x if x is not None else labels.SWEEP_RECORDED for x in xs],
                 y=ys,
                 name=name,
                 mode="lines+markers",
@@ -43,11 +44,7 @@ def sweep_figure(doc: dict[str, Any]) -> go.Figure:
                 customdata=[
                     [r["steps"], r["target_tokens_per_step"], r["tokens_withheld"], r["rank"]] for r in rows
                 ],
-                hovertemplate=(
-                    f"{name}<br>B %{{x}}<br>{label} %{{y:,.2f}} {unit}<br>steps %{{customdata[0]}}, "
-                    "%{customdata[1]:,.1f} tok/step, %{customdata[2]} withheld<br>rank %{customdata[3]}"
-                    "<extra></extra>"
-                ),
+                hovertemplate=labels.sweep_hover(name, label, unit),
             )
         )
     fig.update_layout(
@@ -55,7 +52,7 @@ def sweep_figure(doc: dict[str, Any]) -> go.Figure:
         xaxis_title="max_num_batched_tokens",
         yaxis_title=objective_axis(doc),
         template="plotly_white",
-        legend_title="setting",
+        legend_title=labels.SWEEP_LEGEND,
         height=520,
     )
     return fig
@@ -65,7 +62,7 @@ def sweep_tab(doc: dict[str, Any]) -> dcc.Tab:
     """The web app's Sweep page: a saved `schedscope sweep --json`, as the figure and the
     ranked table the terminal prints (tracer.whatif.sweep's sentences)."""
     return dcc.Tab(
-        label="Sweep",
+        label=labels.SWEEP_TAB,
         value="sweep",
         id="sweep-tab",
         children=[

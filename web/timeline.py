@@ -10,7 +10,7 @@ import numpy as np
 
 from tracer.analysis import flags as flag_registry  # read when drawn: a new kind needs no edit here
 from tracer.analysis.flags import Flag, kind_info
-from tracer.render import empty
+from tracer.render import empty, labels
 from tracer.render.flags import message
 from web.chart import Chart, Line, Markers, Panel
 from web.model import TraceView
@@ -23,7 +23,8 @@ def flag_hover(flag: Flag) -> str:
     """Hover text of a flag marker: the sentence and the numbers behind it."""
     sentence = "<br>".join(textwrap.wrap(html.escape(message(flag), quote=False), 90))
     numbers = " · ".join(f"{k}={html.escape(str(v), quote=False)}" for k, v in flag.numbers.items())
-    return f"<b>step {flag.step}: {flag.kind}</b> ({flag.severity})<br>{sentence}<br><i>{numbers}</i>"
+    title = labels.flag_hover_title(flag.step, flag.kind)
+    return f"<b>{title}</b> ({flag.severity})<br>{sentence}<br><i>{numbers}</i>"
 
 
 def flag_markers(view: TraceView, panel: int) -> tuple[Markers, ...]:
@@ -74,61 +75,61 @@ def timeline_chart(view: TraceView) -> Chart:
     }
     panels = (
         Panel(
-            "flags (hover: what to do; click: inspect the step)",
+            labels.FLAGS_PANEL,
             yaxis=kinds_axis,
             weight=1.3,
-            note=None if view.report.flags else "no flags",
+            note=None if view.report.flags else empty.no_flags_of(None),
         ),
         Panel(
-            "target tokens vs target budget",
+            labels.TARGET_PANEL,
             (
-                Line("target used", s["target_used"], BLUE, fill=True),
-                Line("target budget", s["target_cap"], DARK, dash="dash", width=1),
+                Line(labels.TARGET_USED, s["target_used"], BLUE, fill=True),
+                Line(labels.TARGET_BUDGET, s["target_cap"], DARK, dash="dash", width=1),
             ),
         ),
         Panel(
-            "input budget used: target rows + reserved draft slots",
+            labels.INPUT_PANEL,
             (
-                Line("used incl. reserved draft slots", s["input_used"], ORANGE, fill=True),
-                Line("of which target rows", s["input_target"], BLUE, fill=True),
-                Line("input budget", s["input_cap"], DARK, dash="dash", width=1),
+                Line(labels.INPUT_USED, s["input_used"], ORANGE, fill=True),
+                Line(labels.INPUT_TARGET, s["input_target"], BLUE, fill=True),
+                Line(labels.INPUT_BUDGET, s["input_cap"], DARK, dash="dash", width=1),
             ),
         ),
         Panel(
-            "draft-slot reservation per step (rows): needed vs excess, tokens withheld",
+            labels.RESERVATION_PANEL,
             (
-                Line("reserved (red band: excess)", s["input_reserved"], RED, fill=True),
-                Line("needed by the method", s["reserved_needed"], GREY, fill=True),
-                Line("target tokens withheld", s["withheld"], DARK, markers_only=True, gaps_below=1),
+                Line(labels.RESERVED, s["input_reserved"], RED, fill=True),
+                Line(labels.NEEDED, s["reserved_needed"], GREY, fill=True),
+                Line(labels.TOKENS_WITHHELD_LINE, s["withheld"], DARK, markers_only=True, gaps_below=1),
             ),
         ),
         Panel(
-            "drafter query rows vs their buffer",
+            labels.QUERY_PANEL,
             (
-                Line("query rows", s["query_rows"], PURPLE, fill=True),
-                Line("query capacity", s["query_cap"], DARK, dash="dash", width=1),
+                Line(labels.QUERY_ROWS, s["query_rows"], PURPLE, fill=True),
+                Line(labels.QUERY_CAPACITY, s["query_cap"], DARK, dash="dash", width=1),
             ),
             note=None if has_query else empty.NO_DRAFTER_PASS,
         ),
         Panel(
-            "buffer occupancy per forward pass (runner records)",
+            labels.BUFFER_PANEL,
             (
-                Line("target pass rows", s["buffer_target_rows"], BLUE, gaps_below=0),
-                Line("target buffer", s["buffer_target_cap"], BLUE, dash="dash", gaps_below=0, width=1),
-                Line("draft pass rows", s["buffer_draft_rows"], GREEN, gaps_below=0),
-                Line("draft buffer", s["buffer_draft_cap"], GREEN, dash="dash", gaps_below=0, width=1),
+                Line(labels.TARGET_PASS_ROWS, s["buffer_target_rows"], BLUE, gaps_below=0),
+                Line(labels.TARGET_BUFFER, s["buffer_target_cap"], BLUE, dash="dash", gaps_below=0, width=1),
+                Line(labels.DRAFT_PASS_ROWS, s["buffer_draft_rows"], GREEN, gaps_below=0),
+                Line(labels.DRAFT_BUFFER, s["buffer_draft_cap"], GREEN, dash="dash", gaps_below=0, width=1),
             ),
             note=None if has_runner else empty.NO_RUNNER_RECORDS,
         ),
         Panel(
-            "requests: running, waiting, preempted",
+            labels.REQUESTS_PANEL,
             (
-                Line("running", s["num_running"], BLUE),
-                Line("waiting", s["num_waiting"], ORANGE),
-                Line("preempted", s["n_preempted"], RED),
+                Line(labels.RUNNING_LINE, s["num_running"], BLUE),
+                Line(labels.WAITING_LINE, s["num_waiting"], ORANGE),
+                Line(labels.PREEMPTED_LINE, s["n_preempted"], RED),
             ),
         ),
-        Panel("KV cache usage (%)", (Line("KV usage %", s["kv_usage_pct"], TEAL, fill=True),)),
+        Panel(labels.KV_PANEL, (Line(labels.KV_LINE, s["kv_usage_pct"], TEAL, fill=True),)),
     )
     chart = Chart(x=view.steps, panels=panels, markers=flag_markers(view, panel=0), height=1250)
     view.cache["timeline"] = chart

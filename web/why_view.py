@@ -27,7 +27,7 @@ from tracer.analysis.request_lanes import (
     WAITING,
     RequestLanes,
 )
-from tracer.render import empty
+from tracer.render import empty, labels
 from tracer.render.why import lanes_note, no_story_line, segment_text, state_label, story_lines
 from web.chart import AXIS_LOOK, LOOK, MARGIN, XAXIS_LOOK, whole_range
 from web.decimate import MAX_POINTS, parse_xrange, row_range, select_rows
@@ -83,14 +83,14 @@ def waiting_figure(view: TraceView, x_range: XRange = None, max_points: int = MA
     data: list[dict[str, Any]] = []
     layout: dict[str, Any] = {
         **LOOK,
-        "title": _title("waiting requests by the constraint that held them (request-steps)"),
+        "title": _title(labels.WAITING_FIGURE),
         "height": 260,
         "margin": {**MARGIN, "t": 40},  # the timeline's, so the step axes line up
         "hovermode": "x",
         "legend": {"x": 1.01, "y": 1, "font": {"size": 11}},
         "uirevision": view.key,
-        "xaxis": {"title": {"text": "step"}, **XAXIS_LOOK},
-        "yaxis": {"title": {"text": "waiting"}, "rangemode": "tozero", **AXIS_LOOK},
+        "xaxis": {"title": {"text": labels.STEP_AXIS}, **XAXIS_LOOK},
+        "yaxis": {"title": {"text": labels.WAITING_AXIS}, "rangemode": "tozero", **AXIS_LOOK},
     }
     if series:
         rows = select_rows(list(series.values()), lo, hi, max_points)
@@ -130,9 +130,9 @@ def waiting_figure(view: TraceView, x_range: XRange = None, max_points: int = MA
 def gantt_figure(view: TraceView, lanes: RequestLanes) -> dict[str, Any]:
     """One lane per request; a bar per segment, coloured by reason, patterned by state (plain
     dicts, as waiting_figure)."""
-    labels = [lane_label(lane.id) for lane in lanes.lanes]
+    lane_names = [lane_label(lane.id) for lane in lanes.lanes]
     groups: dict[tuple[str, str], dict[str, list[Any]]] = {}
-    for lane, name in zip(lanes.lanes, labels, strict=True):
+    for lane, name in zip(lanes.lanes, lane_names, strict=True):
         for seg in lane.segments:
             g = groups.setdefault((seg.state, seg.code), {"x": [], "base": [], "y": [], "custom": []})
             g["x"].append(seg.last - seg.first + 1)
@@ -159,15 +159,15 @@ def gantt_figure(view: TraceView, lanes: RequestLanes) -> dict[str, Any]:
         for (state, code), g in sorted(groups.items(), key=lambda kv: (order[kv[0][0]], kv[0][1]))
     ]
     note = lanes_note(lanes)
-    xaxis: dict[str, Any] = {"title": {"text": "step (click a lane: its why)"}, **XAXIS_LOOK}
+    xaxis: dict[str, Any] = {"title": {"text": labels.GANTT_AXIS}, **XAXIS_LOOK}
     if lanes.lanes:
         xaxis["range"] = [lanes.first_step - 0.5, lanes.last_step + 0.5]
     layout = {
         **LOOK,
-        "title": _title(f"requests: one lane each, by state and reason — {html_text.escape(note)}"),
+        "title": _title(labels.gantt_title(html_text.escape(note))),
         "barmode": "overlay",
         "bargap": 0.15,
-        "height": 120 + LANE_PX * max(1, len(labels)),
+        "height": 120 + LANE_PX * max(1, len(lane_names)),
         "margin": {"l": 170, "r": 230, "t": 40, "b": 40},
         "legend": {"x": 1.01, "y": 1, "font": {"size": 11}, "traceorder": "normal"},
         "hovermode": "closest",
@@ -175,7 +175,7 @@ def gantt_figure(view: TraceView, lanes: RequestLanes) -> dict[str, Any]:
         "xaxis": xaxis,
         "yaxis": {
             "categoryorder": "array",
-            "categoryarray": labels[::-1],
+            "categoryarray": lane_names[::-1],
             "tickfont": {"size": 10, "family": "monospace"},
             **AXIS_LOOK,
         },
@@ -198,7 +198,7 @@ def why_panel(view: TraceView | None, request_id: str | None) -> list[Any]:
         id="request-why-text",
         style={"background": "#f6f6f6", "padding": "8px", "fontSize": "13px", "whiteSpace": "pre-wrap"},
     )
-    return [html.H5(f"Why: {request_id}", id="request-why-title"), text]
+    return [html.H5(labels.why_title(request_id), id="request-why-title"), text]
 
 
 def why_section() -> list[Any]:

@@ -8,7 +8,7 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.timer import Timer
 
-from tracer.render import moves
+from tracer.render import keys, labels, moves
 from tui.bins import Window
 
 SPEEDS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000, 20000)  # steps per second
@@ -21,21 +21,21 @@ Command = tuple[str, str, str]
 class StepScreen(Screen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         # priority: left/right step the cursor even where a scrolling panel has focus.
-        Binding("left", "step(-1)", "Step", key_display="←/→", priority=True, tooltip="Previous step"),
-        Binding("right", "step(1)", "Next step", show=False, priority=True),
-        Binding("shift+left", "step(-10)", "Back 10 steps", show=False, priority=True),
-        Binding("shift+right", "step(10)", "Forward 10 steps", show=False, priority=True),
-        Binding("home", "first", "First step", show=False, priority=True),
-        Binding("end", "last", "Last step", show=False, priority=True),
-        Binding("g", "goto", "Go to step", show=False),
-        Binding("plus,equals_sign", "zoom(0.5)", "Zoom in", key_display="+/-"),
-        Binding("minus", "zoom(2)", "Zoom out", show=False),
-        Binding("0", "fit", "Zoom to the whole run", show=False),
-        Binding("left_square_bracket", "pan(-0.5)", "Pan left", show=False),
-        Binding("right_square_bracket", "pan(0.5)", "Pan right", show=False),
-        Binding("space", "play", "Play/pause"),
-        Binding("full_stop", "speed(1)", "Replay faster", show=False),
-        Binding("comma", "speed(-1)", "Replay slower", show=False),
+        Binding("left", "step(-1)", keys.STEP, key_display="←/→", priority=True, tooltip=keys.PREVIOUS_STEP),
+        Binding("right", "step(1)", keys.NEXT_STEP, show=False, priority=True),
+        Binding("shift+left", "step(-10)", keys.BACK_10, show=False, priority=True),
+        Binding("shift+right", "step(10)", keys.FORWARD_10, show=False, priority=True),
+        Binding("home", "first", keys.FIRST_STEP, show=False, priority=True),
+        Binding("end", "last", keys.LAST_STEP, show=False, priority=True),
+        Binding("g", "goto", keys.GO_TO_STEP, show=False),
+        Binding("plus,equals_sign", "zoom(0.5)", keys.ZOOM_IN, key_display="+/-"),
+        Binding("minus", "zoom(2)", keys.ZOOM_OUT, show=False),
+        Binding("0", "fit", keys.ZOOM_FIT, show=False),
+        Binding("left_square_bracket", "pan(-0.5)", keys.PAN_LEFT, show=False),
+        Binding("right_square_bracket", "pan(0.5)", keys.PAN_RIGHT, show=False),
+        Binding("space", "play", keys.PLAY),
+        Binding("full_stop", "speed(1)", keys.FASTER, show=False),
+        Binding("comma", "speed(-1)", keys.SLOWER, show=False),
     ]
 
     def __init__(self) -> None:
@@ -58,17 +58,7 @@ class StepScreen(Screen[None]):
         """Redraw the status line (replay state, follow state, filters)."""
 
     def commands(self) -> list[Command]:
-        return [
-            ("Play / pause replay", "Step through the run at the replay speed", "play"),
-            ("Replay faster", "More steps per second", "speed(1)"),
-            ("Replay slower", "Fewer steps per second", "speed(-1)"),
-            ("Go to step…", "Move the cursor to a step number", "goto"),
-            ("Zoom in", "Halve the steps shown on the timeline", "zoom(0.5)"),
-            ("Zoom out", "Double the steps shown on the timeline", "zoom(2)"),
-            ("Zoom to the whole run", "Fit every step on the timeline", "fit"),
-            ("First step", "Move the cursor to the first step", "first"),
-            ("Last step", "Move the cursor to the last step", "last"),
-        ]
+        return [(*entry, action) for action, entry in keys.STEP_COMMANDS.items()]
 
     # -- the cursor and window ----------------------------------------------------------
     def set_cursor(self, row: int) -> None:
@@ -120,7 +110,7 @@ class StepScreen(Screen[None]):
             if text:
                 self.goto_step(text)
 
-        self.app.push_screen(PromptScreen("Go to step", "a step number as recorded"), go)
+        self.app.push_screen(PromptScreen(*keys.GOTO_PROMPT), go)
 
     # Whether `g`'s step numbers are the engines' shared axis (render.moves.no_step words it).
     engines_axis = False
@@ -179,5 +169,5 @@ class StepScreen(Screen[None]):
         self.update_status()
 
     def replay_status(self) -> str:
-        state = "[$success]▶ playing[/]" if self.playing else "‖ paused"
-        return f"{state} {self.speed} steps/s"
+        state = f"[$success]{labels.PLAYING}[/]" if self.playing else labels.PAUSED
+        return f"{state} {labels.per_second(self.speed)}"

@@ -14,13 +14,14 @@ from textual.markup import escape
 from textual.widgets import Footer, ProgressBar, Static
 
 from tracer.analysis.opening import Spec, open_input
-from tracer.render import moves
+from tracer.render import keys, labels, moves
 from tracer.render.compare import headline_sentences, performance_note, performance_rows
 from tracer.render.step import arithmetic
 from tracer.render.text import compare_totals
 from tracer.trace.errors import TraceError
 from tui.bins import Window
 from tui.data import CompareModel, TraceModel
+from tui.markup import bold
 from tui.screens.base import Command, StepScreen
 from tui.widgets.inspector import engine_line
 from tui.widgets.tables import DeltaTable
@@ -53,8 +54,8 @@ def totals_lines(model: CompareModel) -> list[str]:
 
 class CompareScreen(StepScreen):
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("n", "next_change", "Next difference"),
-        Binding("N", "prev_change", "Previous difference", show=False),
+        Binding("n", "next_change", keys.NEXT_DIFFERENCE),
+        Binding("N", "prev_change", keys.PREVIOUS_DIFFERENCE, show=False),
     ]
     DEFAULT_CSS = """
     CompareScreen #top { height: auto; background: $panel; padding: 0 1; }
@@ -86,17 +87,17 @@ class CompareScreen(StepScreen):
         with Vertical(id="top"):
             with Horizontal(id="titlebar"):
                 yield Static(
-                    f"[b]Compare[/b]  A [b]{escape(a.name)}[/b]  vs  B [b]{escape(b.name)}[/b]",
+                    labels.compare_title(escape(a.name), escape(b.name), mark=bold),
                     id="cmp-title",
                 )
-                yield Static("loading…", id="status")
+                yield Static(labels.LOADING, id="status")
             yield ProgressBar(id="progress", show_eta=False)
         with Horizontal(id="summary"):
-            headline = Static("comparing…", id="headline")
-            headline.border_title = "Headline"
+            headline = Static(labels.COMPARING, id="headline")
+            headline.border_title = labels.HEADLINE
             yield headline
             totals = Static("", id="totals")
-            totals.border_title = "Totals"
+            totals.border_title = labels.TOTALS
             yield totals
         with Horizontal(id="sides"):
             for side in ("a", "b"):
@@ -145,8 +146,14 @@ class CompareScreen(StepScreen):
             h = trace_model.trace.header
             policy = escape(str(h.get("policy")))
             self.query_one(f"#title-{side}", Static).update(
-                f"[b]{side.upper()}[/b] {escape(trace_model.name)} · policy [b]{policy}[/b]"
-                f" · vLLM {escape(str(h.get('vllm_version')))}\n[$text-muted]{engine_line(trace_model)}[/]"
+                labels.side_title(
+                    side.upper(),
+                    escape(trace_model.name),
+                    policy,
+                    escape(str(h.get("vllm_version"))),
+                    mark=bold,
+                )
+                + f"\n[$text-muted]{engine_line(trace_model)}[/]"
             )
             self.query_one(f"#timeline-{side}", Timeline).show(trace_model, total=len(model))
         self.query_one(DeltaTable).show(model)
@@ -168,7 +175,7 @@ class CompareScreen(StepScreen):
         row = self.cursor
         if row >= len(side):
             return f"[$text-muted]{escape(moves.drained(label, row, len(side)))}[/]"
-        lines = [f"[b]{label} step {int(side.trace.columns['step'][row])}[/b]"]
+        lines = [f"[b]{labels.side_step(label, int(side.trace.columns['step'][row]))}[/b]"]
         for line in arithmetic(side.trace, row, side.report.analysis):
             style = "$error" if line.startswith("withheld") else "$text"
             lines.append(f"[{style}]{escape(line)}[/]")
@@ -213,7 +220,7 @@ class CompareScreen(StepScreen):
 
     def commands(self) -> list[Command]:
         return [
-            ("Next difference", "Jump to the next step where A and B differ", "next_change"),
-            ("Previous difference", "Jump to the previous step where A and B differ", "prev_change"),
+            (*keys.NEXT_DIFFERENCE_CMD, "next_change"),
+            (*keys.PREVIOUS_DIFFERENCE_CMD, "prev_change"),
             *super().commands(),
         ]

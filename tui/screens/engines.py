@@ -18,12 +18,14 @@ from textual.markup import escape
 from textual.widgets import Footer, ProgressBar, Static
 
 from tracer.analysis.opening import Spec, open_input
+from tracer.render import keys, labels
 from tracer.render.text import run_totals_line
 from tracer.trace.errors import TraceError
 from tracer.trace.source import TraceSource
 from tui.bins import Window
 from tui.data import RunModel, TraceModel
 from tui.lanes import engine_lanes
+from tui.markup import bold
 from tui.screens.base import Command, StepScreen
 from tui.screens.main import MainScreen
 from tui.widgets.inspector import engine_line
@@ -35,7 +37,7 @@ LABEL_W = 26  # "▶ engine 10 (pid 4194303)" fits
 class EngineScreen(MainScreen):
     """One engine of the run, opened from its lane: the single-trace view, escape goes back."""
 
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "back", "Back to the engines")]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "back", keys.BACK_TO_ENGINES)]
 
     def action_back(self) -> None:
         self.dismiss()
@@ -43,9 +45,9 @@ class EngineScreen(MainScreen):
 
 class EnginesScreen(StepScreen):
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("e", "select(1)", "Next engine", tooltip="Select the next engine's lane"),
-        Binding("E", "select(-1)", "Previous engine", show=False),
-        Binding("o,enter", "open", "Open engine", tooltip="Open the selected engine alone"),
+        Binding("e", "select(1)", keys.NEXT_ENGINE, tooltip=keys.NEXT_ENGINE_TIP),
+        Binding("E", "select(-1)", keys.PREVIOUS_ENGINE, show=False),
+        Binding("o,enter", "open", keys.OPEN_ENGINE, tooltip=keys.OPEN_ENGINE_TIP),
     ]
     DEFAULT_CSS = """
     EnginesScreen #top { height: auto; background: $panel; padding: 0 1; }
@@ -70,14 +72,14 @@ class EnginesScreen(StepScreen):
     def compose(self) -> ComposeResult:
         with Vertical(id="top"):
             with Horizontal(id="titlebar"):
-                yield Static(f"[b]Engines[/b] · {len(self.spec.engines)} traces of one run", id="run-title")
-                yield Static("loading…", id="status")
+                yield Static(labels.engines_title(len(self.spec.engines), mark=bold), id="run-title")
+                yield Static(labels.LOADING, id="status")
             yield ProgressBar(id="progress", show_eta=False)
         yield Static("", id="run-totals")
         yield Static("", id="engine-config")
         timeline = Timeline(id="lanes", label_width=LABEL_W)
-        timeline.border_title = "target tokens vs target budget, per engine"
-        timeline.border_subtitle = "e/E engine · o open · ←/→ step · +/- zoom · [ ] pan"
+        timeline.border_title = labels.ENGINES_TIMELINE
+        timeline.border_subtitle = labels.ENGINES_KEYS
         yield timeline
         yield Footer()
 
@@ -132,7 +134,7 @@ class EnginesScreen(StepScreen):
         if self.model is None:
             return
         label = self.model.run.engines[self.selected].label
-        self.query_one("#status", Static).update(f"{self.replay_status()} · selected {escape(label)}")
+        self.query_one("#status", Static).update(f"{self.replay_status()} · {labels.selected(escape(label))}")
 
     @on(Timeline.Clicked)
     def _timeline_clicked(self, message: Timeline.Clicked) -> None:
@@ -159,8 +161,8 @@ class EnginesScreen(StepScreen):
 
     def commands(self) -> list[Command]:
         return [
-            ("Next engine", "Select the next engine's lane", "select(1)"),
-            ("Previous engine", "Select the previous engine's lane", "select(-1)"),
-            ("Open engine", "Open the selected engine in the single-trace view", "open"),
+            (*keys.NEXT_ENGINE_CMD, "select(1)"),
+            (*keys.PREVIOUS_ENGINE_CMD, "select(-1)"),
+            (*keys.OPEN_ENGINE_CMD, "open"),
             *super().commands(),
         ]

@@ -11,10 +11,12 @@ from textual.markup import escape
 from textual.screen import Screen
 from textual.widgets import Static
 
+from tracer.render import keys, labels
+
 
 class ErrorScreen(Screen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("q,escape,enter", "app.exit_error", "Quit"),
+        Binding("q,escape,enter", "app.exit_error", keys.QUIT),
     ]
     DEFAULT_CSS = """
     ErrorScreen { align: center middle; }
@@ -33,8 +35,6 @@ class ErrorScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Static("schedscope could not open this trace", id="error-title")
+            yield Static(labels.CANNOT_OPEN, id="error-title")
             yield Static(escape(self.message), id="error-message")
-            yield Static(
-                escape(self.hint) + ("\n" if self.hint else "") + "Press q to quit.", id="error-hint"
-            )
+            yield Static(escape(self.hint) + ("\n" if self.hint else "") + labels.PRESS_Q, id="error-hint")

@@ -11,6 +11,7 @@ from textual.content import Content
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Static
 
+from tracer.render import keys
 from tui.widgets.vlist import VirtualList
 
 
@@ -30,14 +31,14 @@ def help_sections(screen: Screen) -> list[tuple[str, list[Binding]]]:
     screen_classes = [c for c in type(screen).__mro__ if c.__dict__.get("BINDINGS")]
     app_classes = [c for c in type(screen.app).__mro__ if "SchedscopeApp" in c.__name__]
     return [
-        ("This screen", _bindings(screen_classes)),
-        ("Step table and flag list (when focused)", _bindings([VirtualList])),
-        ("Everywhere", _bindings(app_classes)),
+        (keys.THIS_SCREEN, _bindings(screen_classes)),
+        (keys.TABLES, _bindings([VirtualList])),
+        (keys.EVERYWHERE, _bindings(app_classes)),
     ]
 
 
 class HelpScreen(ModalScreen[None]):
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,q,question_mark", "dismiss", "Close")]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,q,question_mark", "dismiss", keys.CLOSE)]
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
     HelpScreen > VerticalScroll {
@@ -54,14 +55,13 @@ class HelpScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         parts: list[Content] = [Content.from_markup(self.intro), Content("")]
         for title, bindings in help_sections(self.under):
-            parts.append(Content.styled(title, "bold $accent"))
+            parts.append(Content.styled(title, style="bold $accent"))
             for b in bindings:
-                keys = ", ".join(self.app.get_key_display(Binding(k, "")) for k in b.key.split(","))
+                shown = ", ".join(self.app.get_key_display(Binding(k, "")) for k in b.key.split(","))
                 what = b.tooltip or b.description or b.action
-                parts.append(Content.assemble("  ", (f"{keys:<22}", "bold"), " ", what))
+                parts.append(Content.assemble("  ", (f"{shown:<22}", "bold"), " ", what))
             parts.append(Content(""))
-        closing = "ctrl+p opens the command palette · escape closes this help"
-        parts.append(Content.styled(closing, "$text-muted"))
+        parts.append(Content.styled(keys.HELP_CLOSING, style="$text-muted"))
         with VerticalScroll() as box:
-            box.border_title = "Keys"
+            box.border_title = keys.HELP_TITLE
             yield Static(Content("\n").join(parts), id="help-text")

@@ -13,11 +13,12 @@ from textual.markup import escape
 from textual.widgets import Footer, ProgressBar, Static, TabbedContent, TabPane
 
 from tracer.analysis.requests import RequestLife
-from tracer.render import empty, moves
+from tracer.render import empty, keys, labels, moves
 from tracer.render.source import source_line
 from tui.bins import Window
 from tui.data import TraceModel
 from tui.feed import Failed, Progress, Snapshot, StateChanged, connect
+from tui.markup import bold
 from tui.screens.base import Command, StepScreen
 from tui.widgets.inspector import Inspector, LifetimePanel, engine_line, run_line
 from tui.widgets.tables import FlagList, StepTable
@@ -30,15 +31,15 @@ if TYPE_CHECKING:
 
 class MainScreen(StepScreen):
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("n", "next_flag", "Next flag"),
-        Binding("N", "prev_flag", "Previous flag", show=False),
-        Binding("k", "filter_kind", "Filter flags by kind", show=False),
-        Binding("slash", "search", "Request", key_display="/"),
-        Binding("t", "tail", "Follow the tail (--follow)", show=False),
-        Binding("i", "tab('inspector-tab')", "Inspector tab", show=False),
-        Binding("f", "tab('flags-tab')", "Flags tab", show=False),
-        Binding("r", "tab('request-tab')", "Request tab", show=False),
-        Binding("w", "requests", "Requests", tooltip="Requests view: lanes by state and reason"),
+        Binding("n", "next_flag", keys.NEXT_FLAG),
+        Binding("N", "prev_flag", keys.PREVIOUS_FLAG, show=False),
+        Binding("k", "filter_kind", keys.FILTER_KIND, show=False),
+        Binding("slash", "search", keys.REQUEST, key_display="/"),
+        Binding("t", "tail", keys.TAIL, show=False),
+        Binding("i", "tab('inspector-tab')", keys.INSPECTOR_TAB, show=False),
+        Binding("f", "tab('flags-tab')", keys.FLAGS_TAB, show=False),
+        Binding("r", "tab('request-tab')", keys.REQUEST_TAB, show=False),
+        Binding("w", "requests", keys.REQUESTS, tooltip=keys.REQUESTS_TIP),
     ]
     DEFAULT_CSS = """
     MainScreen #top { height: auto; background: $panel; padding: 0 1; }
@@ -70,27 +71,25 @@ class MainScreen(StepScreen):
     # -- layout -------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
         with Vertical(id="top"):
-            yield Static(f"[b]{escape(self.source.name)}[/b] · opening…", id="run")
+            yield Static(f"[b]{escape(self.source.name)}[/b] · {labels.OPENING}", id="run")
             yield Static("", id="engine")
             # A followed file has no end to measure progress against.
             yield ProgressBar(id="progress", show_eta=False, classes="done" if self.follow else "")
         yield Static("", id="waiting")
         timeline = Timeline(id="timeline")
-        timeline.border_title = "timeline"
-        timeline.border_subtitle = "←/→ step · +/- zoom · [ ] pan · 0 fit · n/N flags"
+        timeline.border_title = labels.TIMELINE
+        timeline.border_subtitle = labels.TIMELINE_KEYS
         yield timeline
         with Horizontal(id="lower"):
             yield StepTable(id="steps")
             with TabbedContent(id="side", initial="inspector-tab"):
-                with TabPane("Inspector", id="inspector-tab"):
+                with TabPane(labels.INSPECTOR_TAB, id="inspector-tab"):
                     yield Inspector(id="inspector")
-                with TabPane("Flags", id="flags-tab"):
+                with TabPane(labels.FLAGS_TAB, id="flags-tab"):
                     yield Static("", id="flag-filter")
                     yield FlagList(id="flags")
-                with TabPane("Request", id="request-tab"), VerticalScroll():
-                    yield LifetimePanel(
-                        "Press [b]/[/b] and type a request id to see its lifetime.", id="life"
-                    )
+                with TabPane(labels.REQUEST_TAB, id="request-tab"), VerticalScroll():
+                    yield LifetimePanel(labels.LIFE_HINT, id="life")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -181,17 +180,17 @@ class MainScreen(StepScreen):
     def update_status(self) -> None:
         parts = [self.replay_status()]
         if self.follow:
-            tail = "[$success]tail on[/]" if self.tail else "tail off (t)"
-            new = f" · +{self._new_since} new" if self._new_since and not self.tail else ""
+            tail = f"[$success]{labels.TAIL_ON}[/]" if self.tail else labels.TAIL_OFF
+            new = f" · {labels.new_steps(self._new_since)}" if self._new_since and not self.tail else ""
             parts.append(f"{escape(source_line(self.state))}{new} · {tail}")
         elif not self.loaded:
-            parts.append("loading…")
-        self.query_one(Timeline).border_title = "timeline · " + " · ".join(parts)
+            parts.append(labels.LOADING)
+        self.query_one(Timeline).border_title = " · ".join([labels.TIMELINE, *parts])
         kinds = self.model.kinds_present if self.model is not None else []
-        shown = self.kind or "all kinds"
+        shown = self.kind or labels.ALL_KINDS
         choices = " · ".join(kinds) if kinds else empty.NO_FLAGS_IN_TRACE
         self.query_one("#flag-filter", Static).update(
-            f"showing [b]{escape(shown)}[/b] · k cycles: {escape(choices)} · enter jumps"
+            labels.flag_filter(escape(shown), escape(choices), mark=bold)
         )
 
     def set_cursor(self, row: int) -> None:
@@ -273,7 +272,7 @@ class MainScreen(StepScreen):
             if text:
                 self.search(text)
 
-        self.app.push_screen(PromptScreen("Search request", "request id (or its beginning)"), found)
+        self.app.push_screen(PromptScreen(*keys.SEARCH_PROMPT), found)
 
     @work(thread=True, exclusive=True, group="search")
     def search(self, text: str) -> None:
@@ -316,30 +315,18 @@ class MainScreen(StepScreen):
 
     def commands(self) -> list[Command]:
         out: list[Command] = [
-            ("Next flag", "Jump to the next flagged step", "next_flag"),
-            ("Previous flag", "Jump to the previous flagged step", "prev_flag"),
-            (
-                "Search request…",
-                "Show a request's lifetime: admitted, scheduled, preempted, finished",
-                "search",
-            ),
-            ("Flags: all kinds", "List every flag; n/N visit every flagged step", "filter_kind(None)"),
+            (*keys.NEXT_FLAG_CMD, "next_flag"),
+            (*keys.PREVIOUS_FLAG_CMD, "prev_flag"),
+            (*keys.SEARCH_CMD, "search"),
+            (*keys.ALL_KINDS_CMD, "filter_kind(None)"),
         ]
         for kind in self.model.kinds_present if self.model is not None else []:
-            out.append((f"Flags: only {kind}", f"List and visit only {kind} flags", f"filter_kind('{kind}')"))
+            out.append((*keys.kind_cmd(kind), f"filter_kind('{kind}')"))
         if self.follow:
-            out.append(("Follow the tail", "Keep the cursor on the newest step as the file grows", "tail"))
+            out.append((*keys.TAIL_CMD, "tail"))
         out += [
-            (
-                "Show the inspector",
-                "The selected step's requests, budget arithmetic and flags",
-                "tab('inspector-tab')",
-            ),
-            ("Show the flag list", "Every flag with its sentence", "tab('flags-tab')"),
-            (
-                "Requests view",
-                "One lane per request over the steps, by state and reason; its why",
-                "requests",
-            ),
+            (*keys.INSPECTOR_CMD, "tab('inspector-tab')"),
+            (*keys.FLAG_LIST_CMD, "tab('flags-tab')"),
+            (*keys.REQUESTS_CMD, "requests"),
         ]
         return out + super().commands()

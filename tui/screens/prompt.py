@@ -10,9 +10,11 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Label
 
+from tracer.render import keys
+
 
 class PromptScreen(ModalScreen[str | None]):
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", keys.CANCEL)]
     DEFAULT_CSS = """
     PromptScreen { align: center middle; }
     PromptScreen > Vertical {
@@ -32,7 +34,7 @@ class PromptScreen(ModalScreen[str | None]):
         with Vertical() as box:
             box.border_title = self.title_text
             yield Input(value=self.value, placeholder=self.placeholder, id="prompt-input")
-            yield Label("enter: go · escape: cancel")
+            yield Label(keys.PROMPT_KEYS)
 
     def on_mount(self) -> None:
         self.query_one(Input).cursor_blink = False  # no blinking: snapshots stay stable

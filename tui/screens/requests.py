@@ -37,10 +37,11 @@ from tracer.analysis.request_lanes import (
     RequestLane,
     RequestLanes,
 )
-from tracer.render import empty
+from tracer.render import empty, keys, labels
 from tracer.render.why import lanes_note, no_story_line, segment_text, state_label, story_lines
 from tui.bins import Columns, Window
 from tui.data import TraceModel
+from tui.markup import bold
 from tui.screens.base import Command, StepScreen
 from tui.widgets.textview import TextView
 from tui.widgets.vlist import Cell, VirtualList
@@ -173,7 +174,7 @@ class LaneList(VirtualList):
 class StoryScreen(ModalScreen[None]):
     """A request's `why`: tracer.render.why.story_lines."""
 
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,q,enter", "dismiss", "Close")]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,q,enter", "dismiss", keys.CLOSE)]
     DEFAULT_CSS = """
     StoryScreen { align: center middle; }
     StoryScreen > TextView {
@@ -187,8 +188,8 @@ class StoryScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         view = TextView("\n".join(escape(line) for line in self.lines), id="story")
-        view.border_title = "why"
-        view.border_subtitle = "escape closes"
+        view.border_title = labels.WHY
+        view.border_subtitle = labels.ESCAPE_CLOSES
         yield view
 
     def on_mount(self) -> None:
@@ -201,11 +202,11 @@ class RequestsScreen(StepScreen):
         Binding(
             "enter,w",
             "open",
-            "Why",
+            keys.WHY,
             priority=True,
-            tooltip="Open the selected request's why (or click its lane)",
+            tooltip=keys.WHY_TIP,
         ),
-        Binding("escape", "back", "Back", tooltip="Back to the main screen, at this step"),
+        Binding("escape", "back", keys.BACK, tooltip=keys.BACK_TIP),
     ]
     DEFAULT_CSS = """
     RequestsScreen #top { height: auto; background: $panel; padding: 0 1; }
@@ -226,12 +227,12 @@ class RequestsScreen(StepScreen):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="top"):
-            yield Static(f"[b]Requests[/b] · {escape(self.model.name)}", id="title")
-            yield Static("reading the steps…", id="note")
+            yield Static(labels.requests_title(escape(self.model.name), mark=bold), id="title")
+            yield Static(labels.READING_STEPS, id="note")
             yield Static(self._legend([]), id="legend")
         lanes = LaneList(id="lanes")
-        lanes.border_title = "one lane per request · glyph: state · colour: reason"
-        lanes.border_subtitle = "↑/↓ request · enter/click why · ←/→ step · +/- zoom · [ ] pan · esc back"
+        lanes.border_title = labels.LANES_TITLE
+        lanes.border_subtitle = labels.LANES_KEYS
         yield lanes
         yield Static("", id="readout")
         yield Footer()
@@ -266,7 +267,7 @@ class RequestsScreen(StepScreen):
         self.loaded = True
         note = lanes_note(lanes)
         if self.window.span < self.total:
-            note += f"; of the run's {self.total} steps ([ ] pan, - zooms out to at most {MAX_WINDOW})"
+            note += f"; {labels.of_the_run(self.total, MAX_WINDOW)}"
         self.query_one("#note", Static).update(escape(note))
         self.query_one("#legend", Static).update(self._legend(lanes.codes()))
         self._draw()
@@ -282,12 +283,12 @@ class RequestsScreen(StepScreen):
         states = " ".join(f"{GLYPH[s]} {s}" for s in (SCHEDULED, CLIPPED, UNSCHEDULED, WAITING, PREEMPTED))
         names = {c: state_label(SCHEDULED, c) if c == "none" else label(c) for c in codes}
         reasons = "  ".join(f"[{color(c)}]■[/] {escape(names[c])}" for c in codes)
-        return f"[$text-muted]glyph:[/] {states}\n[$text-muted]colour:[/] {reasons or '–'}"
+        return f"[$text-muted]{labels.GLYPH}[/] {states}\n[$text-muted]{labels.COLOUR}[/] {reasons or '–'}"
 
     def update_status(self) -> None:
         step = int(self.model.trace.columns["step"][self.cursor]) if self.total else 0
         lanes, row = self.lanes, self.query_one(LaneList).cursor
-        text = f"{self.replay_status()} · step {step}"
+        text = f"{self.replay_status()} · {labels.at_step(step)}"
         if lanes is not None and lanes.lanes:
             lane = lanes.lanes[min(row, len(lanes.lanes) - 1)]
             seg = lane.at(self.cursor)
@@ -329,7 +330,7 @@ class RequestsScreen(StepScreen):
 
     def commands(self) -> list[Command]:
         return [
-            ("Why of the selected request", "Its life step by step, with its reasons", "open"),
-            ("Back", "Back to the main screen, at this step", "back"),
+            (*keys.WHY_CMD, "open"),
+            (*keys.BACK_CMD, "back"),
             *super().commands(),
         ]

@@ -16,19 +16,20 @@ from tracer.analysis.flags import glyph
 from tracer.analysis.requests import RequestLife
 from tracer.analysis.session import StepRequests, step_requests
 from tracer.analysis.why import StepWhy
-from tracer.render import empty
+from tracer.render import empty, labels
 from tracer.render.flags import message
 from tracer.render.life import life_rows
 from tracer.render.step import arithmetic, buffers_line, step_place, step_status
 from tracer.render.text import RunLine, engine_parts
 from tracer.render.why import cause_text, reason_cell
 from tui.data import TraceModel
+from tui.markup import bold
 from tui.widgets.textview import TextView
 
 SEVERITY_STYLE = {"error": "$error", "warning": "$warning", "info": "$text-muted"}
 MAX_REQUEST_LINES = 200
 # How the inspector names each record group of scheduled requests, and colours it.
-ROLE = {"new": "admitted"}
+ROLE = {"new": labels.ADMITTED}
 ROLE_STYLE = {"new": "$success", "resumed": "$accent"}
 
 
@@ -44,9 +45,9 @@ def run_line(model: TraceModel) -> str:
     run = RunLine.of(model.trace, model.report)
     parts = [
         f"[b]{escape(model.name)}[/b]",
-        f"policy [b]{escape(str(h.get('policy')))}[/b]",
-        f"regime {escape(str(h.get('regime')))}",
-        f"vLLM {escape(str(h.get('vllm_version')))}",
+        labels.policy_part(escape(str(h.get("policy"))), mark=bold),
+        labels.regime_part(escape(str(h.get("regime")))),
+        labels.vllm_part(escape(str(h.get("vllm_version")))),
         run.steps,
         escape(run.flag_total),
     ]
@@ -71,8 +72,8 @@ class Inspector(TextView):
         rec = trace.step(row)
         col = trace.columns
         out = [
-            f"[b]Step {rec['step']}[/b] [$text-muted]({escape(step_place(trace, row, rec))})[/]",
-            "[b $primary]Budget[/]",
+            f"{bold(labels.step_title(rec['step']))} [$text-muted]({escape(step_place(trace, row, rec))})[/]",
+            f"[b $primary]{labels.BUDGET}[/]",
         ]
         for line in arithmetic(trace, row, model.report.analysis):
             style = "$error" if line.startswith("withheld") else "$text"
@@ -83,13 +84,13 @@ class Inspector(TextView):
         out.append(f"  {escape(step_status(rec))}")
         # Flags before requests: why the step was flagged is the first thing to read.
         flags = model.flags_at(row)
-        out.append(f"[b $primary]Flags[/] ({len(flags)})" if flags else "[b $primary]Flags[/] none")
+        out.append(f"[b $primary]{labels.FLAGS}[/] {f'({len(flags)})' if flags else empty.NONE}")
         for f in flags:
             style = SEVERITY_STYLE.get(f.severity, "$text")
             out.append(f"  [{style}]{glyph(f.severity)} {f.kind}[/] [$text-muted]({f.severity})[/]")
             out.append(f"    {escape(message(f))}")
         why = model.step_why(row, rec)
-        out.append(f"[b $primary]Why[/] {escape(cause_text(why.binding))}")
+        out.append(f"[b $primary]{labels.WHY_HEADING}[/] {escape(cause_text(why.binding))}")
         out += Inspector._requests(step_requests(rec), int(col["query_per_req"][row]), why)
         return out
 
@@ -100,11 +101,11 @@ class Inspector(TextView):
         # shown when one was (the panel is narrow, the ids long).
         reasons = {r.id: reason_cell(r.cause) for r in why.requests}
         shown = [reasons.get(e.id, "") for e in entries[:MAX_REQUEST_LINES]]
-        rw = max([len("reason"), *map(len, shown)]) + 2 if any(shown) else 0
+        rw = max([len(labels.COL_REASON), *map(len, shown)]) + 2 if any(shown) else 0
         out = [
-            f"[b $primary]Requests[/] ({len(entries)} scheduled)",
-            f"[$text-muted]  {'':9}{'tokens':>7}{'spec':>6}{'query':>7}{'demand':>8}  "
-            f"{'reason' if rw else '':<{rw}}id[/]",
+            f"[b $primary]{labels.REQUESTS_HEADING}[/] {labels.scheduled_count(len(entries))}",
+            f"[$text-muted]  {'':9}{labels.COL_TOKENS:>7}{labels.COL_SPEC:>6}{labels.COL_QUERY:>7}"
+            f"{labels.COL_DEMAND:>8}  {labels.COL_REASON if rw else '':<{rw}}{labels.COL_ID}[/]",
         ]
         for e, reason in zip(entries[:MAX_REQUEST_LINES], shown, strict=True):
             role = ROLE.get(e.kind, e.kind)
@@ -115,16 +116,16 @@ class Inspector(TextView):
                 f"{escape(str(e.id))}"
             )
         if len(entries) > MAX_REQUEST_LINES:
-            out.append(f"  … {len(entries) - MAX_REQUEST_LINES} more")
+            out.append(f"  {labels.more(len(entries) - MAX_REQUEST_LINES)}")
 
         def ids(values: list[Any]) -> str:
             shown = ", ".join(escape(str(v)) for v in values[:20])
             return shown + (f" … (+{len(values) - 20})" if len(values) > 20 else "")
 
         if reqs.preempted:
-            out.append(f"  [$warning]preempted[/] {ids(reqs.preempted)}")
+            out.append(f"  [$warning]{labels.PREEMPTED}[/] {ids(reqs.preempted)}")
         if reqs.finished:
-            out.append(f"  [$text-muted]finished[/]  {ids(reqs.finished)}")
+            out.append(f"  [$text-muted]{labels.FINISHED}[/]  {ids(reqs.finished)}")
         return out + _held(reqs, why)
 
 
@@ -140,7 +141,7 @@ class LifetimePanel(Static):
                 text += "\n" + empty.ids_like([escape(s) for s in suggestions])
             self.update(text)
             return
-        lines = [f"[b]Request {escape(life.id)}[/b]"]
+        lines = [bold(labels.request_title(escape(life.id)))]
         lines += [f"  [$text-muted]{k:<12}[/]{escape(v)}" for k, v in life_rows(life)]
         lines.append(f"[$text-muted]  {empty.life_found('[b]/[/b]')}[/]")
         self.update("\n".join(lines))
@@ -148,15 +149,15 @@ class LifetimePanel(Static):
 
 def _held_rows(rows: list[tuple[str, int, str, str]], more: int = 0) -> list[str]:
     """(state, demand, reason, id) rows under a header, the reason column as wide as it needs."""
-    rw = max([len("reason"), *(len(r[2]) for r in rows)]) + 2
-    out = [f"[$text-muted]  {'':12}{'demand':>7}  {'reason':<{rw}}id[/]"]
+    rw = max([len(labels.COL_REASON), *(len(r[2]) for r in rows)]) + 2
+    out = [f"[$text-muted]  {'':12}{labels.COL_DEMAND:>7}  {labels.COL_REASON:<{rw}}{labels.COL_ID}[/]"]
     for state, demand, reason, rid in rows[:MAX_REQUEST_LINES]:
         out.append(
             f"  [$text-muted]{state:<12}[/]{demand:>7}  [$warning]{escape(f'{reason:<{rw}}')}[/]{escape(rid)}"
         )
     left = len(rows) - MAX_REQUEST_LINES + more
     if left > 0:
-        out.append(f"  … {left} more" + (" (not listed in the trace)" if more else ""))
+        out.append(f"  {labels.more(left, unlisted=bool(more))}")
     return out
 
 
@@ -166,17 +167,17 @@ def _held(reqs: StepRequests, why: StepWhy) -> list[str]:
     out: list[str] = []
     if reqs.unscheduled:
         rows = [
-            ("unscheduled", d.demand, reason_cell(by_id[d.id].cause) if d.id in by_id else "", str(d.id))
+            (labels.UNSCHEDULED, d.demand, reason_cell(by_id[d.id].cause) if d.id in by_id else "", str(d.id))
             for d in reqs.unscheduled
         ]
-        out.append(f"[b $primary]Running, not scheduled[/] ({len(rows)})")
+        out.append(f"[b $primary]{labels.RUNNING_NOT_SCHEDULED}[/] ({len(rows)})")
         out += _held_rows(rows)
     if reqs.waiting:
         rows = [
-            ("waiting", d.demand, reason_cell(by_id[d.id].cause) if d.id in by_id else "", str(d.id))
+            (labels.WAITING, d.demand, reason_cell(by_id[d.id].cause) if d.id in by_id else "", str(d.id))
             for d in reqs.waiting
         ]
         more = reqs.waiting_truncated
-        out.append(f"[b $primary]Waiting, not admitted[/] ({len(rows) + more})")
+        out.append(f"[b $primary]{labels.WAITING_NOT_ADMITTED}[/] ({len(rows) + more})")
         out += _held_rows(rows, more)
     return out

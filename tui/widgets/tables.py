@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from tracer.analysis.flags import glyph
-from tracer.render import empty
+from tracer.render import empty, labels
 from tracer.render.flags import message
 from tui.data import CompareModel, TraceModel
 from tui.widgets.vlist import Cell, VirtualList
@@ -20,19 +20,7 @@ def _col(text: object, width: int) -> str:
 class StepTable(VirtualList):
     """One row per step, formatted from the trace's columns when it scrolls into view."""
 
-    HEADS = (
-        ("step", 7),
-        ("target", 7),
-        ("input", 7),
-        ("+rsv", 5),
-        ("query", 6),
-        ("whld", 5),  # withheld, abbreviated like its neighbours: the table fits half the screen
-        ("sched", 6),
-        ("adm", 4),
-        ("pre", 4),
-        ("fin", 4),
-        ("wait", 5),
-    )
+    HEADS = tuple(zip(labels.STEP_COLUMNS, (7, 7, 7, 5, 6, 5, 6, 4, 4, 4, 5), strict=True))
     empty_text = empty.NO_STEPS_YET
 
     def __init__(self, **kwargs: Any) -> None:
@@ -44,7 +32,12 @@ class StepTable(VirtualList):
         self.set_count(len(model) if model is not None else 0)
 
     def header(self) -> list[Cell]:
-        return [("".join(_col(h, w) for h, w in self.HEADS) + "  flags" + " " * 30, "header")]
+        return [
+            (
+                "".join(_col(h, w) for h, w in self.HEADS) + f"  {labels.STEP_FLAGS_COLUMN}" + " " * 30,
+                "header",
+            )
+        ]
 
     def row_cells(self, row: int) -> list[Cell]:
         assert self.model is not None
@@ -77,7 +70,7 @@ class StepTable(VirtualList):
 class FlagList(VirtualList):
     """Every flag (or those of one kind), one line each; choosing one moves the cursor to its step."""
 
-    empty_text = "no flags"
+    empty_text = empty.no_flags_of(None)
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -99,7 +92,8 @@ class FlagList(VirtualList):
             self.set_cursor(max(0, int(np.searchsorted(self.rows, row, side="right")) - 1))
 
     def header(self) -> list[Cell]:
-        return [(f"{'step':>7}   {'kind':<29}{'withheld':>8}  what to do" + " " * 60, "header")]
+        step, kind, withheld, what = labels.FLAG_COLUMNS
+        return [(f"{step:>7}   {kind:<29}{withheld:>8}  {what}" + " " * 60, "header")]
 
     def row_cells(self, row: int) -> list[Cell]:
         assert self.model is not None
@@ -117,19 +111,7 @@ class FlagList(VirtualList):
 class DeltaTable(VirtualList):
     """Compare mode: step k of A against step k of B, with each delta coloured by its sign."""
 
-    HEADS = (
-        ("step", 7),
-        ("target A", 10),
-        ("target B", 10),
-        ("Δ", 7),
-        ("query Δ", 9),
-        ("admit Δ", 9),
-        ("preempt Δ", 11),
-        ("withheld A", 12),
-        ("withheld B", 12),
-        ("flags A", 9),
-        ("flags B", 9),
-    )
+    HEADS = tuple(zip(labels.DELTA_COLUMNS, (7, 10, 10, 7, 9, 9, 11, 12, 12, 9, 9), strict=True))
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)

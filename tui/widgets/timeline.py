@@ -17,6 +17,7 @@ from textual.message import Message
 from textual.strip import Strip
 from textual.widget import Widget
 
+from tracer.render import labels
 from tui.bins import Columns, Window, eighths
 from tui.data import TraceModel
 from tui.lanes import Lane, build_lanes
@@ -152,8 +153,8 @@ class Timeline(Widget):
                 strips.append(self._strip(label, cells[line_no], value, first, last, style))
                 line_no += 1
         if self._lanes:
-            value = f"step {self._step_at(self.cursor)}" if self.steps is not None else ""
-            strips.append(self._strip("step", cells[line_no], value, first, last, style))
+            value = labels.at_step(self._step_at(self.cursor)) if self.steps is not None else ""
+            strips.append(self._strip(labels.LANE_STEP, cells[line_no], value, first, last, style))
         self._strips_key, self._strips = key, strips
         return strips
 

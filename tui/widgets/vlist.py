@@ -17,7 +17,7 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from tracer.render import empty
+from tracer.render import empty, keys
 
 # A cell: (text, component style name without the "vlist--" prefix).
 Cell = tuple[str, str]
@@ -25,13 +25,13 @@ Cell = tuple[str, str]
 
 class VirtualList(ScrollView, can_focus=True):
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("up", "move(-1)", "Up", show=False),
-        Binding("down", "move(1)", "Down", show=False),
-        Binding("pageup", "page(-1)", "Page up", show=False),
-        Binding("pagedown", "page(1)", "Page down", show=False),
-        Binding("home", "edge(0)", "First", show=False),
-        Binding("end", "edge(1)", "Last", show=False),
-        Binding("enter", "choose", "Go to", show=False),
+        Binding("up", "move(-1)", keys.UP, show=False),
+        Binding("down", "move(1)", keys.DOWN, show=False),
+        Binding("pageup", "page(-1)", keys.PAGE_UP, show=False),
+        Binding("pagedown", "page(1)", keys.PAGE_DOWN, show=False),
+        Binding("home", "edge(0)", keys.FIRST, show=False),
+        Binding("end", "edge(1)", keys.LAST, show=False),
+        Binding("enter", "choose", keys.GO_TO, show=False),
     ]
     COMPONENT_CLASSES: ClassVar[set[str]] = {
         "vlist--header",
