@@ -2,7 +2,7 @@
 
 `Torn` says where a file's incomplete last line starts; `entries_of` gives a Trace's
 per-request entry columns (tracer.trace.entries), collected from its records when its load
-did not bring them.
+did not bring them, and `entry_columns` what a pass over them needs, in one bundle.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 import orjson
 
 from tracer.trace import compact, schema
-from tracer.trace.entries import Entries, EntryCollector
+from tracer.trace.entries import Entries, EntryCollector, EntryColumns
 from tracer.trace.errors import TraceError, TraceOrderError
 from tracer.trace.rows import with_defaults
 from tracer.trace.store import MemoryStore, Store
@@ -204,3 +204,10 @@ def entries_of(trace: Trace) -> Entries | None:
         return None
     trace.entries = found
     return found
+
+
+def entry_columns(trace: Trace, chunk: int) -> EntryColumns | None:
+    """What a pass over the trace's entry columns needs (`Entries.for_pass`: its scheduled
+    entries in chunks of about `chunk`), or None when its records do not fit entry columns."""
+    e = entries_of(trace)
+    return None if e is None else e.for_pass(trace.columns, chunk)
