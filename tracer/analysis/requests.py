@@ -13,7 +13,7 @@ The index is cached per Trace object, so a comparison and a later search share i
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,12 +57,18 @@ def lifetimes(trace: Trace) -> dict[str, RequestLife]:
     """Every request's lifetime, from every step record: the reference for one request's
     (tracer.analysis.lookup.request_life parses only its steps) and for the events a
     comparison uses (request_events reads only those)."""
+    return lives_of(rec for _, rec in detail.records(trace, range(len(trace))))  # batched
+
+
+def lives_of(records: Iterable[dict[str, Any]]) -> dict[str, RequestLife]:
+    """The lifetimes of the requests these step records (whole, in step order, as `Trace.step`
+    gives them) name: `lifetimes` over a trace's records, or over only those naming a request."""
     lives: dict[str, RequestLife] = {}
 
     def life(rid: str) -> RequestLife:
         return lives.setdefault(rid, RequestLife(rid))
 
-    for _, rec in detail.records(trace, range(len(trace))):  # batched: never every record at once
+    for rec in records:
         step = rec["step"]
         for rid, *_ in rec["new"]:
             life(rid).admitted = step

@@ -7,7 +7,6 @@ did not bring them, and `entry_columns` what a pass over them needs, in one bund
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -142,17 +141,6 @@ class Trace:
 
     def steps(self) -> list[dict[str, Any]]:
         return list(self.iter_steps())
-
-    def subset(self, rows: np.ndarray) -> Trace:
-        """A Trace of just these rows (columns, runner columns and step detail), same store."""
-        return dataclasses.replace(
-            self,
-            columns={k: v[rows] for k, v in self.columns.items()},
-            runner={k: v[rows] for k, v in self.runner.items()},
-            _spans=self._spans[rows],
-            fingerprint=None,  # a part of the file's steps: nothing derived from the whole fits it
-            entries=None,
-        )
 
     def _parse_step(self, i: int, raw: bytes) -> dict[str, Any]:
         try:
