@@ -330,13 +330,11 @@ def _write(trace: Trace, index: RequestIndex) -> None:
         "since_of": index._since_of,
         "since_step": index._since_step,
     }
-    sidecar.write_derived(trace.path, NAME, trace.fingerprint, arrays, version=VERSION, steps=len(trace))
+    sidecar.keep_derived(trace, NAME, arrays, version=VERSION)
 
 
 def _read(trace: Trace) -> RequestIndex | None:
-    found = sidecar.read_derived(
-        trace.path, NAME, trace.fingerprint, _ARRAYS, version=VERSION, steps=len(trace)
-    )
+    found = sidecar.derived_of(trace, NAME, _ARRAYS, version=VERSION)
     if found is None:
         return None
     _, arrays = found

@@ -76,11 +76,11 @@ def reference(trace: Trace) -> StepPass:
 
 
 def _read(trace: Trace) -> StepPass | None:
-    n = len(trace)
-    found = sidecar.read_derived(trace.path, NAME, trace.fingerprint, _DTYPES, version=VERSION, steps=n)
+    found = sidecar.derived_of(trace, NAME, _DTYPES, version=VERSION)
     if found is None:
         return None
     meta, arrays = found
+    n = int(meta["steps"])  # the trace's: derived_of checked it
     columns = {name: np.array(arrays[f"f_{name}"]) for name in timing.FEATURES}
     requests: dict[str, Any] = {name: np.array(arrays[f"r_{name}"]) for name in _REQUEST_ARRAYS}
     try:
@@ -107,6 +107,4 @@ def _write(trace: Trace, found: StepPass) -> None:
     except TypeError:
         return  # an id JSON cannot hold (never the recorder's)
     meta = {"context_recorded": found.features.context_recorded}
-    sidecar.write_derived(
-        trace.path, NAME, trace.fingerprint, arrays, version=VERSION, steps=len(trace), meta=meta
-    )
+    sidecar.keep_derived(trace, NAME, arrays, version=VERSION, meta=meta)
