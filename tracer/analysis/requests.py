@@ -21,8 +21,7 @@ import numpy as np
 import orjson
 
 from tracer.analysis import detail, entry_features
-from tracer.analysis.memo import memo
-from tracer.trace import sidecar
+from tracer.analysis.memo import DiskForm, kept, memo
 from tracer.trace.trace_type import Trace
 
 
@@ -217,14 +216,7 @@ def cached_index(trace: Trace) -> RequestIndex | None:
 def request_index(trace: Trace) -> RequestIndex:
     """The per-request index of `trace`, built on first use and cached with the Trace (and,
     for a big trace file, beside it: `<trace>.requests.ssidx`, as tracer.analysis.step_features)."""
-    index = cached_index(trace)
-    if index is None:
-        index = _read(trace)
-        if index is None:
-            index = _build(trace)
-            _write(trace, index)
-        memo(trace).put(NAME, index)
-    return index
+    return kept(trace, _KEPT, _build)
 
 
 def request_events(trace: Trace) -> EventsView:
@@ -310,14 +302,12 @@ _ARRAYS = {
 }
 
 
-def _write(trace: Trace, index: RequestIndex) -> None:
-    if trace.fingerprint is None:
-        return  # nothing would be kept: not worth packing
+def _pack(index: RequestIndex) -> tuple[dict[str, np.ndarray], dict[str, Any]] | None:
     c = index.columns
     try:
         ids = orjson.dumps(c.ids)
     except TypeError:
-        return  # an id JSON cannot hold (never the recorder's)
+        return None  # an id JSON cannot hold (never the recorder's)
     arrays = {
         "ids": np.frombuffer(ids, dtype=np.uint8),
         "admitted": c.admitted,
@@ -330,14 +320,10 @@ def _write(trace: Trace, index: RequestIndex) -> None:
         "since_of": index._since_of,
         "since_step": index._since_step,
     }
-    sidecar.keep_derived(trace, NAME, arrays, version=VERSION)
+    return arrays, {}
 
 
-def _read(trace: Trace) -> RequestIndex | None:
-    found = sidecar.derived_of(trace, NAME, _ARRAYS, version=VERSION)
-    if found is None:
-        return None
-    _, arrays = found
+def _unpack(meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> RequestIndex | None:
     try:
         ids = orjson.loads(arrays["ids"].tobytes())
     except orjson.JSONDecodeError:
@@ -363,3 +349,6 @@ def _read(trace: Trace) -> RequestIndex | None:
         np.cumsum(counts[1]),
     )
     return RequestIndex(columns, np.array(since_of), np.array(arrays["since_step"]))
+
+
+_KEPT = DiskForm(NAME, VERSION, _ARRAYS, _pack, _unpack)
