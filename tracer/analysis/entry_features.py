@@ -82,7 +82,7 @@ def entry_pass(e: EntryColumns) -> EntryPass:
     code (a stable sort: a request's entries stay in step order); what a request carries from
     one chunk to the next is in `_Carry`. The few other entries (admissions, preemptions,
     finishes, waiting ids) are joined by key. Only a chunk's entries are in memory at once."""
-    n = len(e.step)
+    n = len(e.columns["step"])
     k = e.counts
     ks = k["k_new"] + k["k_res"] + k["k_run"]
     longest = max(int(k[name].max(initial=0)) for name in ("k_wait", "k_pre", "k_fin"))
@@ -107,12 +107,13 @@ def entry_pass(e: EntryColumns) -> EntryPass:
         _chunk(chunk, k, rows, ev, acc, carry)
     # What the chunks needed goes before the last phases, which peak in memory; each of
     # them is a function, so its temporaries go when it returns.
-    finished = k["k_fin"]
+    finished, arrivals = k["k_fin"], k["k_arr"]
+    k.clear()  # the bundle's counts too: this pass is their one reader
     del carry, rows, k
     release_memory.trim()
     with _LAST_PHASES:
         features = _features(e, acc, ks, finished)
-        times = _times(e, acc, n, n_codes)
+        times = _times(e, acc, arrivals, n_codes)
         prefill_done = acc.prefill_done
         del acc
         events, since = _request_index(e, ev, prefill_done, n_codes)
@@ -124,27 +125,28 @@ def _features(
     e: EntryColumns, acc: _Accumulators, ks: np.ndarray, finished: np.ndarray
 ) -> timing.StepFeatures:
     """timing.FeatureBuilder's step features."""
-    n = len(e.step)
+    n = len(e.columns["step"])
     recorded = e.ctx != NO_CONTEXT
     columns = {
         "step": np.ones(n),
-        "prefill_tokens": e.scheduled_tokens - acc.decode,
+        "prefill_tokens": _scheduled_tokens(e.columns) - acc.decode,
         "decode_tokens": acc.decode,
         "requests": ks.astype(np.float64),
         "finished_requests": finished.astype(np.float64),
         "context_tokens": np.where(recorded, e.ctx.astype(np.float64), acc.context),
-        "query_rows": e.query_rows,
+        "query_rows": e.columns["query_rows"].astype(np.float64),
     }
     return timing.StepFeatures(
         {name: columns[name] for name in timing.FEATURES}, context_recorded=bool(n and recorded.all())
     )
 
 
-def _times(e: EntryColumns, acc: _Accumulators, n: int, n_codes: int) -> RequestTimes:
-    """throughput.LatencyTracker's inputs: first seen scheduled or waiting, first scheduled."""
+def _times(e: EntryColumns, acc: _Accumulators, arrivals: np.ndarray, n_codes: int) -> RequestTimes:
+    """throughput.LatencyTracker's inputs: first seen scheduled or waiting, first scheduled
+    (`arrivals`: each step's count of `a` inputs)."""
     # The `a` inputs (one per request): a step's arrivals come before what it lists.
     arr_codes = e.arr.astype(np.int64)
-    arr_rows = np.repeat(np.arange(n, dtype=np.int64), e.counts["k_arr"])
+    arr_rows = np.repeat(np.arange(len(arrivals), dtype=np.int64), arrivals)
     arrived = np.full(n_codes, -1, np.int64)
     arrival = np.full(n_codes, np.nan)
     arr_at = np.zeros(n_codes, np.int64)
@@ -266,6 +268,10 @@ class _Carry:
         self.reset = np.zeros(n_codes, bool)
         self.armed = np.zeros(n_codes, bool)
         self.scratch = np.zeros(n_codes, bool)  # all False between uses
+
+
+def _scheduled_tokens(col: dict[str, np.ndarray]) -> np.ndarray:
+    return (col["new_tokens"] + col["resumed_tokens"] + col["running_tokens"]).astype(np.float64)
 
 
 class _Accumulators:
@@ -460,7 +466,7 @@ def _request_index(
     in the order the reference first names it (admitted, resumed, preempted, finished),
     with its events; and each first admission (position in that order, step)."""
     big = np.iinfo(np.int64).max
-    steps = e.step
+    steps = e.columns["step"].astype(np.int64)
     first = np.full(n_codes, big, np.int64)
     for codes, keys in ((ev.new_code, ev.new_key), (ev.res_code, ev.res_key)):
         np.minimum.at(first, codes, keys)

@@ -256,13 +256,13 @@ class EntryChunk:
 @dataclass
 class EntryColumns:
     """What a pass over every entry of a trace needs (tracer.analysis.entry_features), handed
-    over at once: the per-step counts (int64), the few entries other than the scheduled ones
-    (with the admitted and resumed requests' codes), the trace's own columns the pass reads,
-    and `chunks`, the scheduled entries in chunks of whole steps, read in step order: only a
+    over at once: the trace's own per-step columns, the per-step counts (int64), the few
+    entries other than the scheduled ones (with the admitted and resumed requests' codes), and
+    `chunks`, the scheduled entries in chunks of whole steps, read in step order: only a
     chunk's entries are in memory at once, the mapped pages read are handed back every
     HAND_BACK chunks and the freed heap every TRIM, so neither piles up in the RSS."""
 
-    step: np.ndarray  # each row's step number (int64)
+    columns: dict[str, np.ndarray]  # the Trace's (not copied)
     counts: dict[str, np.ndarray]  # STEP_COLS, int64
     ctx: np.ndarray  # `context_tokens`, NO_CONTEXT where a step has none
     ids: list[Any]  # request ids by code
@@ -272,8 +272,6 @@ class EntryColumns:
     fin: np.ndarray
     arr: np.ndarray
     arr_t: np.ndarray
-    scheduled_tokens: np.ndarray  # each step's scheduled tokens (float64)
-    query_rows: np.ndarray  # (float64)
     chunks: Iterator[EntryChunk]
 
 
@@ -435,7 +433,7 @@ class Entries:
         new_at = sched_first[new_rows] + _place(k["k_new"])
         res_at = sched_first[res_rows] + k["k_new"][res_rows] + _place(k["k_res"])
         found = EntryColumns(
-            step=columns["step"].astype(np.int64),
+            columns=columns,
             counts=k,
             ctx=self.ctx,
             ids=self.ids,
@@ -445,10 +443,6 @@ class Entries:
             fin=self.fin,
             arr=self.arr,
             arr_t=self.arr_t,
-            scheduled_tokens=(
-                columns["new_tokens"] + columns["resumed_tokens"] + columns["running_tokens"]
-            ).astype(np.float64),
-            query_rows=columns["query_rows"].astype(np.float64),
             chunks=self._chunks(k, sched_first, sched_end, chunk),
         )
         self.release()
