@@ -33,7 +33,8 @@ MOST = 2
 # analysis->trace: 30 before issue 34's walk; the entry pass's 17 (the request index's build,
 # which every command shares: tracer.analysis.entry_features) are 3 since the trace layer
 # hands it one bundle, and the derived sidecars' 6 are 1 since tracer.analysis.memo.kept reads
-# them all, through a call that takes the Trace (and packs none for a small file).
+# them all, through a call that takes the Trace (and packs none for a small file); the other 4
+# are the load, the story's read of its span and the header's two (config, schema version).
 # commands->analysis (4 before) is down to 2: the way in
 # (tracer.inputs -> tracer.analysis.opening) is one call where it was 3.
 KNOWN_OVER: dict[str, int] = {"analysis->trace": 8}

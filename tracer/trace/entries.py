@@ -16,6 +16,10 @@ code, tokens, drafts, the count it sampled as `Trace.step` reads it), `items` (a
 `arrival_time`, NaN where it is not a number). Ids are codes into `ids`, numbered in the order the
 collector met them.
 
+A pass over them (tracer.analysis.entry_features) gets what it reads in one bundle,
+`Entries.for_pass` (EntryColumns): the scheduled entries come in chunks of whole steps, read
+as it asks for them: reading them, and handing their pages back, stays in the trace layer.
+
 A record the columns cannot hold exactly (an id that is not a JSON scalar, a count that is
 not a 32-bit integer, a `sampled` of another type) stops the collection: the entries of
 that trace are then unavailable (`EntryCollector.failed` says why) and the analyses read
