@@ -276,7 +276,7 @@ class EntryColumns:
     fin: np.ndarray
     arr: np.ndarray
     arr_t: np.ndarray
-    chunks: Iterator[EntryChunk]
+    chunks: Iterator[EntryChunk]  # read once, by the one pass the bundle was made for
 
 
 class Entries:
