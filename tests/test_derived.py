@@ -188,13 +188,7 @@ def test_a_damaged_kept_pass_is_run_again(big: Path, monkeypatch: pytest.MonkeyP
     assert calls == [again]
 
 
-def test_no_kept_pass_for_a_part_of_a_trace_or_with_sidecars_off(
-    big: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    part = load(big).subset(np.arange(5))
-    assert part.fingerprint is None
-    step_features.step_pass(part)
-    assert not _derived(big).exists()
+def test_no_kept_pass_with_sidecars_off(big: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(index_files.ENV_SIDECAR, "off")
     step_features.step_pass(load(big))
     assert not _derived(big).exists() and not list((big.parent / "cache").glob("**/*.ssidx"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from typing import Any
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from tracer.analysis.flags import detect
 from tracer.analysis.lookup import flag_rows, matching_ids, request_life
 from tracer.analysis.requests import lifetimes
 from tracer.trace.reader import load
+from tracer.trace.trace_type import Trace
 
 SAMPLES = sorted((ROOT / "sample_traces").glob("*.jsonl"))
 
@@ -27,6 +29,23 @@ def test_request_life_equals_the_full_lifetimes(path) -> None:  # type: ignore[n
         assert request_life(trace, rid) == life
     assert request_life(trace, "no-such-request") is None
     assert set(matching_ids(trace, "", limit=10_000)) >= set(lives)
+
+
+def test_request_life_reads_its_rows_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rows from the request's first mention on are read once: searched and parsed in one pass."""
+    trace = load(ROOT / "sample_traces" / "priority_preempt.jsonl")
+    read: list[int] = []
+    real = Trace.raw_many
+
+    def counted(self: Trace, rows: Any) -> Any:
+        rows = list(rows)
+        read.extend(rows)
+        return real(self, rows)
+
+    monkeypatch.setattr(Trace, "raw_many", counted)
+    life = request_life(trace, "mid")
+    assert life is not None and life.preempted
+    assert len(read) == len(set(read)) == len(trace)
 
 
 def test_matching_ids_takes_prefixes_not_keys_or_values() -> None:

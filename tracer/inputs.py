@@ -24,17 +24,16 @@ def progress(done: int, total: int) -> None:
 def open_traces(args: argparse.Namespace, *paths: str, entries: bool = False) -> Opened:
     """The traces a command names, through the one way in (tracer.analysis.opening): one
     trace, or several, which must be the engines of one run (refused otherwise)."""
-    from tracer.analysis.opening import Spec, open_input
+    from tracer.analysis.opening import open_paths
 
-    strict = not args.lenient
-    if len(paths) > 1:
-        return open_input(Spec(engines=paths, strict=strict, progress=progress))
-    return open_input(Spec(traces=paths, strict=strict, progress=progress, entries=entries))
+    return open_paths(paths, strict=not args.lenient, progress=progress, entries=entries)
 
 
 def open_trace(args: argparse.Namespace, *, entries: bool = False) -> Session:
     """The Session over the command's one TRACE."""
-    return open_traces(args, args.trace, entries=entries).session
+    from tracer.analysis.opening import open_path
+
+    return open_path(args.trace, strict=not args.lenient, progress=progress, entries=entries)
 
 
 def viewer_args(p: argparse.ArgumentParser) -> None:

@@ -109,9 +109,3 @@ def rows_of_steps(trace: Trace, steps: np.ndarray | list[int]) -> np.ndarray:
     # Steps are recorded in increasing order; searchsorted keeps this O(log n) per lookup.
     pos = np.clip(np.searchsorted(recorded, steps), 0, len(recorded) - 1)
     return np.where(recorded[pos] == steps, pos, -1)
-
-
-def rows_mentioning(trace: Trace, needle: bytes, first: int = 0) -> np.ndarray:
-    """Rows from row `first` on whose record contains `needle`."""
-    hits = [row for row, raw in trace.raw_many(range(first, len(trace))) if needle in raw]
-    return np.asarray(hits, dtype=np.int64)

@@ -1,8 +1,10 @@
 """The step pass and the request index, computed with NumPy from a trace's entry columns
 (tracer.trace.entries) instead of record by record.
 
-The scheduled entries (most of them) are read in cache-sized chunks of whole steps, in step
-order; each chunk is sorted by request (a stable sort: each request's entries stay in step
+The trace layer hands over what the pass reads in one call (`entry_columns`, an
+EntryColumns bundle): the scheduled entries (most of them) come in cache-sized chunks of
+whole steps, in step order, read (and their pages handed back) as the pass asks for them;
+each chunk is sorted by request (a stable sort: each request's entries stay in step
 order). Per-request state that the record-by-record code keeps in dicts
 (timing.FeatureBuilder's computed tokens and "sampled since admitted") becomes segmented
 sums over that order: a segment is a request's run between two resets (an admission or
@@ -28,16 +30,14 @@ from tracer.analysis import timing
 from tracer.analysis.memo import memo
 from tracer.analysis.throughput import RequestTimes
 from tracer.trace import release_memory
-from tracer.trace.entries import NO_CONTEXT, S_ALIGNED, S_NONE, Entries
-from tracer.trace.trace_type import Trace, entries_of
+from tracer.trace.entries import NO_CONTEXT, S_ALIGNED, S_NONE, EntryChunk, EntryColumns
+from tracer.trace.trace_type import Trace, entry_columns
 
 NEW, RESUMED, RUNNING = range(3)
 # Keys that order a step's entries as its record lists them: row, then kind (scheduled,
 # waiting; or admitted/resumed, preempted, finished), then place in its list.
 _ROW_SHIFT, _RANK_SHIFT = 22, 20
 _POS_LIMIT = 1 << _RANK_SHIFT
-HAND_BACK = 16  # chunks between two hand-backs of the index's mapped pages (about 10 MB read)
-TRIM = 64  # chunks between two trims of the freed heap (tracer.trace.release_memory: a trim walks the heap)
 CHUNK = 1 << 16  # scheduled entries per chunk of steps: its arrays stay in cache (1 << 18 ran twice as long)
 
 
@@ -62,29 +62,28 @@ def computed(trace: Trace) -> EntryPass | None:
     each take their part); None when the trace's records do not fit entry columns."""
     found: EntryPass | None = memo(trace).get(MEMO_NAME)
     if found is None:
-        e = entries_of(trace)
+        # One call for all the pass reads of the trace (its chunks read as the pass goes).
+        e = entry_columns(trace, CHUNK)
         if e is None:
             return None
         try:
-            found = entry_pass(trace, e)
+            found = entry_pass(e)
         except ValueError:  # a million requests in one step: the reference copes
             return None
-        finally:
-            e.release()  # the results are kept; the columns stay mapped
         memo(trace).put(MEMO_NAME, found)
     return found
 
 
-def entry_pass(trace: Trace, e: Entries) -> EntryPass:
-    """The step features, request times and request index of `trace` from its entries `e`.
+def entry_pass(e: EntryColumns) -> EntryPass:
+    """The step features, request times and request index of a trace from its entry columns.
 
     The scheduled entries (most of them: 51 million in a 200k-step trace at 256 running)
-    are read in chunks of whole steps, in step order, each sorted by request code (a stable
-    sort: a request's entries stay in step order); what a request carries from one chunk to
-    the next is in `_Carry`. The few other entries (admissions, preemptions, finishes,
-    waiting ids) are joined by key. Only a chunk's entries are in memory at once."""
-    n = len(trace)
-    k = {name: v.astype(np.int64) for name, v in e.steps.items()}
+    come in chunks of whole steps, in step order (`e.chunks`), each sorted here by request
+    code (a stable sort: a request's entries stay in step order); what a request carries from
+    one chunk to the next is in `_Carry`. The few other entries (admissions, preemptions,
+    finishes, waiting ids) are joined by key. Only a chunk's entries are in memory at once."""
+    n = len(e.columns["step"])
+    k = e.counts
     ks = k["k_new"] + k["k_res"] + k["k_run"]
     longest = max(int(k[name].max(initial=0)) for name in ("k_wait", "k_pre", "k_fin"))
     if max(int(ks.max(initial=0)), longest) >= _POS_LIMIT:
@@ -92,8 +91,7 @@ def entry_pass(trace: Trace, e: Entries) -> EntryPass:
     sched_end = np.cumsum(ks)
     sched_first = sched_end - ks
     n_codes = len(e.ids)
-    ev = _events(e, k, sched_first, n, n_codes)
-    release_memory.trim()  # the events' temporaries, before the chunks' start piling up beside them
+    ev = _events(e, k, n, n_codes)
     acc = _Accumulators(n, n_codes)
     rows = _Rows(
         first=sched_first,
@@ -105,59 +103,50 @@ def entry_pass(trace: Trace, e: Entries) -> EntryPass:
         wait_end=np.cumsum(k["k_wait"]),
     )
     carry = _Carry(n_codes)
-    r0 = chunks = 0
-    while r0 < n:  # chunks of whole rows, about CHUNK scheduled entries each
-        r1 = max(r0 + 1, int(np.searchsorted(sched_end, sched_first[r0] + CHUNK, side="right")))
-        r1 = min(r1, n)
-        _chunk(e, k, rows, r0, r1, ev, acc, carry)
-        r0 = r1
-        chunks += 1
-        if chunks % HAND_BACK == 0:
-            e.hand_back()
-        if chunks % TRIM == 0:
-            release_memory.trim()
+    for chunk in e.chunks:  # whole rows, about CHUNK scheduled entries each
+        _chunk(chunk, k, rows, ev, acc, carry)
     # What the chunks needed goes before the last phases, which peak in memory; each of
     # them is a function, so its temporaries go when it returns.
-    finished = k["k_fin"]
+    finished, arrivals = k["k_fin"], k["k_arr"]
+    k.clear()  # the bundle's counts too: this pass is their one reader
     del carry, rows, k
-    e.hand_back()
     release_memory.trim()
     with _LAST_PHASES:
-        features = _features(trace, e, acc, ks, finished)
-        times = _times(e, acc, n, n_codes)
+        features = _features(e, acc, ks, finished)
+        times = _times(e, acc, arrivals, n_codes)
         prefill_done = acc.prefill_done
         del acc
-        steps = trace.columns["step"].astype(np.int64)
-        events, since = _request_index(e, ev, prefill_done, steps, n_codes)
+        events, since = _request_index(e, ev, prefill_done, n_codes)
         release_memory.trim()
     return EntryPass(features, times, events, since)
 
 
 def _features(
-    trace: Trace, e: Entries, acc: _Accumulators, ks: np.ndarray, finished: np.ndarray
+    e: EntryColumns, acc: _Accumulators, ks: np.ndarray, finished: np.ndarray
 ) -> timing.StepFeatures:
     """timing.FeatureBuilder's step features."""
-    n = len(trace)
+    n = len(e.columns["step"])
     recorded = e.ctx != NO_CONTEXT
     columns = {
         "step": np.ones(n),
-        "prefill_tokens": _scheduled_tokens(trace) - acc.decode,
+        "prefill_tokens": _scheduled_tokens(e.columns) - acc.decode,
         "decode_tokens": acc.decode,
         "requests": ks.astype(np.float64),
         "finished_requests": finished.astype(np.float64),
         "context_tokens": np.where(recorded, e.ctx.astype(np.float64), acc.context),
-        "query_rows": trace.columns["query_rows"].astype(np.float64),
+        "query_rows": e.columns["query_rows"].astype(np.float64),
     }
     return timing.StepFeatures(
         {name: columns[name] for name in timing.FEATURES}, context_recorded=bool(n and recorded.all())
     )
 
 
-def _times(e: Entries, acc: _Accumulators, n: int, n_codes: int) -> RequestTimes:
-    """throughput.LatencyTracker's inputs: first seen scheduled or waiting, first scheduled."""
+def _times(e: EntryColumns, acc: _Accumulators, arrivals: np.ndarray, n_codes: int) -> RequestTimes:
+    """throughput.LatencyTracker's inputs: first seen scheduled or waiting, first scheduled
+    (`arrivals`: each step's count of `a` inputs)."""
     # The `a` inputs (one per request): a step's arrivals come before what it lists.
     arr_codes = e.arr.astype(np.int64)
-    arr_rows = np.repeat(np.arange(n, dtype=np.int64), e.steps["k_arr"].astype(np.int64))
+    arr_rows = np.repeat(np.arange(len(arrivals), dtype=np.int64), arrivals)
     arrived = np.full(n_codes, -1, np.int64)
     arrival = np.full(n_codes, np.nan)
     arr_at = np.zeros(n_codes, np.int64)
@@ -224,14 +213,13 @@ def _key(rows: np.ndarray, rank: int, pos: np.ndarray) -> np.ndarray:
     return (rows << _ROW_SHIFT) | (rank << _RANK_SHIFT) | pos
 
 
-def _events(e: Entries, k: dict[str, np.ndarray], sched_first: np.ndarray, n: int, n_codes: int) -> _Events:
+def _events(e: EntryColumns, k: dict[str, np.ndarray], n: int, n_codes: int) -> _Events:
     new_row, new_pos = _rows_pos(k["k_new"], n)
     res_row, res_pos = _rows_pos(k["k_res"], n)
     res_pos = res_pos + k["k_new"][res_row]  # its place in the scheduled order
     pre_row, pre_pos = _rows_pos(k["k_pre"], n)
     fin_row, fin_pos = _rows_pos(k["k_fin"], n)
-    new_code = e.take("sched_req", sched_first[new_row] + new_pos).astype(np.int64)
-    res_code = e.take("sched_req", sched_first[res_row] + res_pos).astype(np.int64)
+    new_code, res_code = e.new_req, e.res_req
     pre_code, fin_code = e.pre.astype(np.int64), e.fin.astype(np.int64)
     # requests._Builder keeps only ids that are strings pending a first token.
     is_str = np.fromiter((type(rid) is str for rid in e.ids), bool, n_codes)
@@ -282,8 +270,7 @@ class _Carry:
         self.scratch = np.zeros(n_codes, bool)  # all False between uses
 
 
-def _scheduled_tokens(trace: Trace) -> np.ndarray:
-    col = trace.columns
+def _scheduled_tokens(col: dict[str, np.ndarray]) -> np.ndarray:
     return (col["new_tokens"] + col["resumed_tokens"] + col["running_tokens"]).astype(np.float64)
 
 
@@ -301,31 +288,25 @@ class _Accumulators:
 
 
 def _chunk(
-    e: Entries,
-    k: dict[str, np.ndarray],
-    rows: _Rows,
-    r0: int,
-    r1: int,
-    ev: _Events,
-    acc: _Accumulators,
-    carry: _Carry,
+    chunk: EntryChunk, k: dict[str, np.ndarray], rows: _Rows, ev: _Events, acc: _Accumulators, carry: _Carry
 ) -> None:
     """The scheduled entries of rows [r0, r1), carrying each request's run across chunks."""
     n = ev.n
+    r0, r1 = chunk.r0, chunk.r1
     lo, hi = int(rows.first[r0]), int(rows.end[r1 - 1])
     m = hi - lo
     # 32-bit per entry where it fits (half the memory traffic); 64-bit for keys and sums.
     step_rows = np.repeat(np.arange(r0, r1, dtype=np.int32), rows.count[r0:r1])
     place = np.arange(m, dtype=np.int32) - (rows.first[step_rows] - lo).astype(np.int32)  # in its step
-    req = e.span("sched_req", lo, hi)
+    req = chunk.req
     order = np.argsort(req, kind="stable")  # by request, then step
     c = req[order]
     r = step_rows[order]
     at = place[order]
     admits = at < rows.admitting[r]
-    tok = e.span("sched_tokens", lo, hi)[order]
-    spec = e.span("sched_spec", lo, hi)[order].astype(np.int32)  # one byte each in the columns
-    value = e.span("sched_sampled", lo, hi)[order].astype(np.int32)
+    tok = chunk.tokens[order]
+    spec = chunk.spec[order].astype(np.int32)  # one byte each in the columns
+    value = chunk.sampled[order].astype(np.int32)
     kind = None if rows.aligned else k["s_kind"][r]
     key = c.astype(np.int64) * n + r  # increasing: by request, then row
     block = np.ones(m, bool)  # a request's first entry in this chunk
@@ -395,7 +376,7 @@ def _chunk(
     if w1 > w0:
         w_rows = np.repeat(np.arange(r0, r1, dtype=np.int64), k["k_wait"][r0:r1])
         w_place = np.arange(w0, w1, dtype=np.int64) - (rows.wait_end[w_rows] - k["k_wait"][w_rows])
-        np.minimum.at(acc.seen, e.span("wait", w0, w1).astype(np.int64), _key(w_rows, 1, w_place))
+        np.minimum.at(acc.seen, chunk.wait.astype(np.int64), _key(w_rows, 1, w_place))
 
     # Samples: an aligned step's scheduled entries (one per request and step), a dict
     # step's own entries.
@@ -406,9 +387,9 @@ def _chunk(
     j0, j1 = (int(rows.item_end[r0 - 1]) if r0 else 0), int(rows.item_end[r1 - 1])
     if j1 > j0:
         item_row = np.repeat(np.arange(r0, r1, dtype=np.int64), k["k_items"][r0:r1])
-        item_n = e.span("items_n", j0, j1).astype(np.int64)
+        item_n = chunk.items_n.astype(np.int64)
         positive = item_n > 0
-        item_keys = e.span("items_req", j0, j1).astype(np.int64)[positive] * n + item_row[positive]
+        item_keys = chunk.items_req.astype(np.int64)[positive] * n + item_row[positive]
         s_key = np.concatenate([s_key, item_keys])
         s_n = np.concatenate([s_n, item_n[positive]])
         o = np.argsort(s_key, kind="stable")
@@ -479,12 +460,13 @@ _NONE = np.iinfo(np.int64).min  # no such step
 
 
 def _request_index(
-    e: Entries, ev: _Events, prefill_done: np.ndarray, steps: np.ndarray, n_codes: int
+    e: EntryColumns, ev: _Events, prefill_done: np.ndarray, n_codes: int
 ) -> tuple[tuple[Any, ...], tuple[np.ndarray, np.ndarray]]:
     """requests._Builder's index as columns (requests.RequestColumns' fields): each request
     in the order the reference first names it (admitted, resumed, preempted, finished),
     with its events; and each first admission (position in that order, step)."""
     big = np.iinfo(np.int64).max
+    steps = e.columns["step"].astype(np.int64)
     first = np.full(n_codes, big, np.int64)
     for codes, keys in ((ev.new_code, ev.new_key), (ev.res_code, ev.res_key)):
         np.minimum.at(first, codes, keys)

@@ -2,10 +2,10 @@
 
 `tracer.analysis.requests.lifetimes` parses every step, far too slow to answer one search
 in a million-step trace. Here a request id is found in the steps' raw records first
-(`Trace.raw_many`, read in blocks), and
-only the steps that mention it are parsed; the lifetime itself is still built by
-`lifetimes`, so both agree. When the trace's request index is already built (a comparison
-builds it), the search starts at the request's admission instead of the first step.
+(`Trace.steps_containing`: the rows are read once, in blocks), and only the steps that
+mention it are parsed; the lifetime itself is still built by `lifetimes`' own loop
+(`requests.lives_of`), so both agree. When the trace's request index is already built (a
+comparison builds it), the search starts at the request's admission instead of the first step.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from __future__ import annotations
 import numpy as np
 import orjson
 
-from tracer.analysis.detail import rows_mentioning, rows_of_steps
+from tracer.analysis.detail import rows_of_steps
 from tracer.analysis.flags import FlagReport
-from tracer.analysis.requests import RequestLife, cached_index, lifetimes
+from tracer.analysis.requests import RequestLife, cached_index, lives_of
 from tracer.trace.trace_type import Trace
 
 
@@ -31,10 +31,8 @@ def request_life(trace: Trace, request_id: str) -> RequestLife | None:
     since = index.since.get(request_id) if index is not None else None
     if since is not None:  # before its first admission only the waiting lists name it
         first = max(0, int(rows_of_steps(trace, [since])[0]))
-    rows = rows_mentioning(trace, orjson.dumps(request_id), first)
-    if not len(rows):
-        return None
-    return lifetimes(trace.subset(rows)).get(request_id)
+    mentioning = trace.steps_containing(orjson.dumps(request_id), first)
+    return lives_of(record for _, record in mentioning).get(request_id)
 
 
 def matching_ids(trace: Trace, prefix: str, *, limit: int = 20) -> list[str]:

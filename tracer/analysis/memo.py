@@ -5,7 +5,8 @@ series and indexes; the step pass, the entry pass and the request index) is reme
 keyed by the Trace object, under a name. One rule says when a result is stale: a new snapshot
 (a reload, a followed file that grew, a retimed copy) is a new Trace object, whose memo starts
 empty; an old object's memo goes with it. Derived sidecars (tracer.trace.sidecar) are the
-memo's disk form for a big trace file, read back by the passes that write them.
+memo's disk form for a big trace file: `kept` reads a result back from its own (each pass
+says how it is packed, a `DiskForm`), or computes it and writes it there.
 
 A Trace is a mutable dataclass (unhashable), so it cannot key a WeakKeyDictionary: this keys
 by id() and drops the memo when the Trace is collected, so a new object at the same address
@@ -20,8 +21,12 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
+import numpy as np
+
+from tracer.trace import sidecar
 from tracer.trace.trace_type import Trace
 
 T = TypeVar("T")
@@ -78,6 +83,39 @@ def _forget(key: int, ref: weakref.ref[Trace]) -> None:
     with _MEMOS_LOCK:
         if key in _MEMOS and _MEMOS[key][0] is ref:  # not a newer Trace's at the same address
             del _MEMOS[key]
+
+
+@dataclass(frozen=True)
+class DiskForm(Generic[T]):
+    """How a whole-trace result is kept in its derived sidecar `<trace>.<name>.ssidx`: its
+    arrays' dtypes, its version (bumped when what it holds changes: older files are rebuilt),
+    `pack` (arrays and meta; None: not to be kept) and `unpack` (None: not this result, torn or
+    of another trace: computed again)."""
+
+    name: str
+    version: int
+    dtypes: dict[str, np.dtype]
+    pack: Callable[[T], tuple[dict[str, np.ndarray], dict[str, Any]] | None]
+    unpack: Callable[[dict[str, Any], dict[str, np.ndarray]], T | None]
+
+
+def kept(trace: Trace, form: DiskForm[T], compute: Callable[[Trace], T]) -> T:
+    """`trace`'s result `form.name`: remembered in its memo, else read back from its file's
+    derived sidecar (valid for exactly the file state and steps the Trace was loaded from),
+    else computed, and kept there when the trace has a fingerprint (a big file loaded whole)."""
+    found: T | None = memo(trace).get(form.name)
+    if found is not None:
+        return found
+    read = sidecar.derived_of(trace, form.name, form.dtypes, version=form.version)
+    found = None if read is None else form.unpack(*read)
+    if found is None:
+        found = compute(trace)
+        # Without a fingerprint nothing would be kept (a small file, a stream): not worth packing.
+        packed = form.pack(found) if trace.fingerprint is not None else None
+        if packed is not None:
+            sidecar.keep_derived(trace, form.name, packed[0], version=form.version, meta=packed[1])
+    memo(trace).put(form.name, found)
+    return found
 
 
 JOINT_KEPT = 4  # a comparison is big (both sides' columns aligned): the newest few groups

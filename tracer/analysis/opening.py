@@ -14,7 +14,7 @@ line and every viewer's factory alike.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -149,6 +149,27 @@ def open_input(spec: Spec) -> Opened:
         trace = load(spec.traces[0], strict=spec.strict, progress=spec.progress, entries=spec.entries)
         opened.sessions.append(make(trace))
     return opened
+
+
+def open_paths(
+    paths: Sequence[str | Path],
+    *,
+    strict: bool = True,
+    progress: Progress | None = None,
+    entries: bool = False,
+) -> Opened:
+    """The traces a command names, through `open_input`: one trace (`entries`: with its entry
+    columns), or several, which must be the engines of one run (refused otherwise)."""
+    if len(paths) > 1:
+        return open_input(Spec(engines=tuple(paths), strict=strict, progress=progress))
+    return open_input(Spec(traces=tuple(paths), strict=strict, progress=progress, entries=entries))
+
+
+def open_path(
+    path: str | Path, *, strict: bool = True, progress: Progress | None = None, entries: bool = False
+) -> Session:
+    """The Session over a command's one trace: the command line's door, one call."""
+    return open_paths((path,), strict=strict, progress=progress, entries=entries).session
 
 
 def _live(spec: Spec) -> TraceSource | None:

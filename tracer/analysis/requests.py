@@ -13,7 +13,7 @@ The index is cached per Trace object, so a comparison and a later search share i
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,8 +21,7 @@ import numpy as np
 import orjson
 
 from tracer.analysis import detail, entry_features
-from tracer.analysis.memo import memo
-from tracer.trace import sidecar
+from tracer.analysis.memo import DiskForm, kept, memo
 from tracer.trace.trace_type import Trace
 
 
@@ -57,12 +56,18 @@ def lifetimes(trace: Trace) -> dict[str, RequestLife]:
     """Every request's lifetime, from every step record: the reference for one request's
     (tracer.analysis.lookup.request_life parses only its steps) and for the events a
     comparison uses (request_events reads only those)."""
+    return lives_of(rec for _, rec in detail.records(trace, range(len(trace))))  # batched
+
+
+def lives_of(records: Iterable[dict[str, Any]]) -> dict[str, RequestLife]:
+    """The lifetimes of the requests these step records (whole, in step order, as `Trace.step`
+    gives them) name: `lifetimes` over a trace's records, or over only those naming a request."""
     lives: dict[str, RequestLife] = {}
 
     def life(rid: str) -> RequestLife:
         return lives.setdefault(rid, RequestLife(rid))
 
-    for _, rec in detail.records(trace, range(len(trace))):  # batched: never every record at once
+    for rec in records:
         step = rec["step"]
         for rid, *_ in rec["new"]:
             life(rid).admitted = step
@@ -211,14 +216,7 @@ def cached_index(trace: Trace) -> RequestIndex | None:
 def request_index(trace: Trace) -> RequestIndex:
     """The per-request index of `trace`, built on first use and cached with the Trace (and,
     for a big trace file, beside it: `<trace>.requests.ssidx`, as tracer.analysis.step_features)."""
-    index = cached_index(trace)
-    if index is None:
-        index = _read(trace)
-        if index is None:
-            index = _build(trace)
-            _write(trace, index)
-        memo(trace).put(NAME, index)
-    return index
+    return kept(trace, _KEPT, _build)
 
 
 def request_events(trace: Trace) -> EventsView:
@@ -304,14 +302,12 @@ _ARRAYS = {
 }
 
 
-def _write(trace: Trace, index: RequestIndex) -> None:
-    if trace.fingerprint is None:
-        return  # nothing would be kept: not worth packing
+def _pack(index: RequestIndex) -> tuple[dict[str, np.ndarray], dict[str, Any]] | None:
     c = index.columns
     try:
         ids = orjson.dumps(c.ids)
     except TypeError:
-        return  # an id JSON cannot hold (never the recorder's)
+        return None  # an id JSON cannot hold (never the recorder's)
     arrays = {
         "ids": np.frombuffer(ids, dtype=np.uint8),
         "admitted": c.admitted,
@@ -324,16 +320,10 @@ def _write(trace: Trace, index: RequestIndex) -> None:
         "since_of": index._since_of,
         "since_step": index._since_step,
     }
-    sidecar.write_derived(trace.path, NAME, trace.fingerprint, arrays, version=VERSION, steps=len(trace))
+    return arrays, {}
 
 
-def _read(trace: Trace) -> RequestIndex | None:
-    found = sidecar.read_derived(
-        trace.path, NAME, trace.fingerprint, _ARRAYS, version=VERSION, steps=len(trace)
-    )
-    if found is None:
-        return None
-    _, arrays = found
+def _unpack(meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> RequestIndex | None:
     try:
         ids = orjson.loads(arrays["ids"].tobytes())
     except orjson.JSONDecodeError:
@@ -359,3 +349,6 @@ def _read(trace: Trace) -> RequestIndex | None:
         np.cumsum(counts[1]),
     )
     return RequestIndex(columns, np.array(since_of), np.array(arrays["since_step"]))
+
+
+_KEPT = DiskForm(NAME, VERSION, _ARRAYS, _pack, _unpack)

@@ -20,9 +20,8 @@ import numpy as np
 import orjson
 
 from tracer.analysis import entry_features, timing
-from tracer.analysis.memo import memo
+from tracer.analysis.memo import DiskForm, kept, memo
 from tracer.analysis.throughput import LatencyTracker, RequestTimes
-from tracer.trace import sidecar
 from tracer.trace.trace_type import Trace
 
 NAME = "steppass"
@@ -43,17 +42,9 @@ class StepPass:
 
 
 def step_pass(trace: Trace) -> StepPass:
-    """The pass for `trace`: remembered in the Trace's memo (tracer.analysis.memo), else
-    read back from its file's cache, else run (and saved there when the trace has a fingerprint)."""
-    found: StepPass | None = memo(trace).get(NAME)
-    if found is not None:
-        return found
-    found = _read(trace)
-    if found is None:
-        found = _run(trace)
-        _write(trace, found)
-    memo(trace).put(NAME, found)
-    return found
+    """The pass for `trace`: remembered in the Trace's memo, else read back from its file's
+    cache, else run (and saved there when the trace has a fingerprint): tracer.analysis.memo.kept."""
+    return kept(trace, _KEPT, _run)
 
 
 def share(trace: Trace, copy: Trace) -> None:
@@ -75,12 +66,8 @@ def reference(trace: Trace) -> StepPass:
     return StepPass(features, tracker.times())
 
 
-def _read(trace: Trace) -> StepPass | None:
-    n = len(trace)
-    found = sidecar.read_derived(trace.path, NAME, trace.fingerprint, _DTYPES, version=VERSION, steps=n)
-    if found is None:
-        return None
-    meta, arrays = found
+def _unpack(meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> StepPass | None:
+    n = int(meta["steps"])  # the trace's: the sidecar was checked to hold as many
     columns = {name: np.array(arrays[f"f_{name}"]) for name in timing.FEATURES}
     requests: dict[str, Any] = {name: np.array(arrays[f"r_{name}"]) for name in _REQUEST_ARRAYS}
     try:
@@ -99,14 +86,14 @@ def _read(trace: Trace) -> StepPass | None:
     return StepPass(features, RequestTimes(**requests))
 
 
-def _write(trace: Trace, found: StepPass) -> None:
+def _pack(found: StepPass) -> tuple[dict[str, np.ndarray], dict[str, Any]] | None:
     arrays = {f"f_{name}": found.features.columns[name] for name in timing.FEATURES}
     arrays.update({f"r_{name}": getattr(found.requests, name) for name in _REQUEST_ARRAYS})
     try:
         arrays["r_ids"] = np.frombuffer(orjson.dumps(found.requests.ids), dtype=np.uint8)
     except TypeError:
-        return  # an id JSON cannot hold (never the recorder's)
-    meta = {"context_recorded": found.features.context_recorded}
-    sidecar.write_derived(
-        trace.path, NAME, trace.fingerprint, arrays, version=VERSION, steps=len(trace), meta=meta
-    )
+        return None  # an id JSON cannot hold (never the recorder's)
+    return arrays, {"context_recorded": found.features.context_recorded}
+
+
+_KEPT = DiskForm(NAME, VERSION, _DTYPES, _pack, _unpack)

@@ -16,6 +16,10 @@ code, tokens, drafts, the count it sampled as `Trace.step` reads it), `items` (a
 `arrival_time`, NaN where it is not a number). Ids are codes into `ids`, numbered in the order the
 collector met them.
 
+A pass over them (tracer.analysis.entry_features) gets what it reads in one bundle,
+`Entries.for_pass` (EntryColumns): the scheduled entries come in chunks of whole steps, read
+as it asks for them: reading them, and handing their pages back, stays in the trace layer.
+
 A record the columns cannot hold exactly (an id that is not a JSON scalar, a count that is
 not a 32-bit integer, a `sampled` of another type) stops the collection: the entries of
 that trace are then unavailable (`EntryCollector.failed` says why) and the analyses read
@@ -27,13 +31,16 @@ from __future__ import annotations
 import contextlib
 import mmap
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from itertools import repeat
 from operator import itemgetter
 from typing import Any
 
 import numpy as np
 import orjson
+
+from tracer.trace import release_memory
 
 # steps: per step row; sched/items/wait/pre/fin: per entry.
 STEP_COLS = ("k_new", "k_res", "k_run", "k_items", "k_wait", "k_pre", "k_fin", "s_kind", "k_arr")
@@ -44,6 +51,8 @@ ITEM_COLS = ("req", "n")
 S_NONE, S_ALIGNED, S_DICT = 0, 1, 2
 NO_CONTEXT = np.iinfo(np.int64).min  # a step without `context_tokens`
 HAND_BACK_PIECES = 8  # pieces read between two hand-backs in take(): a born piece is about 10 s of recording
+HAND_BACK = 16  # chunks between two hand-backs of a pass's mapped pages (about 10 MB read)
+TRIM = 64  # chunks between two trims of the freed heap (tracer.trace.release_memory: a trim walks the heap)
 
 _ID = itemgetter(0)
 _TOKENS = itemgetter(1)
@@ -232,6 +241,44 @@ class EntryCollector:
         )
 
 
+@dataclass
+class EntryChunk:
+    """Rows [r0, r1) of a pass over the entries (whole steps): their scheduled entries, their
+    `waiting_demand` ids and their dict `sampled` entries, each a span of its column."""
+
+    r0: int
+    r1: int
+    req: np.ndarray
+    tokens: np.ndarray
+    spec: np.ndarray
+    sampled: np.ndarray
+    wait: np.ndarray
+    items_req: np.ndarray
+    items_n: np.ndarray
+
+
+@dataclass
+class EntryColumns:
+    """What a pass over every entry of a trace needs (tracer.analysis.entry_features), handed
+    over at once: the trace's own per-step columns, the per-step counts (int64), the few
+    entries other than the scheduled ones (with the admitted and resumed requests' codes), and
+    `chunks`, the scheduled entries in chunks of whole steps, read in step order: only a
+    chunk's entries are in memory at once, the mapped pages read are handed back every
+    HAND_BACK chunks and the freed heap every TRIM, so neither piles up in the RSS."""
+
+    columns: dict[str, np.ndarray]  # the Trace's (not copied)
+    counts: dict[str, np.ndarray]  # STEP_COLS, int64
+    ctx: np.ndarray  # `context_tokens`, NO_CONTEXT where a step has none
+    ids: list[Any]  # request ids by code
+    new_req: np.ndarray  # codes of each step's `new` entries, in order (int64)
+    res_req: np.ndarray  # and of its `resumed` ones
+    pre: np.ndarray
+    fin: np.ndarray
+    arr: np.ndarray
+    arr_t: np.ndarray
+    chunks: Iterator[EntryChunk]  # read once, by the one pass the bundle was made for
+
+
 class Entries:
     """A trace's entry columns (see the module docstring). From a sidecar, each array may be
     in pieces (one per segment of a born index, tracer.trace.born_index), mapped from the file:
@@ -376,6 +423,67 @@ class Entries:
     def arr_t(self) -> np.ndarray:
         return self.column("arr_t")
 
+    def for_pass(self, columns: dict[str, np.ndarray], chunk: int) -> EntryColumns:
+        """What a pass over every entry needs, beside the trace's `columns`; its scheduled
+        entries in chunks of whole steps, about `chunk` entries each (a step is never split).
+        The columns joined for it are released: the pass keeps what it reads."""
+        k = {name: v.astype(np.int64) for name, v in self.steps.items()}
+        sched_end = np.cumsum(k["k_new"] + k["k_res"] + k["k_run"])
+        sched_first = sched_end - (k["k_new"] + k["k_res"] + k["k_run"])
+        n = len(self.ctx)
+        new_rows = np.repeat(np.arange(n, dtype=np.int64), k["k_new"])
+        res_rows = np.repeat(np.arange(n, dtype=np.int64), k["k_res"])
+        # A step's scheduled entries are its `new`, then `resumed`, then `running` ones.
+        new_at = sched_first[new_rows] + _place(k["k_new"])
+        res_at = sched_first[res_rows] + k["k_new"][res_rows] + _place(k["k_res"])
+        found = EntryColumns(
+            columns=columns,
+            counts=k,
+            ctx=self.ctx,
+            ids=self.ids,
+            new_req=self.take("sched_req", new_at).astype(np.int64),
+            res_req=self.take("sched_req", res_at).astype(np.int64),
+            pre=self.pre,
+            fin=self.fin,
+            arr=self.arr,
+            arr_t=self.arr_t,
+            chunks=self._chunks(k, sched_first, sched_end, chunk),
+        )
+        self.release()
+        return found
+
+    def _chunks(
+        self, k: dict[str, np.ndarray], sched_first: np.ndarray, sched_end: np.ndarray, size: int
+    ) -> Iterator[EntryChunk]:
+        n = len(self.ctx)
+        item_end, wait_end = np.cumsum(k["k_items"]), np.cumsum(k["k_wait"])
+        release_memory.trim()  # what the pass computed before its first chunk, before they pile up beside it
+        r0 = chunks = 0
+        while r0 < n:
+            r1 = max(r0 + 1, int(np.searchsorted(sched_end, sched_first[r0] + size, side="right")))
+            r1 = min(r1, n)
+            lo, hi = int(sched_first[r0]), int(sched_end[r1 - 1])
+            w0, w1 = (int(wait_end[r0 - 1]) if r0 else 0), int(wait_end[r1 - 1])
+            j0, j1 = (int(item_end[r0 - 1]) if r0 else 0), int(item_end[r1 - 1])
+            yield EntryChunk(
+                r0=r0,
+                r1=r1,
+                req=self.span("sched_req", lo, hi),
+                tokens=self.span("sched_tokens", lo, hi),
+                spec=self.span("sched_spec", lo, hi),
+                sampled=self.span("sched_sampled", lo, hi),
+                wait=self.span("wait", w0, w1),
+                items_req=self.span("items_req", j0, j1),
+                items_n=self.span("items_n", j0, j1),
+            )
+            r0 = r1
+            chunks += 1
+            if chunks % HAND_BACK == 0:
+                self.hand_back()
+            if chunks % TRIM == 0:
+                release_memory.trim()
+        self.hand_back()
+
     def problem(self, columns: dict[str, np.ndarray] | None = None, *, deep: bool = True) -> str | None:
         """What makes these columns inconsistent (lengths, counts that differ from the
         trace's own `columns`; with `deep`, ids that do not parse and codes outside the id
@@ -461,6 +569,11 @@ def _mapping(array: np.ndarray) -> Any:
     """The mmap an array was made on (np.frombuffer keeps it behind a memoryview), if any."""
     base = array.base
     return base.obj if isinstance(base, memoryview) else base
+
+
+def _place(counts: np.ndarray) -> np.ndarray:
+    """For entries laid out row by row, `counts[row]` per row: each one's place in its row."""
+    return np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
 
 
 def _join(pieces: list[np.ndarray]) -> np.ndarray:

@@ -25,12 +25,15 @@ import mmap
 import os
 import struct
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
 
 from tracer.trace.index_files import locations
+
+if TYPE_CHECKING:
+    from tracer.trace.trace_type import Trace
 
 logger = logging.getLogger("schedscope.sidecar")
 
@@ -329,3 +332,24 @@ def read_derived(
         ):
             return meta, arrays
     return None
+
+
+def keep_derived(
+    trace: Trace,
+    name: str,
+    arrays: dict[str, np.ndarray],
+    *,
+    version: int,
+    meta: dict[str, Any] | None = None,
+) -> Path | None:
+    """`write_derived` for a result computed from all of `trace`: its file, fingerprint and steps."""
+    return write_derived(
+        trace.path, name, trace.fingerprint, arrays, version=version, steps=len(trace), meta=meta
+    )
+
+
+def derived_of(
+    trace: Trace, name: str, dtypes: dict[str, np.dtype], *, version: int
+) -> tuple[dict[str, Any], dict[str, np.ndarray]] | None:
+    """`read_derived` for `trace`: a result kept for its file state and number of steps."""
+    return read_derived(trace.path, name, trace.fingerprint, dtypes, version=version, steps=len(trace))

@@ -2,12 +2,11 @@
 
 `Torn` says where a file's incomplete last line starts; `entries_of` gives a Trace's
 per-request entry columns (tracer.trace.entries), collected from its records when its load
-did not bring them.
+did not bring them, and `entry_columns` what a pass over them needs, in one bundle.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -17,7 +16,7 @@ import numpy as np
 import orjson
 
 from tracer.trace import compact, schema
-from tracer.trace.entries import Entries, EntryCollector
+from tracer.trace.entries import Entries, EntryCollector, EntryColumns
 from tracer.trace.errors import TraceError, TraceOrderError
 from tracer.trace.rows import with_defaults
 from tracer.trace.store import MemoryStore, Store
@@ -143,17 +142,6 @@ class Trace:
     def steps(self) -> list[dict[str, Any]]:
         return list(self.iter_steps())
 
-    def subset(self, rows: np.ndarray) -> Trace:
-        """A Trace of just these rows (columns, runner columns and step detail), same store."""
-        return dataclasses.replace(
-            self,
-            columns={k: v[rows] for k, v in self.columns.items()},
-            runner={k: v[rows] for k, v in self.runner.items()},
-            _spans=self._spans[rows],
-            fingerprint=None,  # a part of the file's steps: nothing derived from the whole fits it
-            entries=None,
-        )
-
     def _parse_step(self, i: int, raw: bytes) -> dict[str, Any]:
         try:
             record = orjson.loads(raw)
@@ -204,3 +192,10 @@ def entries_of(trace: Trace) -> Entries | None:
         return None
     trace.entries = found
     return found
+
+
+def entry_columns(trace: Trace, chunk: int) -> EntryColumns | None:
+    """What a pass over the trace's entry columns needs (`Entries.for_pass`: its scheduled
+    entries in chunks of about `chunk`), or None when its records do not fit entry columns."""
+    e = entries_of(trace)
+    return None if e is None else e.for_pass(trace.columns, chunk)
