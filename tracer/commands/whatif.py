@@ -16,6 +16,7 @@ from tracer.inputs import open_trace
 def cmd_replay(args: argparse.Namespace) -> int:
     from tracer.analysis.opening import Spec, open_input
     from tracer.render.fidelity import fidelity_lines
+    from tracer.render.notes import note_sentence
     from tracer.whatif.fidelity import check_fidelity
     from tracer.whatif.replay import replay
     from tracer.whatif.workload import WorkloadError, workload_from_file, workload_from_trace
@@ -83,7 +84,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         print(f"schedscope: error: {exc}", file=sys.stderr)
         return 2
     for note in workload.notes:
-        print(f"note: {note}")
+        print(f"note: {note_sentence(note)}")
     print(f"wrote {out} ({len(workload.requests)} requests under policy {policy})")
     return 0
 
