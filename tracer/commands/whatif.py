@@ -47,7 +47,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         clock = None
         if args.timed or args.arrivals == "time":
             from tracer.analysis.clock import NoClock, clock_for
-            from tracer.render.clock import clock_sentence
+            from tracer.render.clock import clock_document, clock_sentence, no_clock_sentence
             from tracer.whatif.replay_clock import attach_frontend_delays, attach_idle_waits
 
             if recorded is None:
@@ -56,8 +56,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
             try:
                 clock = clock_for(recorded)
             except NoClock as exc:
-                print(f"schedscope: error: {exc}", file=sys.stderr)
+                print(f"schedscope: error: {no_clock_sentence(exc)}", file=sys.stderr)
                 return 2
+            header["replay"]["clock"] = clock_document(clock)  # type: ignore[index]
             attach_idle_waits(workload, recorded, clock)
             attach_frontend_delays(workload, recorded)
             print(f"timed: {clock_sentence(clock)}; arrivals by recorded {args.arrivals}")
@@ -119,6 +120,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     import orjson
 
     from tracer.analysis.clock import NoClock
+    from tracer.render.clock import no_clock_sentence
     from tracer.render.sweep_report import sweep_document, sweep_lines
     from tracer.whatif.sweep import POLICIES, default_workers, grid, sweep
     from tracer.whatif.workload import WorkloadError
@@ -162,7 +164,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                 trace=trace,
             )
         )
-    except (NoClock, WorkloadError) as exc:
+    except NoClock as exc:
+        print(f"schedscope: error: {no_clock_sentence(exc)}", file=sys.stderr)
+        return 2
+    except WorkloadError as exc:
         print(f"schedscope: error: {exc}", file=sys.stderr)
         return 2
     if args.json:

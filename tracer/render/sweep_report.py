@@ -6,18 +6,19 @@ from __future__ import annotations
 from typing import Any
 
 from tracer.analysis.clock import StepClock
-from tracer.render.clock import clock_sentence
+from tracer.render.clock import clock_sentence, worded_clock
 from tracer.render.text import TTFT_FROM_SENTENCE
 from tracer.whatif.sweep import OBJECTIVES
 
 
 def sweep_document(doc: dict[str, Any]) -> dict[str, Any]:
     """tracer.whatif.sweep's result as `sweep --json` writes it and the Sweep page reads it:
-    its clock's sentence beside the clock."""
+    its clock's refusal worded, and its sentence beside the clock."""
     out: dict[str, Any] = {}
     for key, value in doc.items():
         out[key] = value
         if key == "clock":
+            out[key] = worded_clock(value)
             out["clock_sentence"] = clock_sentence(StepClock.from_dict(value))
     return out
 

@@ -34,6 +34,27 @@ def drop_sentence(drop: timing.Drop) -> str:
     return f"fitted negative ({drop.value:.3g} ms): more of it cannot make a step faster"
 
 
+def refusal_sentence(what: str, counts: dict[str, int]) -> str:
+    """Why there is no model, with the step counts behind it (tracer.analysis.timing.TimingRefused's
+    facts): `timing` prints it, and a median clock's `refused` keeps it (tracer.render.clock)."""
+    recorded = counts["recorded"]
+    steps = f"{recorded} step" if recorded == 1 else f"{recorded:,} steps"
+    parts = [f"{steps} recorded", f"{counts['usable']} usable"]
+    for key, label in (
+        ("idle", "idle gaps"),
+        ("gap", "across missing steps"),
+        ("empty", "scheduled nothing"),
+        ("stall", "stalls"),
+        ("last", "without a later timestamp"),
+    ):
+        if counts.get(key):
+            parts.append(f"{counts[key]} {label}")
+    return (
+        f"{what} to fit a step-time model: {', '.join(parts)}; it needs at least {timing.MIN_FIT_STEPS} "
+        "usable steps (a measured duration, something scheduled, no wait for requests)"
+    )
+
+
 def _pct(values: np.ndarray) -> dict[str, float]:
     return {"median": float(np.median(values)), "p90": float(np.percentile(values, 90))}
 
@@ -106,7 +127,7 @@ def timing_report(trace: Trace) -> dict[str, Any]:
             fitted = timing.fit(trace, features)
             model = _model_doc(fitted, trace)
         except timing.TimingRefused as exc:
-            refused = str(exc)
+            refused = refusal_sentence(exc.what, exc.counts)
     else:
         refused = "the trace has no steps"
     notes = []
