@@ -46,3 +46,8 @@ def no_clock_sentence(exc: NoClock) -> str:
     """Why a trace cannot price a replay: not even one measured step, and why it did not fit."""
     why = refusal_sentence(exc.what, exc.counts)
     return f"{exc.path}: no measured step to price a replay with ({why})"
+
+
+def timed_line(clock: StepClock, arrivals: str) -> str:
+    """`replay --timed`'s first line: what prices each step, and when requests arrive."""
+    return f"timed: {clock_sentence(clock)}; arrivals by recorded {arrivals}"

@@ -1,7 +1,9 @@
 """A replay's notes in words (tracer.whatif.notes keeps them as facts): what `replay` prints
-after `note:` and `replay --check` under its report."""
+after `note:` and `replay --check` under its report; and `replay`'s closing line."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from tracer.whatif.notes import Approximate, NoFooter, Note, OtherVllm, UnrecordedUpdate
 
@@ -22,3 +24,8 @@ def note_sentence(note: Note) -> str:
             )
         case OtherVllm(recorded_on=recorded_on, replayed_on=replayed_on):
             return f"recorded on vLLM {recorded_on}, replayed on {replayed_on}: their schedulers differ"
+
+
+def written_line(path: str | Path, requests: int, policy: str) -> str:
+    """`replay`'s last line, after its notes: the trace it wrote."""
+    return f"wrote {path} ({requests} requests under policy {policy})"

@@ -23,6 +23,12 @@ def sweep_document(doc: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def progress_text(done: int, total: int, label: str) -> str:
+    """`sweep`'s progress bar on stderr, redrawn in place (a leading CR): settings done, the last one."""
+    bar = "#" * (20 * done // total)
+    return f"\rsweep [{bar:<20}] {done}/{total} {label[:40]:<40}"
+
+
 def error_text(err: float | None) -> str:
     if err is None:
         return "error unknown"
