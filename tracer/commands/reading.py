@@ -126,7 +126,7 @@ def cmd_timing(args: argparse.Namespace) -> int:
     """The step-time model, its held-out error and measured throughput; exit 1 if the model was refused."""
     import orjson
 
-    from tracer.render.timing_report import client_doc, timing_lines, timing_report
+    from tracer.render.timing_report import client_doc, client_mismatch_sentence, timing_lines, timing_report
 
     trace = open_trace(args, entries=True).trace  # the step pass reads the entry columns
     doc = timing_report(trace)
@@ -138,7 +138,8 @@ def cmd_timing(args: argparse.Namespace) -> int:
                 result = orjson.loads(f.read())
             doc["client"] = client_doc(trace, result, args.client, args.client_prefix)
         except (OSError, orjson.JSONDecodeError, ClientMismatch) as exc:
-            print(f"schedscope: error: --client {args.client}: {exc}", file=sys.stderr)
+            why = client_mismatch_sentence(exc) if isinstance(exc, ClientMismatch) else exc
+            print(f"schedscope: error: --client {args.client}: {why}", file=sys.stderr)
             return 2
     if args.json:
         sys.stdout.buffer.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")

@@ -55,6 +55,23 @@ def refusal_sentence(what: str, counts: dict[str, int]) -> str:
     )
 
 
+def client_mismatch_sentence(exc: client_ttft.ClientMismatch) -> str:
+    """Why `timing --client`'s result cannot be split against the trace (after its prefix)."""
+    if exc.why == client_ttft.NOT_DETAILED:
+        return "the client's result has no per-request ttfts and start_times (--save-detailed)"
+    if exc.why == client_ttft.NO_ARRIVALS:
+        return f"{exc.path}: the trace records no arrival times to split a client's TTFT at"
+    if exc.why == client_ttft.SEVERAL_RUNS:
+        runs = f"{len(exc.prefixes)} bench runs ({', '.join(exc.prefixes)})"
+        return f"{exc.path}: requests of {runs}: name the result's --request-id-prefix"
+    if exc.why == client_ttft.NONE_MATCHED:
+        return f"{exc.path}: no request of the client's result is in the trace"
+    return (
+        f"{exc.path}: the client's clock is not the trace's (a part below -1 ms): was the client "
+        "on another host?"
+    )
+
+
 def _pct(values: np.ndarray) -> dict[str, float]:
     return {"median": float(np.median(values)), "p90": float(np.percentile(values, 90))}
 
