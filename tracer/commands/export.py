@@ -81,7 +81,7 @@ def _export_otlp(args: argparse.Namespace) -> int:
     try:
         phases = request_phases(session)
     except NoWallClock as exc:
-        print(f"schedscope: error: {exc}", file=sys.stderr)
+        print(f"schedscope: error: {otlp.no_wall_clock(exc)}", file=sys.stderr)
         return 2
     if not phases:
         print(otlp.nothing_line(trace.path), file=sys.stderr)
