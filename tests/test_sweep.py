@@ -255,9 +255,14 @@ def test_the_sweep_document_words_its_clock_beside_it() -> None:
     from the clock's own facts (a median clock here: the DFlash sample is too short to fit)."""
     from tracer.render.clock import clock_sentence
     from tracer.render.sweep_report import sweep_document
+    from tracer.render.timing_report import refusal_sentence
 
     clock = clock_for(load(DFLASH))
     doc = sweep_document({"trace": "t", "clock": clock.to_dict(), "error_pct": None, "results": []})
     assert list(doc) == ["trace", "clock", "clock_sentence", "error_pct", "results"]
     assert doc["clock_sentence"] == clock_sentence(clock)
     assert doc["clock_sentence"].startswith("every step priced at the source's measured median step")
+    # The clock keeps the fit's refusal as facts; the document, as a replay's header does, words it.
+    assert clock.refused == {"what": "too short", "counts": clock.refused["counts"]}
+    assert doc["clock"]["refused"] == refusal_sentence("too short", clock.refused["counts"])
+    assert doc["clock"]["refused"].startswith("too short to fit a step-time model: 7 steps recorded")

@@ -5,6 +5,7 @@ stalls, refusals, async durations, and `schedscope timing` on the live CPU sampl
 from __future__ import annotations
 
 import pickle
+import re
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,10 @@ import pytest
 
 from tests.conftest import ROOT
 from tracer.analysis import timing
+from tracer.analysis.clock import NoClock, clock_for
 from tracer.cli import main
+from tracer.render.clock import no_clock_sentence
+from tracer.render.timing_report import refusal_sentence
 from tracer.trace.reader import load
 from tracer.trace.trace_type import Trace
 
@@ -217,21 +221,30 @@ def test_refuses_a_short_trace_and_says_why(capsys: pytest.CaptureFixture[str]) 
     with pytest.raises(timing.TimingRefused) as err:
         timing.fit(load(SHORT_SAMPLE))
     assert err.value.what == "too short"
-    assert str(pickle.loads(pickle.dumps(err.value))) == str(err.value)  # from a worker process
-    assert str(err.value) == (
+    back = pickle.loads(pickle.dumps(err.value))  # from a worker process
+    assert (back.what, back.counts) == (err.value.what, err.value.counts)
+    said = refusal_sentence(err.value.what, err.value.counts)  # the facts, worded by render
+    assert said == (
         "too short to fit a step-time model: 7 steps recorded, 6 usable, 1 without a later timestamp; "
         "it needs at least 20 usable steps (a measured duration, something scheduled, no wait for requests)"
     )
     assert main(["timing", SHORT_SAMPLE]) == 1  # refused, measurements still printed
     out = capsys.readouterr().out
-    assert f"model      refused: {err.value}" in out
+    assert f"model      refused: {said}" in out
     assert "throughput prompt" in out and "TTFT p50" in out
 
 
 def test_a_single_step_or_none_is_too_short_not_too_idle(tmp_path: Path, capsys: Any) -> None:
     one = [{"t": 1.0, "running": [["a", 1, 0, 1]], "num_running": 1, "sampled": {"a": 1}}]
-    with pytest.raises(timing.TimingRefused, match=r"^too short .*: 1 step recorded, 0 usable, 1 without"):
+    with pytest.raises(timing.TimingRefused) as err:
         timing.fit(load(_synthetic(tmp_path, one)))
+    said = refusal_sentence(err.value.what, err.value.counts)
+    assert re.match(r"^too short .*: 1 step recorded, 0 usable, 1 without", said)
+    # Nothing measured to price a replay with: NoClock keeps the path and the refusal's facts.
+    with pytest.raises(NoClock) as none:
+        clock_for(load(_synthetic(tmp_path, one)))
+    path = str(tmp_path / "synthetic.jsonl")
+    assert no_clock_sentence(none.value) == f"{path}: no measured step to price a replay with ({said})"
     assert main(["timing", str(_synthetic(tmp_path, []))]) == 1
     assert "model      refused: the trace has no steps" in capsys.readouterr().out
 
@@ -253,8 +266,9 @@ def test_refuses_a_trace_that_mostly_waited(tmp_path: Path) -> None:
     d = timing.step_durations(trace)
     assert d.count(timing.IDLE) == 29 and d.count(timing.USABLE) == 0
     refusal = r"^too idle to fit a step-time model: 30 steps recorded, 0 usable, 29 idle gaps"
-    with pytest.raises(timing.TimingRefused, match=refusal):
+    with pytest.raises(timing.TimingRefused) as err:
         timing.fit(trace)
+    assert re.match(refusal, refusal_sentence(err.value.what, err.value.counts))
 
 
 def test_async_durations_are_the_interval_a_steps_forward_fills(tmp_path: Path) -> None:

@@ -11,11 +11,12 @@ from typing import Any
 import pytest
 
 from tests.conftest import ROOT
-from tracer.analysis import timing
+from tracer.analysis import client_ttft, timing
 from tracer.analysis.client_ttft import ClientMismatch, split
 from tracer.analysis.clock import common_ttft_from, performance, ttft_from
 from tracer.analysis.step_features import step_pass
 from tracer.cli import main
+from tracer.render.timing_report import client_mismatch_sentence
 from tracer.trace.reader import load
 
 SAMPLES = ROOT / "sample_traces"
@@ -56,13 +57,19 @@ def test_timing_says_where_ttft_starts(capsys: Any) -> None:
 
 
 def test_a_client_split_needs_arrivals_and_the_clients_details(tmp_path: Path, capsys: Any) -> None:
-    with pytest.raises(ClientMismatch, match="no arrival times"):
+    # Facts from analysis, words from render.
+    with pytest.raises(ClientMismatch) as err:
         split(load(DFLASH), {"ttfts": [0.1], "start_times": [1.0]})
-    with pytest.raises(ClientMismatch, match="--save-detailed"):
+    assert err.value.why == client_ttft.NO_ARRIVALS and "no arrival times" in client_mismatch_sentence(
+        err.value
+    )
+    with pytest.raises(ClientMismatch) as err:
         split(load(LIVE), {"median_ttft_ms": 3.0})
+    assert "--save-detailed" in client_mismatch_sentence(err.value)
     # The live sample's requests are not a bench run's (no X-Request-Id): nothing matches.
-    with pytest.raises(ClientMismatch, match="no request of the client's result"):
+    with pytest.raises(ClientMismatch) as err:
         split(load(LIVE), {"ttfts": [0.1], "start_times": [1.0]})
+    assert client_mismatch_sentence(err.value) == f"{LIVE}: no request of the client's result is in the trace"
     result = tmp_path / "bench.json"
     result.write_text(json.dumps({"ttfts": [0.1], "start_times": [1.0]}))
     assert main(["timing", str(LIVE), "--client", str(result)]) == 2

@@ -36,8 +36,22 @@ _BENCH_ID = re.compile(r"^cmpl-(?P<prefix>.*?[^0-9A-Za-z])(?P<index>\d+)-\d+-[0-
 PARTS = ("before_arrival", "trace", "way_back")
 
 
+# Why a client's result cannot be split against the trace (ClientMismatch.why).
+NOT_DETAILED = "not detailed"  # no per-request ttfts and start_times (--save-detailed)
+NO_ARRIVALS = "no arrivals"  # the trace records no arrival times
+SEVERAL_RUNS = "several runs"  # the trace holds several bench runs and no prefix names one
+NONE_MATCHED = "none matched"  # no request of the result is in the trace
+OTHER_CLOCK = "other clock"  # a part below -1 ms: the client ran on another clock
+
+
 class ClientMismatch(ValueError):
-    """The client's result and the trace do not describe the same requests on one clock."""
+    """The client's result and the trace do not describe the same requests on one clock:
+    `why` (one of the constants above), the trace's `path` and, for SEVERAL_RUNS, the bench
+    runs' `prefixes`. tracer.render.timing_report.client_mismatch_sentence words it."""
+
+    def __init__(self, why: str, path: str = "", prefixes: tuple[str, ...] = ()) -> None:
+        self.why, self.path, self.prefixes = why, path, prefixes
+        super().__init__(why, path, prefixes)
 
 
 @dataclass
@@ -60,10 +74,10 @@ def split(trace: Trace, result: Mapping[str, Any], prefix: str | None = None) ->
     (the result file does not name its own)."""
     ttfts, starts = result.get("ttfts"), result.get("start_times")
     if not isinstance(ttfts, list) or not isinstance(starts, list) or len(ttfts) != len(starts):
-        raise ClientMismatch("the client's result has no per-request ttfts and start_times (--save-detailed)")
+        raise ClientMismatch(NOT_DETAILED)
     times = step_pass(trace).requests
     if times.basis(trace) != "arrival":
-        raise ClientMismatch(f"{trace.path}: the trace records no arrival times to split a client's TTFT at")
+        raise ClientMismatch(NO_ARRIVALS, trace.path)
     ids = times.ids
     durations = timing.step_durations(trace)
     arrival = times.arrival_clock(trace)
@@ -71,10 +85,7 @@ def split(trace: Trace, result: Mapping[str, Any], prefix: str | None = None) ->
     found = [(k, m) for k, rid in enumerate(ids) if (m := _BENCH_ID.match(rid)) is not None]
     prefixes = sorted({m.group("prefix") for _, m in found})
     if prefix is None and len(prefixes) > 1:
-        raise ClientMismatch(
-            f"{trace.path}: requests of {len(prefixes)} bench runs ({', '.join(prefixes)}): name the "
-            "result's --request-id-prefix"
-        )
+        raise ClientMismatch(SEVERAL_RUNS, trace.path, tuple(prefixes))
     rows: list[tuple[float, float, float, float]] = []
     for k, m in found:
         if prefix is not None and m.group("prefix") != prefix:
@@ -87,13 +98,10 @@ def split(trace: Trace, result: Mapping[str, Any], prefix: str | None = None) ->
         sent, client = float(starts[i]), float(ttfts[i])
         rows.append((client, arrival[k] - sent, first_end[k] - arrival[k], sent + client - first_end[k]))
     if not rows:
-        raise ClientMismatch(f"{trace.path}: no request of the client's result is in the trace")
+        raise ClientMismatch(NONE_MATCHED, trace.path)
     a = np.array(rows) * 1e3
     if (a[:, 1:] < -1.0).any():
-        raise ClientMismatch(
-            f"{trace.path}: the client's clock is not the trace's (a part below -1 ms): was the client "
-            "on another host?"
-        )
+        raise ClientMismatch(OTHER_CLOCK, trace.path)
     matched = len(rows)
     return ClientSplit(
         client_ms=a[:, 0],

@@ -39,7 +39,9 @@ class StepClock:
     heldout_median_pct: float | None = None  # a single step's error (fitted only)
     heldout_p90_pct: float | None = None
     heldout_total_pct: float | None = None  # signed error of the held-out steps' sum
-    refused: str | None = None  # why no model, for "median"
+    # Why no model, for "median": TimingRefused's facts, {"what", "counts"}, which
+    # tracer.render.clock words (a replay's header and `sweep --json` keep the sentence).
+    refused: dict[str, Any] | None = None
     # A fresh server's first forward pass (lazy initialisation) beyond its predicted time, when
     # the recording began with the server and that step was a stall: a replay's first step too.
     warmup_ms: float | None = None
@@ -62,7 +64,12 @@ class StepClock:
 
 
 class NoClock(ValueError):
-    """Neither a model nor a measured step to price a replay's steps with."""
+    """Neither a model nor a measured step to price a replay's steps with: the trace's `path`
+    and why the fit refused (TimingRefused's `what` and `counts`); tracer.render.clock words it."""
+
+    def __init__(self, path: str, what: str, counts: dict[str, int]) -> None:
+        self.path, self.what, self.counts = path, what, counts
+        super().__init__(path, what, counts)
 
 
 def clock_for(trace: Trace) -> StepClock:
@@ -73,9 +80,10 @@ def clock_for(trace: Trace) -> StepClock:
         durations = timing.step_durations(trace)
         usable = durations.ms[durations.status == timing.USABLE]
         if not len(usable):
-            raise NoClock(f"{trace.path}: no measured step to price a replay with ({exc})") from None
+            raise NoClock(trace.path, exc.what, exc.counts) from None
         median = float(np.median(usable))
-        return StepClock(timing.TimingModel({"step": median}), "median", len(usable), refused=str(exc))
+        refused = {"what": exc.what, "counts": exc.counts}
+        return StepClock(timing.TimingModel({"step": median}), "median", len(usable), refused=refused)
     y, pred = f.durations.ms, f.predicted
     measured, predicted = float(y[f.test].sum()), float(pred[f.test].sum())
     warmup = None

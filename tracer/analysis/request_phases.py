@@ -43,7 +43,12 @@ from tracer.trace.trace_type import Trace
 
 
 class NoWallClock(ValueError):
-    """The header lacks `start_time` or `t0`: the steps cannot be put on the wall clock."""
+    """The header lacks `start_time` or `t0`: the steps cannot be put on the wall clock. Keeps
+    the trace's `path`; tracer.render.otlp.no_wall_clock words it."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        super().__init__(path)
 
 
 @dataclass(frozen=True)
@@ -103,10 +108,7 @@ def wall_offset(trace: Trace) -> float:
     """What to add to a step's `t` to get wall-clock seconds (`start_time - t0`)."""
     start, t0 = trace.header.get("start_time"), trace.header.get("t0")
     if not isinstance(start, (int, float)) or not isinstance(t0, (int, float)):
-        raise NoWallClock(
-            f"{trace.path}: line 1: the header has no numeric start_time and t0, so its steps "
-            "cannot be put on the wall clock"
-        )
+        raise NoWallClock(trace.path)
     return float(start) - float(t0)
 
 

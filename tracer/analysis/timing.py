@@ -23,8 +23,8 @@ Replay (or anything that produces step records) predicts a step with
     builder = FeatureBuilder()
     ms = model.predict(builder.add(step_record))   # one record at a time, in order
 
-`tracer.render.timing_report` holds the sentences the CLI prints; only the refusal, which
-TimingRefused carries, is here.
+`tracer.render.timing_report` holds the sentences the CLI prints, the refusal's included:
+TimingRefused carries only its facts.
 """
 
 from __future__ import annotations
@@ -75,36 +75,16 @@ USABLE, LAST, EMPTY, IDLE, GAP, BAD = "usable", "last", "empty", "idle", "gap", 
 
 class TimingRefused(ValueError):
     """The trace cannot support a step-time model. `what` is "too short" or "too idle";
-    `counts` the steps behind it (usable, idle, gap, empty, stall, last, recorded)."""
+    `counts` the steps behind it (usable, idle, gap, empty, stall, last, recorded).
+    tracer.render.timing_report.refusal_sentence words it (analysis holds no sentence)."""
 
     def __init__(self, what: str, counts: dict[str, int]) -> None:
         self.what = what
         self.counts = counts
-        super().__init__(refusal_sentence(what, counts))
+        super().__init__(what, counts)
 
     def __reduce__(self) -> tuple[Any, ...]:  # across a process pool (a sweep's workers)
         return (type(self), (self.what, self.counts))
-
-
-def refusal_sentence(what: str, counts: dict[str, int]) -> str:
-    """Why there is no model, with the step counts behind it: TimingRefused's message, so it
-    lives with the exception (analysis never imports tracer.render)."""
-    recorded = counts["recorded"]
-    steps = f"{recorded} step" if recorded == 1 else f"{recorded:,} steps"
-    parts = [f"{steps} recorded", f"{counts['usable']} usable"]
-    for key, label in (
-        ("idle", "idle gaps"),
-        ("gap", "across missing steps"),
-        ("empty", "scheduled nothing"),
-        ("stall", "stalls"),
-        ("last", "without a later timestamp"),
-    ):
-        if counts.get(key):
-            parts.append(f"{counts[key]} {label}")
-    return (
-        f"{what} to fit a step-time model: {', '.join(parts)}; it needs at least {MIN_FIT_STEPS} "
-        "usable steps (a measured duration, something scheduled, no wait for requests)"
-    )
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.engine:
         print("schedscope: error: --engine names a parquet export's engine column", file=sys.stderr)
         return 2
-    from tracer.render.perfetto import export
+    from tracer.render.perfetto import export, written_line
 
     trace = open_trace(args).trace
     try:
@@ -27,12 +27,12 @@ def cmd_export(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"schedscope: error: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
         return 2
-    print(f"wrote {out} ({len(trace)} steps); open it at https://ui.perfetto.dev")
+    print(written_line(out, len(trace)))
     return 0
 
 
 def _export_parquet(args: argparse.Namespace) -> int:
-    from tracer.render.parquet import ParquetUnavailable, export, require
+    from tracer.render.parquet import ParquetUnavailable, export, progress_text, require, written_line
 
     try:
         require()  # before loading what may be a big trace
@@ -43,14 +43,14 @@ def _export_parquet(args: argparse.Namespace) -> int:
 
     def progress(done: int, total: int) -> None:
         if total >= 20_000 and sys.stderr.isatty():
-            print(f"\rexporting {done / total:6.1%}", end="" if done < total else "\n", file=sys.stderr)
+            print(progress_text(done, total), end="" if done < total else "\n", file=sys.stderr)
 
     try:
         steps, requests = export(trace, args.output, engine=args.engine, progress=progress)
     except OSError as exc:
         print(f"schedscope: error: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
         return 2
-    print(f"wrote {steps} and {requests} ({len(trace)} steps); queries: docs/queries.md")
+    print(written_line(steps, requests, len(trace)))
     return 0
 
 
@@ -81,7 +81,7 @@ def _export_otlp(args: argparse.Namespace) -> int:
     try:
         phases = request_phases(session)
     except NoWallClock as exc:
-        print(f"schedscope: error: {exc}", file=sys.stderr)
+        print(f"schedscope: error: {otlp.no_wall_clock(exc)}", file=sys.stderr)
         return 2
     if not phases:
         print(otlp.nothing_line(trace.path), file=sys.stderr)

@@ -10,7 +10,7 @@ import sys
 
 def cmd_attach(args: argparse.Namespace) -> int:
     """Follow a live stream: a compact line per step (or raw records with --json)."""
-    from tracer.render.stream import status_line, step_line
+    from tracer.render.stream import saved_line, status_line, step_line
     from tracer.trace.attach import RunSaver, StreamFollower
 
     follower = StreamFollower(args.url, token=args.token or os.environ.get("SCHEDSCOPE_STREAM_TOKEN"))
@@ -25,7 +25,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
             if saver is not None:
                 started = saver.handle(event)
                 if started is not None and event.run > 1:
-                    print(f"# run {event.run} is saved to {started}", file=sys.stderr, flush=True)
+                    print(saved_line(event.run, started), file=sys.stderr, flush=True)
             if args.json:
                 sys.stdout.buffer.write(event.line)
                 sys.stdout.flush()

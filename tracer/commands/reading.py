@@ -35,10 +35,12 @@ def cmd_summary(args: argparse.Namespace) -> int:
 def cmd_step(args: argparse.Namespace) -> int:
     import orjson
 
+    from tracer.render.empty import trace_lacks_step
+
     trace = open_trace(args).trace
     rows = [i for i, s in enumerate(trace.columns["step"]) if s == args.step]
     if not rows:
-        print(f"schedscope: error: {args.trace} has no step {args.step}", file=sys.stderr)
+        print(f"schedscope: error: {trace_lacks_step(args.trace, args.step)}", file=sys.stderr)
         return 2
     sys.stdout.buffer.write(orjson.dumps(trace.step(rows[0]), option=orjson.OPT_INDENT_2) + b"\n")
     return 0
@@ -76,6 +78,7 @@ def cmd_flags(args: argparse.Namespace) -> int:
 def cmd_why(args: argparse.Namespace) -> int:
     """A request's life with its reasons, or one step's binding constraint and every listed request's."""
 
+    from tracer.render.empty import starting_alike, trace_lacks_step, trace_never_names
     from tracer.render.why import step_lines, story_lines
 
     if (args.request is None) == (args.step is None):  # before the trace is read, which may take long
@@ -85,7 +88,7 @@ def cmd_why(args: argparse.Namespace) -> int:
     if args.step is not None:
         row = session.row_of(args.step)
         if row is None:
-            print(f"schedscope: error: {args.trace} has no step {args.step}", file=sys.stderr)
+            print(f"schedscope: error: {trace_lacks_step(args.trace, args.step)}", file=sys.stderr)
             return 2
         why = session.step_why(row)
         if args.exact:
@@ -95,10 +98,10 @@ def cmd_why(args: argparse.Namespace) -> int:
         return _report(args, why.as_dict, lambda: step_lines(why))
     story = session.request_story(args.request)
     if story is None:
-        print(f"schedscope: error: {args.trace} never names request {args.request!r}", file=sys.stderr)
+        print(f"schedscope: error: {trace_never_names(args.trace, args.request)}", file=sys.stderr)
         near = session.matching_ids(args.request[:8], limit=5)
         if near:
-            print(f"  requests starting alike: {', '.join(near)}", file=sys.stderr)
+            print(starting_alike(near), file=sys.stderr)
         return 2
     if args.exact:
         from tracer.whatif.probe import settle_story
@@ -123,7 +126,7 @@ def cmd_timing(args: argparse.Namespace) -> int:
     """The step-time model, its held-out error and measured throughput; exit 1 if the model was refused."""
     import orjson
 
-    from tracer.render.timing_report import client_doc, timing_lines, timing_report
+    from tracer.render.timing_report import client_doc, client_mismatch_sentence, timing_lines, timing_report
 
     trace = open_trace(args, entries=True).trace  # the step pass reads the entry columns
     doc = timing_report(trace)
@@ -135,7 +138,8 @@ def cmd_timing(args: argparse.Namespace) -> int:
                 result = orjson.loads(f.read())
             doc["client"] = client_doc(trace, result, args.client, args.client_prefix)
         except (OSError, orjson.JSONDecodeError, ClientMismatch) as exc:
-            print(f"schedscope: error: --client {args.client}: {exc}", file=sys.stderr)
+            why = client_mismatch_sentence(exc) if isinstance(exc, ClientMismatch) else exc
+            print(f"schedscope: error: --client {args.client}: {why}", file=sys.stderr)
             return 2
     if args.json:
         sys.stdout.buffer.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
@@ -162,13 +166,14 @@ def cmd_diff(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     """Check traces for completeness and exactness; exit 1 on any FAIL."""
     from tracer.doctor import run
+    from tracer.render.doctor import metrics_unreadable
 
     try:
         code, lines = run(
             args.traces, url=args.metrics_url, metrics_file=args.metrics_file, strict=not args.lenient
         )
     except (OSError, ValueError) as exc:  # /metrics unreachable or unparsable, unreadable file
-        print(f"schedscope: error: cannot read the server's metrics: {exc}", file=sys.stderr)
+        print(f"schedscope: error: {metrics_unreadable(exc)}", file=sys.stderr)
         return 2
     for line in lines:
         print(line)

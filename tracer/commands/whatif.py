@@ -16,6 +16,7 @@ from tracer.inputs import open_trace
 def cmd_replay(args: argparse.Namespace) -> int:
     from tracer.analysis.opening import Spec, open_input
     from tracer.render.fidelity import fidelity_lines
+    from tracer.render.notes import note_sentence, written_line
     from tracer.whatif.fidelity import check_fidelity
     from tracer.whatif.replay import replay
     from tracer.whatif.workload import WorkloadError, workload_from_file, workload_from_trace
@@ -46,7 +47,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         clock = None
         if args.timed or args.arrivals == "time":
             from tracer.analysis.clock import NoClock, clock_for
-            from tracer.render.clock import clock_sentence
+            from tracer.render.clock import clock_document, no_clock_sentence, timed_line
             from tracer.whatif.replay_clock import attach_frontend_delays, attach_idle_waits
 
             if recorded is None:
@@ -55,11 +56,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
             try:
                 clock = clock_for(recorded)
             except NoClock as exc:
-                print(f"schedscope: error: {exc}", file=sys.stderr)
+                print(f"schedscope: error: {no_clock_sentence(exc)}", file=sys.stderr)
                 return 2
+            header["replay"]["clock"] = clock_document(clock)  # type: ignore[index]
             attach_idle_waits(workload, recorded, clock)
             attach_frontend_delays(workload, recorded)
-            print(f"timed: {clock_sentence(clock)}; arrivals by recorded {args.arrivals}")
+            print(timed_line(clock, args.arrivals))
         if recorded is not None and not args.no_identity:
             # The baseline's own replay error, kept beside the what-if so diff can name it.
             fidelity = check_fidelity(recorded)
@@ -83,8 +85,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
         print(f"schedscope: error: {exc}", file=sys.stderr)
         return 2
     for note in workload.notes:
-        print(f"note: {note}")
-    print(f"wrote {out} ({len(workload.requests)} requests under policy {policy})")
+        print(f"note: {note_sentence(note)}")
+    print(written_line(out, len(workload.requests), policy))
     return 0
 
 
@@ -118,7 +120,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     import orjson
 
     from tracer.analysis.clock import NoClock
-    from tracer.render.sweep_report import sweep_document, sweep_lines
+    from tracer.render.clock import no_clock_sentence
+    from tracer.render.sweep_report import progress_text, sweep_document, sweep_lines
     from tracer.whatif.sweep import POLICIES, default_workers, grid, sweep
     from tracer.whatif.workload import WorkloadError
 
@@ -144,9 +147,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     workers = args.workers or default_workers(len(settings))
 
     def progress(done: int, total: int, label: str) -> None:
-        bar = "#" * (20 * done // total)
         end = "\n" if done == total else ""
-        print(f"\rsweep [{bar:<20}] {done}/{total} {label[:40]:<40}", end=end, file=sys.stderr, flush=True)
+        print(progress_text(done, total, label), end=end, file=sys.stderr, flush=True)
 
     trace = open_trace(args).trace
     try:
@@ -161,7 +163,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                 trace=trace,
             )
         )
-    except (NoClock, WorkloadError) as exc:
+    except NoClock as exc:
+        print(f"schedscope: error: {no_clock_sentence(exc)}", file=sys.stderr)
+        return 2
+    except WorkloadError as exc:
         print(f"schedscope: error: {exc}", file=sys.stderr)
         return 2
     if args.json:

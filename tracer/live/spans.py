@@ -180,7 +180,7 @@ class LiveSpans:
             phases = request_phases(session, skip=self._done)
         except NoWallClock as exc:
             self._clockless = True
-            logger.error("schedscope: no OTLP spans: %s", exc)
+            logger.error("schedscope: no OTLP spans: %s", otlp.no_wall_clock(exc))
             return 0
         if self._res is None:
             if self.path is not None:

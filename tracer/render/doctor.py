@@ -134,6 +134,11 @@ def inactive(reasons: Sequence[str]) -> str:
 
 
 # -- totals against /metrics ---------------------------------------------------------------
+def metrics_unreadable(problem: object) -> str:
+    """`doctor`'s error (after its prefix): /metrics unreachable or unparsable, or a file unreadable."""
+    return f"cannot read the server's metrics: {problem}"
+
+
 def no_metrics() -> str:
     return "not compared with the server's counters (no --metrics-url/-file)"
 

@@ -26,7 +26,22 @@ def no_such_step(step: int | str) -> str:
     return f"This trace has no step {step}."
 
 
+def trace_lacks_step(path: str, step: int) -> str:
+    """A step number the trace does not hold, as `step` and `why --step` say it (after their prefix)."""
+    return f"{path} has no step {step}"
+
+
 # -- a request looked up by id -----------------------------------------------------------------
+def trace_never_names(path: str, request: str) -> str:
+    """A request id the trace never names, as `why` says it (after its prefix)."""
+    return f"{path} never names request {request!r}"
+
+
+def starting_alike(ids: Sequence[str]) -> str:
+    """`why`'s line under `trace_never_names`: the ids that start as the one asked for did."""
+    return f"  requests starting alike: {', '.join(ids)}"
+
+
 def no_request(query: str, mark: Callable[[str], str] = _plain) -> str:
     return f"No request {mark(query)} in this trace."
 

@@ -33,7 +33,7 @@ from typing import Any
 import orjson
 
 from tracer import __version__
-from tracer.analysis.request_phases import RequestPhases
+from tracer.analysis.request_phases import NoWallClock, RequestPhases
 
 # vLLM's span and attribute names (vllm.tracing.utils.SpanAttributes).
 REQUEST_SPAN = "llm_request"
@@ -262,6 +262,14 @@ def failed_line(endpoint: str, reason: str, sent: int, dropped: int, timeout: fl
     return (
         f"schedscope: error: OTLP collector {endpoint}: {reason}; sent {sent:,} spans, dropped "
         f"{dropped:,} (a batch is given up after {timeout:g} s, retries included: --otlp-timeout)"
+    )
+
+
+def no_wall_clock(exc: NoWallClock) -> str:
+    """Why a trace has no spans: its header cannot put the steps on the wall clock."""
+    return (
+        f"{exc.path}: line 1: the header has no numeric start_time and t0, so its steps "
+        "cannot be put on the wall clock"
     )
 
 

@@ -211,3 +211,13 @@ def export(
         raise
     tmp.replace(requests_path)
     return steps_path, requests_path
+
+
+def progress_text(done: int, total: int) -> str:
+    """`export --format parquet`'s progress on a terminal, redrawn in place (a leading CR)."""
+    return f"\rexporting {done / total:6.1%}"
+
+
+def written_line(steps: str | Path, requests: str | Path, trace_steps: int) -> str:
+    """What `export --format parquet` prints once both tables are written."""
+    return f"wrote {steps} and {requests} ({trace_steps} steps); queries: docs/queries.md"

@@ -303,3 +303,8 @@ def export(source: Session | Trace, out_path: str | Path) -> Path:
         data = gzip.compress(data, mtime=0)  # mtime 0: same trace, same bytes
     out.write_bytes(data)
     return out
+
+
+def written_line(path: str | Path, steps: int) -> str:
+    """What `export` prints once the timeline is written."""
+    return f"wrote {path} ({steps} steps); open it at https://ui.perfetto.dev"

@@ -94,6 +94,11 @@ def status_line(event: StreamEvent) -> str:
     return note
 
 
+def saved_line(run: int, path: str | Path) -> str:
+    """`attach --save`, on stderr when the server starts another run: where that run goes."""
+    return f"# run {run} is saved to {path}"
+
+
 def step_line(record: dict[str, Any]) -> str:
     """One compact line per step for `schedscope attach`."""
     if record.get("kind") == "gap":

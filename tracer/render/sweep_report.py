@@ -6,20 +6,27 @@ from __future__ import annotations
 from typing import Any
 
 from tracer.analysis.clock import StepClock
-from tracer.render.clock import clock_sentence
+from tracer.render.clock import clock_sentence, worded_clock
 from tracer.render.text import TTFT_FROM_SENTENCE
 from tracer.whatif.sweep import OBJECTIVES
 
 
 def sweep_document(doc: dict[str, Any]) -> dict[str, Any]:
     """tracer.whatif.sweep's result as `sweep --json` writes it and the Sweep page reads it:
-    its clock's sentence beside the clock."""
+    its clock's refusal worded, and its sentence beside the clock."""
     out: dict[str, Any] = {}
     for key, value in doc.items():
         out[key] = value
         if key == "clock":
+            out[key] = worded_clock(value)
             out["clock_sentence"] = clock_sentence(StepClock.from_dict(value))
     return out
+
+
+def progress_text(done: int, total: int, label: str) -> str:
+    """`sweep`'s progress bar on stderr, redrawn in place (a leading CR): settings done, the last one."""
+    bar = "#" * (20 * done // total)
+    return f"\rsweep [{bar:<20}] {done}/{total} {label[:40]:<40}"
 
 
 def error_text(err: float | None) -> str:

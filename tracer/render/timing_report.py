@@ -34,6 +34,44 @@ def drop_sentence(drop: timing.Drop) -> str:
     return f"fitted negative ({drop.value:.3g} ms): more of it cannot make a step faster"
 
 
+def refusal_sentence(what: str, counts: dict[str, int]) -> str:
+    """Why there is no model, with the step counts behind it (tracer.analysis.timing.TimingRefused's
+    facts): `timing` prints it, and a median clock's `refused` keeps it (tracer.render.clock)."""
+    recorded = counts["recorded"]
+    steps = f"{recorded} step" if recorded == 1 else f"{recorded:,} steps"
+    parts = [f"{steps} recorded", f"{counts['usable']} usable"]
+    for key, label in (
+        ("idle", "idle gaps"),
+        ("gap", "across missing steps"),
+        ("empty", "scheduled nothing"),
+        ("stall", "stalls"),
+        ("last", "without a later timestamp"),
+    ):
+        if counts.get(key):
+            parts.append(f"{counts[key]} {label}")
+    return (
+        f"{what} to fit a step-time model: {', '.join(parts)}; it needs at least {timing.MIN_FIT_STEPS} "
+        "usable steps (a measured duration, something scheduled, no wait for requests)"
+    )
+
+
+def client_mismatch_sentence(exc: client_ttft.ClientMismatch) -> str:
+    """Why `timing --client`'s result cannot be split against the trace (after its prefix)."""
+    if exc.why == client_ttft.NOT_DETAILED:
+        return "the client's result has no per-request ttfts and start_times (--save-detailed)"
+    if exc.why == client_ttft.NO_ARRIVALS:
+        return f"{exc.path}: the trace records no arrival times to split a client's TTFT at"
+    if exc.why == client_ttft.SEVERAL_RUNS:
+        runs = f"{len(exc.prefixes)} bench runs ({', '.join(exc.prefixes)})"
+        return f"{exc.path}: requests of {runs}: name the result's --request-id-prefix"
+    if exc.why == client_ttft.NONE_MATCHED:
+        return f"{exc.path}: no request of the client's result is in the trace"
+    return (
+        f"{exc.path}: the client's clock is not the trace's (a part below -1 ms): was the client "
+        "on another host?"
+    )
+
+
 def _pct(values: np.ndarray) -> dict[str, float]:
     return {"median": float(np.median(values)), "p90": float(np.percentile(values, 90))}
 
@@ -106,7 +144,7 @@ def timing_report(trace: Trace) -> dict[str, Any]:
             fitted = timing.fit(trace, features)
             model = _model_doc(fitted, trace)
         except timing.TimingRefused as exc:
-            refused = str(exc)
+            refused = refusal_sentence(exc.what, exc.counts)
     else:
         refused = "the trace has no steps"
     notes = []

@@ -20,6 +20,7 @@ from tracer.analysis import why
 from tracer.analysis.opening import Spec, open_input
 from tracer.trace import schema
 from tracer.trace.trace_type import Trace
+from tracer.whatif.notes import Note, OtherVllm
 
 # Step fields that are scheduling decisions or their inputs. Sets (vLLM keeps
 # preempted and finished ids in sets, in hash order) are compared as sets.
@@ -94,7 +95,7 @@ class Fidelity:
     first: Divergence | None
     policy: str
     exact_workload: bool
-    notes: list[str] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)  # worded by tracer.render.notes
 
     @property
     def identical(self) -> bool:
@@ -118,7 +119,9 @@ class Fidelity:
         }
 
 
-def compare_runs(recorded: Trace, replayed: Trace, *, policy: str, exact: bool, notes: list[str]) -> Fidelity:
+def compare_runs(
+    recorded: Trace, replayed: Trace, *, policy: str, exact: bool, notes: list[Note]
+) -> Fidelity:
     a, b = recorded.steps(), replayed.steps()
     sa, sb = _sampled_by_step(a), _sampled_by_step(b)
     identical = 0
@@ -168,7 +171,7 @@ def check_fidelity(trace: Trace | str | Path, *, out: str | Path | None = None) 
     except ImportError:  # pragma: no cover - replay needs vLLM anyway
         here = ""
     if recorded_on and here and recorded_on.split(".")[:2] != here.split(".")[:2]:
-        notes.append(f"recorded on vLLM {recorded_on}, replayed on {here}: their schedulers differ")
+        notes.append(OtherVllm(str(recorded_on), here))
     with tempfile.TemporaryDirectory(prefix="schedscope-fidelity-") as tmp:
         path = Path(out) if out is not None else Path(tmp) / "identity.jsonl"
         replay(workload, policy, path)

@@ -414,7 +414,8 @@ def replay(
     `overrides` replace EngineSpec fields (max_num_batched_tokens, method, …);
     `async_scheduling` defaults to the recorded scheduler class's. With `clock`, each
     step's `t` is the predicted time (starting at the recording's first step) and the
-    header says so (`replay.timed`, `replay.clock`); `arrivals="time"` needs a clock.
+    header says so (`replay.timed`, `replay.clock`, the header's own `replay.clock` if given);
+    `arrivals="time"` needs a clock.
     """
     if arrivals not in ARRIVALS:
         raise WorkloadError(f"arrivals must be one of {ARRIVALS}, not {arrivals!r}")
@@ -425,7 +426,9 @@ def replay(
     header = dict(header or {})
     if clock is not None:
         info = dict(header.get("replay") or {})
-        info.update(timed=True, arrivals=arrivals, clock=clock.to_dict())
+        # The caller may give the clock's block worded (tracer.render.clock.clock_document: a
+        # refusal kept as its sentence); it stays last, where the header has always had it.
+        info.update(timed=True, arrivals=arrivals, clock=info.pop("clock", None) or clock.to_dict())
         header["replay"] = info
         # The replay's `t` share the recording's clock: keep its anchors.
         if workload.start_time is not None and workload.t0 is not None:

@@ -25,6 +25,7 @@ from typing import Any
 
 from tracer.analysis.opening import Spec, open_input
 from tracer.trace.trace_type import Trace
+from tracer.whatif.notes import Approximate, NoFooter, Note, UnrecordedUpdate
 from tracer.whatif.offline import EngineSpec, RequestSpec
 
 # Inputs of one recorded step, in the order the scheduler received them:
@@ -129,7 +130,7 @@ class Workload:
     # them (with `log`: the only steps a replay's own batch may need drafts after unlogged).
     unrun: set[int] = field(default_factory=set)
     exact: bool = False  # the trace carried every input a replay needs
-    notes: list[str] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)  # worded by tracer.render.notes
     source: str = ""
     # The recording's clocks (header start_time and t0, each step's `t`): a timed replay
     # starts where the recording did, and `--arrivals time` turns arrival times into it.
@@ -236,7 +237,7 @@ def _recorded_workload(
     out: dict[str, int] = {}  # tokens sampled so far, per request, in update order
     last_update = -1
     index = {s["step"]: i for i, s in enumerate(steps)}
-    notes: list[str] = []
+    notes: list[Note] = []
     updated: set[int] = set()
 
     def apply_update(k: int) -> None:
@@ -306,7 +307,7 @@ def _recorded_workload(
                 if type(k) is not int:
                     raise _bad(trace, number, "an update must be ['u', step]", entry)
                 if k < 0 or k not in index:
-                    notes.append(f"step {number}: an update for an unrecorded step ({k}); skipped")
+                    notes.append(UnrecordedUpdate(number, k))
                     continue
                 last_update = k
                 apply_update(k)
@@ -331,7 +332,7 @@ def _recorded_workload(
     for k in sorted(set(index) - updated):
         apply_update(k)
     if trace.torn is not None or trace.footer is None:
-        notes.append("the trace has no footer (the run was cut short): the replay ends where it does")
+        notes.append(NoFooter())
     has_drafts = any(e[0] == "d" for events in log for e in events)
     return Workload(
         engine,
@@ -399,12 +400,7 @@ def _inferred_workload(
         )
         for rid in arrival
     ]
-    why = "it has gaps (steps the live stream lost)" if trace.gaps else "it predates format 1.1"
-    notes = [
-        f"approximate: {why}, so it lacks the scheduler's recorded inputs. Arrivals are taken "
-        "at first sighting, the proposer is assumed to offer K drafts every step, prompts share "
-        "no prefix, no request is aborted, and each ends after the tokens it sampled."
-    ]
+    notes: list[Note] = [Approximate(gaps=bool(trace.gaps))]
     return Workload(
         engine,
         requests,
