@@ -157,7 +157,7 @@ def test_what_a_big_live_trace_keeps_beside_it_reads_back_equal(
     request index from entry columns equal the record-by-record reference, and the step pass, the
     request index and `diff` read back from the derived sidecars equal what was computed."""
     from tests.test_derived import assert_latency_equals_the_loop, assert_same_pass
-    from tests.test_entrypass import assert_equals_reference
+    from tests.test_entry_features import assert_equals_reference
     from tracer.analysis import entry_features, requests, step_features
 
     trace, _ = request.getfixturevalue(run)

@@ -33,7 +33,7 @@ import orjson
 import pytest
 
 from tests.conftest import ROOT
-from tests.test_entrypass import assert_equals_reference, assert_same_entries
+from tests.test_entry_features import assert_equals_reference, assert_same_entries
 from tracer.trace import reader, sidecar
 from tracer.trace.errors import TraceOrderError
 from tracer.trace.index_follower import follow
