@@ -232,7 +232,7 @@ def test_kept_in_the_sidecar_and_mapped_back(
     assert load(plain).entries is not None
 
 
-def test_heap_trim_reaches_glibc() -> None:
+def test_freed_memory_is_handed_back_through_glibc() -> None:
     """The pass hands freed heap back through glibc's malloc_trim: found where glibc is."""
     import platform
 
