@@ -1,5 +1,6 @@
-"""The recording index (tracer.trace.recording_index): the reader's sidecar, written while the recorder's
-writer thread writes the trace, by a process that follows the file (tracer.trace.index_follower).
+"""The recording index (tracer.trace.recording_index): the reader's sidecar, written while the
+recorder's writer thread writes the trace, by a process that follows the file
+(tracer.trace.index_follower).
 
 - A trace the recorder's writer wrote opens without being parsed, and what it opens to equals
   a parse of the file: columns, runner columns, spans, header, footer, hooks and the entry

@@ -50,7 +50,7 @@ ITEM_COLS = ("req", "n")
 # How a step's `sampled` was written.
 S_NONE, S_ALIGNED, S_DICT = 0, 1, 2
 NO_CONTEXT = np.iinfo(np.int64).min  # a step without `context_tokens`
-HAND_BACK_PIECES = 8  # pieces read between two hand-backs in take(): a recording index's piece is about 10 s
+HAND_BACK_PIECES = 8  # pieces read between two hand-backs in take(): a recording index's piece is 10 s or so
 HAND_BACK = 16  # chunks between two hand-backs of a pass's mapped pages (about 10 MB read)
 TRIM = 64  # chunks between two trims of the freed heap (tracer.trace.release_memory: a trim walks the heap)
 
