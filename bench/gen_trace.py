@@ -6,8 +6,8 @@ in for vLLM's (same attribute names as `Scheduler`, `Request`,
 `SchedulerOutput` and `ModelRunnerOutput`) and is fed through
 `tracer.record.recorder.Recorder`'s own hooks and encoder and its writer thread
 (tracer.record.writer.TraceWriter), so the file is exactly what the recorder writes:
-header, step, runner and footer records, and for a plain file its born index
-(`<trace>.ssidx`, tracer.trace.born_index; `--no-index` leaves it out).
+header, step, runner and footer records, and for a plain file its recording index
+(`<trace>.ssidx`, tracer.trace.recording_index; `--no-index` leaves it out).
 
 The mix is what a busy server looks like: Poisson-ish arrivals with
 log-normal prompt and output lengths, chunked prefills under the token
@@ -43,7 +43,7 @@ BLOCK = 16
 
 
 class GenWriter(TraceWriter):
-    """The recorder's own writer thread (and, for a plain file, its born index's process), fed faster
+    """The recorder's own writer thread (and, for a plain file, its recording index's process), fed faster
     than a server would: nothing may be dropped, so the queue is unbounded and the generator
     waits for the writer every `FLUSH_EVERY` items (`pace`)."""
 
@@ -53,8 +53,8 @@ class GenWriter(TraceWriter):
         if path.exists():
             path.unlink()
         sink = open_sink(path)  # created before its follower opens it
-        born = IndexProcess.start(path, interval_s=interval_s) if index else None
-        super().__init__(sink, max_queue=1 << 62, index=born)
+        follower = IndexProcess.start(path, interval_s=interval_s) if index else None
+        super().__init__(sink, max_queue=1 << 62, index=follower)
         self.t0: float | None = None
         self._since = 0
 
@@ -353,9 +353,12 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--no-index",
         action="store_true",
-        help="write no born index (<trace>.ssidx), as a recorder before it did: an older trace's first open",
+        help="write no recording index (<trace>.ssidx), as a recorder before it did: an older trace's "
+        "first open",
     )
-    ap.add_argument("--index-interval", type=float, default=10.0, help="seconds between born index segments")
+    ap.add_argument(
+        "--index-interval", type=float, default=10.0, help="seconds between recording index segments"
+    )
     return ap
 
 

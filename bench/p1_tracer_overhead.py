@@ -27,8 +27,8 @@ Between steps the trace writer drains, outside the timed calls, as it does in
 a server while the engine waits for the model's forward pass (the GIL is
 released then). So the ratio is the scheduler thread's cost; the writer
 thread's encoding is reported beside it, per step, from a separate timed pass, and so is
-the CPU of the process that builds the trace's born index beside the server
-(tracer.trace.born_index_follower), which the scheduler thread never waits for.
+the CPU of the process that builds the trace's recording index beside the server
+(tracer.trace.index_follower), which the scheduler thread never waits for.
 
 `--baseline REF` loads the whole `tracer` package of git revision REF beside today's
 and times its TracingScheduler in the same rounds: before and after in one run.
@@ -247,7 +247,7 @@ def measure(
     parts = hook_times(rec, loops[2], breakdown_steps)
     parts_before = hook_times(before._schedscope, loops[3], breakdown_steps) if before is not None else None
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    traced.shutdown()  # the born index's follower process ends with the writer and is reaped
+    traced.shutdown()  # the recording index's follower process ends with the writer and is reaped
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     for sched in (stock, control) + ((before,) if before is not None else ()):
         sched.shutdown()
@@ -274,12 +274,12 @@ def measure(
 
 
 def follow_cpu(trace: Path, copy: Path) -> float:
-    """CPU µs the born index's follower (tracer.trace.born_index_follower) takes over a copy of
+    """CPU µs the recording index's follower (tracer.trace.index_follower) takes over a copy of
     the finished `trace`, in this thread: its steady cost, without its start-up."""
     import shutil
 
     from tracer.trace import sidecar
-    from tracer.trace.born_index_follower import follow
+    from tracer.trace.index_follower import follow
 
     shutil.copyfile(trace, copy)
     # P1's trace stays under the size below which no index is written (and nothing parsed):
@@ -329,12 +329,12 @@ def hook_times(rec: Any, loop: Loop, steps: int) -> dict[str, float]:
         rec.writer._encode = timed("encode", rec.writer._encode)
     else:
         rec.writer._ship = timed("ship", rec.writer._ship)
-    # A revision whose writer thread feeds the born index (tracer.trace.born_index) per record.
+    # A revision whose writer thread feeds the recording index (tracer.trace.recording_index) per record.
     index = getattr(rec.writer, "_index", None)
     if not hasattr(index, "add"):
         index = None  # today's: a process beside the server builds it (follow_cpu)
     if index is not None:
-        index.add = timed("born", index.add)
+        index.add = timed("recording_index", index.add)
     loop.run(steps)
     for name in hooks:
         delattr(rec, name)
@@ -349,8 +349,8 @@ def hook_times(rec: Any, loop: Loop, steps: int) -> dict[str, float]:
         wrapped_finish([request.request_id], "FINISHED_ABORTED")
     rec._inputs.clear()  # bench-only: the next step must not carry the fake inputs
     out = {name: statistics.median(v) / 1000 for name, v in times.items()}
-    if "born" in times:  # per step, all its records (the step and its runner records) together
-        out["born"] = sum(times["born"]) / steps / 1000
+    if "recording_index" in times:  # per step, all its records (the step and its runner records) together
+        out["recording_index"] = sum(times["recording_index"]) / steps / 1000
     return out
 
 
@@ -428,7 +428,7 @@ def report(res: dict, baseline_ref: str | None) -> None:
     stock_us, traced_us = spread(res["us_stock"])[1], spread(res["us_traced"])[1]
     parts = res["parts"]
     engine_side = ("on_drafts", "on_add", "on_finish")
-    writer_side = ("encode", "ship", "born", "follower", "follower_total")
+    writer_side = ("encode", "ship", "recording_index", "follower", "follower_total")
     hooks = sum(v for k, v in parts.items() if k not in writer_side and k not in engine_side)
     print(
         f"  {n:5d} running: stock {stock_us:8.1f} us/step, traced {traced_us:8.1f} us/step\n"
@@ -448,13 +448,13 @@ def report(res: dict, baseline_ref: str | None) -> None:
             f"({parts.get('ship', 0.0) / stock_us:.1%} of a stock step)"
         )
         + (
-            f", and its born index takes {parts['born']:.1f} us of a step's records "
-            f"({parts['born'] / stock_us:.2%})"
-            if "born" in parts
+            f", and its recording index takes {parts['recording_index']:.1f} us of a step's records "
+            f"({parts['recording_index'] / stock_us:.2%})"
+            if "recording_index" in parts
             else ""
         )
         + (
-            f"; the born index's follower process (another core, nice 10) takes "
+            f"; the recording index's follower process (another core, nice 10) takes "
             f"{parts['follower']:.1f} us of CPU a step past 16 MiB of trace; the processes "
             f"beside the server (the trace process, if any, and the follower) took "
             f"{parts['follower_total'] / 1000:.0f} ms of CPU in all"
@@ -468,13 +468,13 @@ def report(res: dict, baseline_ref: str | None) -> None:
     if res["ratio_before"] is not None:
         pb = res["parts_before"]
         hooks_before = sum(v for k, v in pb.items() if k not in writer_side and k not in engine_side)
-        writer_before = pb.get("encode", 0.0) + pb.get("ship", 0.0) + pb.get("born", 0.0)
-        writer_after = parts.get("encode", 0.0) + parts.get("ship", 0.0) + parts.get("born", 0.0)
+        writer_before = pb.get("encode", 0.0) + pb.get("ship", 0.0) + pb.get("recording_index", 0.0)
+        writer_after = parts.get("encode", 0.0) + parts.get("ship", 0.0) + parts.get("recording_index", 0.0)
         print(
             f"        baseline {baseline_ref}: traced/stock {fmt_spread(res['ratio_before'])}\n"
             f"        today - baseline, % of a stock step: {fmt_spread(res['delta_pct'], '%', 2)}\n"
             f"        hooks {hooks_before:.1f} us/step before, {hooks:.1f} after; "
-            f"EngineCore's writer thread per step (encode or ship, + born index): "
+            f"EngineCore's writer thread per step (encode or ship, + recording index): "
             f"{writer_before:.1f} us before, {writer_after:.1f} after, "
             f"{(writer_after - writer_before) / stock_us:+.2%} "
             "of a stock step",

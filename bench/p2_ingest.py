@@ -100,7 +100,7 @@ def ensure_trace(directory: Path, steps: int) -> Path:
     path = directory / f"gen_{steps}_{version}.jsonl"
     if not path.exists():
         tmp = path.with_suffix(".tmp.jsonl")
-        # --no-index: P2 times the parse, so the trace is an older one's, without a born index.
+        # --no-index: P2 times the parse, so the trace is an older one's, without a recording index.
         gen = [PY, str(BENCH / "gen_trace.py"), str(tmp), "--steps", str(steps), "--no-index"]
         subprocess.run(gen, check=True)
         tmp.rename(path)

@@ -138,7 +138,7 @@ def main() -> None:
         if src is None:
             src = scratch / f"gen_{args.steps}.jsonl"
             if not src.exists():
-                # --no-index: the first load must parse (no born index beside the trace).
+                # --no-index: the first load must parse (no recording index beside the trace).
                 gen = [str(BENCH / "gen_trace.py"), str(src), "--steps", str(args.steps), "--no-index"]
                 gen += [
                     "--max-running",

@@ -29,7 +29,7 @@ Each figure is timed from what the user does, never after an excluded load:
     .venv/bin/python bench/scale.py                       # about 20 min on 2 busy cores
     .venv/bin/python bench/scale.py --sizes 25000 50000 --no-web --no-tui   # a quick look
     .venv/bin/python bench/scale.py --web-only                            # the web figures alone
-    .venv/bin/python bench/scale.py --web-only --born   # the same, the trace's born index read
+    .venv/bin/python bench/scale.py --web-only --recording-index   # the same, its recording index read
 """
 
 from __future__ import annotations
@@ -230,7 +230,7 @@ def last_step(path: Path) -> int:
     return int(steps[-1])
 
 
-def web_figures(path: Path, zooms: int, *, born: bool = False) -> dict[str, Any]:
+def web_figures(path: Path, zooms: int, *, recording_index: bool = False) -> dict[str, Any]:
     from selenium import webdriver
     from selenium.webdriver.chrome.options import Options
     from selenium.webdriver.chrome.service import Service
@@ -253,7 +253,7 @@ def web_figures(path: Path, zooms: int, *, born: bool = False) -> dict[str, Any]
             [PY, "-c", CLI, "web", str(path), "--port", str(port)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-            env=env_for(ROOT, sidecar=born),
+            env=env_for(ROOT, sidecar=recording_index),
             cwd=ROOT,
         )
         while True:  # the page can be asked for once the server listens
@@ -316,13 +316,13 @@ def web_figures(path: Path, zooms: int, *, born: bool = False) -> dict[str, Any]
             server.wait(10)
 
 
-def add_web_figures(table: Table, big: Path, zooms: int, size: str, *, born: bool = False) -> None:
+def add_web_figures(table: Table, big: Path, zooms: int, size: str, *, recording_index: bool = False) -> None:
     """The web figures of `big` (bench's docstring), as rows of `table`."""
-    if born:  # a just-recorded trace: its born index read, no sidecar an earlier run derived
+    if recording_index:  # a just-recorded trace: its recording index read, no sidecar an earlier run derived
         for derived in big.parent.glob(f"{big.name}.*.ssidx"):
             derived.unlink()
-        size += ", born index read"
-    web = web_figures(big, zooms, born=born)
+        size += ", recording index read"
+    web = web_figures(big, zooms, recording_index=recording_index)
     # -1: the zoom's data never arrived within 30 s
     zoom = sorted(ms if ms >= 0 else float("inf") for ms in web["zoom_ms"])
     table.add(
@@ -377,10 +377,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--web-only", action="store_true", help="only the web figures (about a minute)")
     ap.add_argument("--rounds", type=int, default=1, help="with --web-only: measure the web figures N times")
     ap.add_argument(
-        "--born",
+        "--recording-index",
         action="store_true",
-        help="with --web-only: a just-recorded trace, its born index (<trace>.ssidx) read rather than the "
-        "file parsed (the derived sidecars of earlier runs removed first)",
+        help="with --web-only: a just-recorded trace, its recording index (<trace>.ssidx) read rather "
+        "than the file parsed (the derived sidecars of earlier runs removed first)",
     )
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -395,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
         table = Table()
         for r in range(args.rounds):  # a shared machine's noise: each round's figures, not a best
             print(f"round {r + 1} of {args.rounds}: load average {os.getloadavg()[0]:.1f}", flush=True)
-            add_web_figures(table, big, args.zooms, big.name, born=args.born)
+            add_web_figures(table, big, args.zooms, big.name, recording_index=args.recording_index)
         table.print()
         return 0
     print(f"scale bench: {machine()}; load average {os.getloadavg()[0]:.1f}")

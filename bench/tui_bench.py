@@ -85,8 +85,8 @@ def generate_dflash(path: Path, steps: int) -> None:
     # generate() reads both names from its module: swap them for this one run.
     original_config = gen_trace.engine_config
     gen_trace.SimScheduler, gen_trace.engine_config = AdditiveDFlash, dflash_config
-    # --no-index: the load is the parse these figures have always timed (bench/born_scale.py
-    # times a born-indexed trace's).
+    # --no-index: the load is the parse these figures have always timed (bench/recording_index_scale.py
+    # times the load of a trace with its recording index).
     args = gen_trace.parser().parse_args([str(path), "--steps", str(steps), "--k", str(k), "--no-index"])
     gen_trace.generate(path, args)
 

@@ -165,6 +165,6 @@ def test_resolve_names_what_is_missing() -> None:
 
 def test_the_tree_walk_sees_the_packages() -> None:
     tree = tree_modules()
-    assert {"reader", "errors", "born_index_follower"} <= tree["tracer/trace/"]
+    assert {"reader", "errors", "index_follower"} <= tree["tracer/trace/"]
     assert {"scheduler", "cli"} <= tree[TOP_LEVEL]
     assert "__init__" not in tree["tracer/analysis/"]

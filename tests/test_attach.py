@@ -352,9 +352,9 @@ def test_link_status_names_every_state() -> None:
     assert run_path(Path("copy"), 1) == Path("copy.1")
 
 
-# -- a saved copy's born index ---------------------------------------------------------------
+# -- a saved copy's recording index ---------------------------------------------------------------
 def _generated(out: Path, *extra: str) -> Path:
-    """bench/gen_trace.py's records (the recorder's own writer), without its born index."""
+    """bench/gen_trace.py's records (the recorder's own writer), without its recording index."""
     args = [
         "--seed",
         "5",
@@ -380,9 +380,9 @@ def _same_trace(a: Trace, b: Trace) -> None:
         assert np.array_equal(a.entries.arrays()[name], values), name
 
 
-def test_a_saved_copy_is_born_with_its_index(tmp_path: Path, serve: Callable[..., StreamServer]) -> None:
+def test_a_saved_copy_is_indexed_as_it_is_written(tmp_path: Path, serve: Callable[..., StreamServer]) -> None:
     """A viewer's `--save` copy of a real stream server carries the recorder's records (256
-    running, about 24 MB); its born index, in segments as it was written, is what a parse of
+    running, about 24 MB); its recording index, in segments as it was written, is what a parse of
     the copy gives, so its first open maps it."""
     source = _generated(tmp_path / "served.jsonl", "--steps", "2400", "--max-running", "256")
     lines = source.read_bytes().splitlines(keepends=True)

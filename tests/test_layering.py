@@ -24,7 +24,7 @@ def test_reader_side_imports_neither_ui_nor_vllm() -> None:
     mods = _modules_after(
         "import tracer, tracer.trace.reader, tracer.render.summary, tracer.cli, tracer.trace.schema, "
         "tracer.record.recorder, tracer.record.writer, tracer.whatif.offline, tracer.record.runner_hook, "
-        "tracer.trace.spec_methods, tracer.doctor, tracer.analysis.timing, "
+        "tracer.trace.spec_decode_methods, tracer.doctor, tracer.analysis.timing, "
         "tracer.analysis.throughput, "
         "tracer.render.timing_report, tracer.whatif.workload, tracer.whatif.fidelity"
     )
@@ -48,7 +48,7 @@ ENGINE_CORE_MODULES = {
     "tracer.record.shipper", "tracer.record.config", "tracer.record.wiring",
     "tracer.record.runner_notes", "tracer.record.speculator_hook",
     "tracer.live", "tracer.live.net", "tracer.live.stream", "tracer.live.taps",
-    "tracer.trace", "tracer.trace.index_files", "tracer.trace.spec_methods", "tracer.trace.schema",
+    "tracer.trace", "tracer.trace.index_files", "tracer.trace.spec_decode_methods", "tracer.trace.schema",
 }  # fmt: skip
 
 

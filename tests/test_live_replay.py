@@ -52,7 +52,7 @@ def _serve(tmp: Path, scheduler: str, extra: list[str], bench: list[str]) -> tup
         "--max-num-batched-tokens", "256", "--max-num-seqs", "8", "--shutdown-timeout", "10",
         *TIGHT_KV, *extra,
     ]  # fmt: skip
-    # The server's born index too, though the run is short of the 16 MiB it waits for.
+    # The server's recording index too, though the run is short of the 16 MiB it waits for.
     env = {"SCHEDSCOPE_TRACE": str(trace_path), sidecar.ENV_MIN_BYTES: "0"}
     with start_server(model, extra_args=args, env=env, log_path=tmp / "server.log") as server:
         # The API server must keep up with its streams, or a client that hangs up after a few
@@ -157,7 +157,7 @@ def test_what_a_big_live_trace_keeps_beside_it_reads_back_equal(
     request index from entry columns equal the record-by-record reference, and the step pass, the
     request index and `diff` read back from the derived sidecars equal what was computed."""
     from tests.test_derived import assert_latency_equals_the_loop, assert_same_pass
-    from tests.test_entrypass import assert_equals_reference
+    from tests.test_entry_features import assert_equals_reference
     from tracer.analysis import entry_features, requests, step_features
 
     trace, _ = request.getfixturevalue(run)
@@ -182,14 +182,14 @@ def test_what_a_big_live_trace_keeps_beside_it_reads_back_equal(
 
 
 @pytest.mark.parametrize("run", ["ngram_live", "async_live"])
-def test_the_servers_born_index_holds_what_a_parse_of_its_trace_does(
+def test_the_servers_recording_index_holds_what_a_parse_of_its_trace_does(
     run: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The index the follower wrote beside these servers (vllm bench serve's clients, hang-ups,
     prefix hits, preemptions under KV pressure, async scheduling) covers the trace to its
     footer and opens as a parse of it does, entry columns included."""
-    from tests.test_born import _meta, _segments
     from tests.test_live_server import assert_opens_as_parsed
+    from tests.test_recording_index import _meta, _segments
 
     trace, _ = request.getfixturevalue(run)
     monkeypatch.setattr(sidecar, "MIN_SOURCE_BYTES", 0)  # as the server had it

@@ -88,7 +88,7 @@ def _serve_and_trace(
         "--shutdown-timeout", "10",
     ]  # fmt: skip
     env = {"SCHEDSCOPE_TRACE": str(trace_path)}
-    if index:  # the server's born index, for a run too short to get one by default
+    if index:  # the server's recording index, for a run too short to get one by default
         env[sidecar.ENV_MIN_BYTES] = "0"
     port = free_port() if stream else None
     metrics_port = free_port() if stream else None
@@ -258,11 +258,11 @@ def test_live_stream_carries_the_trace(ngram_run: Run, tmp_path: Path) -> None:
     assert copy.read_bytes() == Path(ngram_run.trace.path).read_bytes()
 
 
-def test_a_saved_copy_of_the_live_stream_opens_from_its_born_index(
+def test_a_saved_copy_of_the_live_stream_opens_from_its_recording_index(
     ngram_run: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """What the viewer received, saved as `attach --save` saves it (RunSaver: a segment of
-    its born index after every record here), opens from that index as a parse of it does."""
+    its recording index after every record here), opens from that index as a parse of it does."""
     monkeypatch.setattr(sidecar, "MIN_SOURCE_BYTES", 0)  # a small live run: index it anyway
     saved = tmp_path / "saved.jsonl"
     saver = RunSaver(saved, index_interval=0.0)
@@ -274,8 +274,8 @@ def test_a_saved_copy_of_the_live_stream_opens_from_its_born_index(
 
 
 def assert_opens_as_parsed(mapped: Trace | None, path: Path) -> None:
-    """`mapped` (the trace from its born index) holds what a parse of `path` does."""
-    assert mapped is not None, "the born index was not taken"
+    """`mapped` (the trace from its recording index) holds what a parse of `path` does."""
+    assert mapped is not None, "the recording index was not taken"
     parsed = load(path, sidecar=False, entries=True)
     assert len(mapped) == len(parsed) > 20 and mapped.footer == parsed.footer
     for name in parsed.columns:
@@ -291,20 +291,20 @@ def _cmdlines() -> Iterator[bytes]:
             yield path.read_bytes()
 
 
-def test_the_servers_trace_opens_from_the_born_index_its_follower_wrote(
+def test_the_servers_trace_opens_from_the_recording_index_its_follower_wrote(
     ngram_run: Run, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Inside the server, the recorder started the process that follows its trace
-    (tracer.trace.born_index_follower); it indexed every record up to the footer and ended with the
+    (tracer.trace.index_follower); it indexed every record up to the footer and ended with the
     server. The trace opens from that index as a parse of it does."""
-    from tests.test_born import _meta, _segments
+    from tests.test_recording_index import _meta, _segments
 
     monkeypatch.setattr(sidecar, "MIN_SOURCE_BYTES", 0)  # as the server had it
     path = Path(ngram_run.trace.path)
     index = path.with_name(path.name + index_files.SUFFIX)
     last = _meta(index.read_bytes(), _segments(index)[-1])
     assert last["footer"] is not None and last["parsed_end"] == path.stat().st_size
-    followers = [cmd for cmd in _cmdlines() if b"born_index_follower" in cmd and str(path).encode() in cmd]
+    followers = [cmd for cmd in _cmdlines() if b"index_follower" in cmd and str(path).encode() in cmd]
     assert not followers, "the follower outlived the server"
     assert_opens_as_parsed(reopen(path), path)
 

@@ -169,7 +169,7 @@ def test_gz_sink_reports_a_full_disk() -> None:
 
 
 def test_shutdown_keeps_its_bound_while_the_index_follower_lags(tmp_path: Path) -> None:
-    """A born index follower still behind (here a real process that never finishes) is left to
+    """A recording index follower still behind (here a real process that never finishes) is left to
     finish on its own: the writer's shutdown stays within the bound its caller gave."""
     from tracer.record.indexer import IndexProcess
 

@@ -45,7 +45,7 @@ from vllm.v1.core.sched.scheduler import Scheduler
 
 from tracer import draft_budget
 from tracer.scheduler import TracingMixin
-from tracer.trace.spec_methods import (
+from tracer.trace.spec_decode_methods import (
     additive_draft_slots,
     is_separate_pass,
     query_rows_of,

@@ -312,8 +312,8 @@ class Handlers:
         if found is None:
             msg = empty.COMPARE_NEEDS_TWO
             return _empty_figure(msg), html.P(msg), None, None
-        pair, c, cache_key = found
-        chart = pair.once("chart", lambda: compare_chart(c))  # kept with the comparison
+        joint, c, cache_key = found
+        chart = joint.once("chart", lambda: compare_chart(c))  # kept with the comparison
         same_pair = bool(state) and state.get("pair") == [key_a, key_b]
         # Until the browser holds this pair's figure, every trigger builds it: Dash keeps only the
         # newest answer of a callback, so the graph's own first relayout must not answer "no update".
@@ -369,8 +369,8 @@ class Handlers:
             found = self.store.compared(*cmp_state["pair"])
             if found is None:
                 raise PreventUpdate
-            pair, c, _ = found
-            chart = pair.once("chart", lambda: compare_chart(c))
+            joint, c, _ = found
+            chart = joint.once("chart", lambda: compare_chart(c))
             fig = build_figure(chart, cmp_state.get("range"), self.max_points, title=headline(c)[0])
             name = "schedscope-compare"
         else:

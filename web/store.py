@@ -93,6 +93,6 @@ class TraceStore:
         a, b = self.get(key_a), self.get(key_b)
         if a is None or b is None:
             return None
-        pair = joint_memo(a.session, b.session)
-        comparison = pair.once("comparison", lambda: compare(a.session, b.session))
-        return pair, comparison, f"{a.key}:{a.version}|{b.key}:{b.version}"
+        joint = joint_memo(a.session, b.session)
+        comparison = joint.once("comparison", lambda: compare(a.session, b.session))
+        return joint, comparison, f"{a.key}:{a.version}|{b.key}:{b.version}"

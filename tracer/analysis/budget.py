@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from tracer.analysis import detail
-from tracer.trace.spec_methods import is_separate_pass
+from tracer.trace.spec_decode_methods import is_separate_pass
 from tracer.trace.trace_type import Trace
 
 

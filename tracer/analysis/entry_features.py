@@ -51,7 +51,7 @@ class EntryPass:
     since: tuple[np.ndarray, np.ndarray]
 
 
-MEMO_NAME = "entrypass"  # its name in the Trace's memo (tracer.analysis.memo)
+MEMO_NAME = "entry_features"  # its name in the Trace's memo (tracer.analysis.memo)
 # The last phases of a pass are its peak in memory (a few arrays per request at once): two
 # passes at once (`diff`'s two threads) take turns there, so their peaks never add up.
 _LAST_PHASES = threading.Lock()

@@ -1,7 +1,7 @@
 """Two traces opened for a comparison (`schedscope diff`, and `tui`/`web` given A and B), each
 on a core of its own.
 
-A trace with a sidecar or a born index (tracer.trace.sidecar) opens in a second or two,
+A trace with a sidecar or a recording index (tracer.trace.sidecar) opens in a second or two,
 mostly in NumPy, which lets go of the GIL: two threads share the cores. A trace without one
 (an older trace, a first open) is parsed record by record, which holds the GIL, so two such
 parses in two threads take turns on one core. Then B is opened in a child process

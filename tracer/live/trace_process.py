@@ -7,7 +7,7 @@
 Started by tracer.record.shipper.TraceShipper; reads its frames (length, then a pickle of
 (items, the server's footer facts, end)) from stdin. Everything the writer thread would do
 in EngineCore happens here, under this process's own GIL: the encoder (tracer.record.encoder),
-the file and its kept footer, the born index's follower, the live stream and /metrics, and
+the file and its kept footer, the recording index's follower, the live stream and /metrics, and
 each request's OpenTelemetry spans (tracer.live.spans, SCHEDSCOPE_OTLP). The
 stream and metrics tokens come from the environment (SCHEDSCOPE_STREAM_TOKEN,
 SCHEDSCOPE_METRICS_TOKEN), as in EngineCore.

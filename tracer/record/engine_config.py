@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tracer.trace.spec_methods import is_separate_pass, query_rows_of
+from tracer.trace.spec_decode_methods import is_separate_pass, query_rows_of
 
 
 def _get(obj: Any, *names: str, default: Any = None) -> Any:

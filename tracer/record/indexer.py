@@ -1,6 +1,6 @@
-"""Starts and ends the born index's process for a trace the recorder writes.
+"""Starts and ends the recording index's process for a trace the recorder writes.
 
-The index is built beside the server (tracer.trace.born_index_follower), not on the writer
+The index is built beside the server (tracer.trace.index_follower), not on the writer
 thread: what it costs (parsing and packing every record again) then never runs under the
 server's GIL. Starting it is the server's only cost; if it cannot start, the trace is
 written as ever, without an index, and its first open parses it.
@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import tracer
-from tracer.trace.index_files import BORN_INTERVAL_S, born_wanted
+from tracer.trace.index_files import RECORDING_INDEX_INTERVAL_S, recording_index_wanted
 
 logger = logging.getLogger("schedscope.writer")
 
@@ -28,10 +28,12 @@ class IndexProcess:
         self.proc = proc
 
     @classmethod
-    def start(cls, path: str | Path | None, *, interval_s: float = BORN_INTERVAL_S) -> IndexProcess | None:
+    def start(
+        cls, path: str | Path | None, *, interval_s: float = RECORDING_INDEX_INTERVAL_S
+    ) -> IndexProcess | None:
         """Follow `path` (already created by the writer), or None where no index is wanted
-        (`born_wanted`) or the process could not start."""
-        if not born_wanted(path):
+        (`recording_index_wanted`) or the process could not start."""
+        if not recording_index_wanted(path):
             return None
         assert path is not None
         # The package's own location first: the server may have found it some other way.
@@ -43,7 +45,7 @@ class IndexProcess:
                 [
                     sys.executable,
                     "-m",
-                    "tracer.trace.born_index_follower",
+                    "tracer.trace.index_follower",
                     str(path),
                     "--interval",
                     str(interval_s),
@@ -55,7 +57,9 @@ class IndexProcess:
                 start_new_session=True,  # a Ctrl-C to the server lets it finish its last segment
             )
         except OSError as exc:
-            logger.warning("schedscope: no born index for %s (%s); the trace itself is unaffected", path, exc)
+            logger.warning(
+                "schedscope: no recording index for %s (%s); the trace itself is unaffected", path, exc
+            )
             return None
         return cls(proc)
 
@@ -68,4 +72,6 @@ class IndexProcess:
         try:
             self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            logger.info("schedscope: the trace's born index is still being written (pid %d)", self.proc.pid)
+            logger.info(
+                "schedscope: the trace's recording index is still being written (pid %d)", self.proc.pid
+            )

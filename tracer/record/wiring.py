@@ -1,7 +1,7 @@
 """A Recorder for a scheduler: where its records go, and what its header says of the scheduler.
 
 Through a shipper, the trace process writes the file; otherwise a writer thread beside the
-scheduler does (the offline harness, SCHEDSCOPE_WRITER=thread), with the file's born index
+scheduler does (the offline harness, SCHEDSCOPE_WRITER=thread), with the file's recording index
 written by a process of its own. Runs once, when a tracing scheduler is built.
 """
 
@@ -44,7 +44,7 @@ def recorder_for(
             if path.exists():
                 path.unlink()  # one run per file; `{pid}` in the path keeps engines apart
             sink = open_sink(path)
-        # The Recorder binds its encoder; a plain file gets its born index, from a process beside.
+        # The Recorder binds its encoder; a plain file gets its recording index, from a process beside.
         queue = max_queue or current_config().queue
         writer = TraceWriter(sink, max_queue=queue, taps=taps, index=IndexProcess.start(path))
     name = f"{type(sched).__module__}.{type(sched).__qualname__}"

@@ -127,7 +127,7 @@ class TraceWriter:
         index: IndexProcess | None = None,
     ) -> None:
         self._sink = sink
-        # The process following the file `sink` writes, building its born index: told when
+        # The process following the file `sink` writes, building its recording index: told when
         # the file is closed. None for gzip, a stream only, or off.
         self._index = index
         # Taps (the live stream) see every encoded record, on the writer thread,

@@ -29,7 +29,7 @@ from urllib.parse import urlencode, urlparse, urlunparse
 
 import orjson
 
-from tracer.trace.born_index import INTERVAL_S, BornIndex, born_index
+from tracer.trace.recording_index import INTERVAL_S, RecordingIndex, recording_index
 from tracer.trace.schema import HEARTBEAT_INTERVAL
 
 MAX_LINE = 16 << 20  # a record longer than this is garbage, not a trace record
@@ -330,7 +330,7 @@ class RunSaver:
     never mistaken for this one. Records that come before any header (none from
     schedscope's server) cannot start a trace and are only counted.
 
-    Each file gets its born index as it is written (tracer.trace.born_index), as the recorder's
+    Each file gets its recording index as it is written (tracer.trace.recording_index), as the recorder's
     own file does, so the copy's first open maps it instead of parsing it; a copy with a
     gap is parsed from the gap on. `index_interval`: seconds between the index's segments
     (None: no index).
@@ -342,7 +342,7 @@ class RunSaver:
         self.unsaved = 0
         self.index_interval = index_interval
         self._out: IO[bytes] | None = self.base.open("wb")
-        self._index: BornIndex | None = None
+        self._index: RecordingIndex | None = None
         self._written = 0  # bytes of the current file
 
     @property
@@ -359,7 +359,7 @@ class RunSaver:
         self.paths.append(path)
         self._written = 0
         if self.index_interval is not None:
-            self._index = born_index(path, interval_s=self.index_interval)
+            self._index = recording_index(path, interval_s=self.index_interval)
         self._write(header_line, header)
         return path
 

@@ -5,7 +5,7 @@ need each step's requests: who was scheduled with how many tokens and drafts, wh
 sampled, who waited, was preempted or finished. Parsing every record again for that costs
 about 0.3 ms a step at 256 running; here the same facts are collected once, while the
 reader parses the trace (TraceBuilder with `entries=True`) or while the recorder writes it
-(tracer.trace.born_index), into flat int32 arrays the analyses run NumPy over.
+(tracer.trace.recording_index), into flat int32 arrays the analyses run NumPy over.
 
 Per step row (`steps`): how many entries of each kind it has, how its `sampled` was written
 (none, aligned with the scheduled order, or an `{id: n}` dict) and its `context_tokens`.
@@ -50,7 +50,7 @@ ITEM_COLS = ("req", "n")
 # How a step's `sampled` was written.
 S_NONE, S_ALIGNED, S_DICT = 0, 1, 2
 NO_CONTEXT = np.iinfo(np.int64).min  # a step without `context_tokens`
-HAND_BACK_PIECES = 8  # pieces read between two hand-backs in take(): a born piece is about 10 s of recording
+HAND_BACK_PIECES = 8  # pieces read between two hand-backs in take(): a recording index's piece is 10 s or so
 HAND_BACK = 16  # chunks between two hand-backs of a pass's mapped pages (about 10 MB read)
 TRIM = 64  # chunks between two trims of the freed heap (tracer.trace.release_memory: a trim walks the heap)
 
@@ -281,7 +281,7 @@ class EntryColumns:
 
 class Entries:
     """A trace's entry columns (see the module docstring). From a sidecar, each array may be
-    in pieces (one per segment of a born index, tracer.trace.born_index), mapped from the file:
+    in pieces (one per segment of a recording index, tracer.trace.recording_index), mapped from the file:
     the per-entry arrays and the ids are joined on first use, so a load that never uses
     them (a summary) never reads them."""
 
@@ -325,7 +325,7 @@ class Entries:
         return value
 
     def span(self, name: str, lo: int, hi: int) -> np.ndarray:
-        """Entries [lo, hi) of a per-entry column, without joining a born index's pieces (a
+        """Entries [lo, hi) of a per-entry column, without joining a recording index's pieces (a
         pass that goes chunk by chunk keeps only its chunk in memory)."""
         value = self._per_entry[name]
         if not isinstance(value, list):
@@ -532,7 +532,7 @@ class Entries:
                 return f"ids: {exc}"
             for name in ("sched_req", "items_req", "wait", "pre", "fin", "arr"):
                 value = self._per_entry[name]
-                # Piece by piece: a born index's columns are not joined (nor kept) for this.
+                # Piece by piece: a recording index's columns are not joined (nor kept) for this.
                 for codes in value if isinstance(value, list) else [value]:
                     if len(codes) and (int(codes.min()) < 0 or int(codes.max()) >= n_ids):
                         return "request codes outside the id table"
@@ -544,8 +544,8 @@ class Entries:
     # -- kept in the reader's sidecar ---------------------------------------------------
 
     def arrays(self, first_id: int = 0) -> dict[str, np.ndarray]:
-        """The sidecar's arrays; `first_id`: write only the ids from that code on (a born
-        index's segment holds the ids its steps met first)."""
+        """The sidecar's arrays; `first_id`: write only the ids from that code on (a
+        recording index's segment holds the ids its steps met first)."""
         out = {"e_ids": np.frombuffer(orjson.dumps(self.ids[first_id:]), dtype=np.uint8), "e_ctx": self.ctx}
         out.update({f"e_s_{name}": v for name, v in self.steps.items()})
         out.update({f"e_{name}": self.column(name) for name in PER_ENTRY})

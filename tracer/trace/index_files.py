@@ -1,6 +1,6 @@
-"""Where a trace's index files live, and whether a trace being written gets a born index.
+"""Where a trace's index files live, and whether a trace being written gets a recording index.
 
-Stdlib only: the recorder asks this inside EngineCore before it starts the born index's
+Stdlib only: the recorder asks this inside EngineCore before it starts the recording index's
 process, and must not load the reader, the sidecar container or NumPy to do so.
 """
 
@@ -12,8 +12,8 @@ import os
 from pathlib import Path
 
 SUFFIX = ".ssidx"
-ENV_SIDECAR = "SCHEDSCOPE_SIDECAR"  # "off": no sidecar is read or written, no born index
-BORN_INTERVAL_S = 10.0  # a born index writes a segment at most this often (and at the footer)
+ENV_SIDECAR = "SCHEDSCOPE_SIDECAR"  # "off": no sidecar is read or written, no recording index
+RECORDING_INDEX_INTERVAL_S = 10.0  # a recording index writes a segment at most this often (and at the footer)
 
 
 def cache_dir() -> Path:
@@ -32,8 +32,8 @@ def locations(source: Path, name: str = "") -> list[Path]:
     return [source.with_name(source.name + suffix), cache_dir() / f"{source.name}.{key}{suffix}"]
 
 
-def born_wanted(path: str | Path | None) -> bool:
-    """Whether a trace written to `path` gets a born index: not for no file, a gzip trace
+def recording_index_wanted(path: str | Path | None) -> bool:
+    """Whether a trace written to `path` gets a recording index: not for no file, a gzip trace
     (its sidecar also needs the member index, which only a read makes) or
     SCHEDSCOPE_SIDECAR=off. When it does, an earlier run's index beside the same path is
     removed now (unlinked, not truncated: a reader may have it mapped)."""

@@ -77,8 +77,8 @@ def fast_step_row(
 ) -> bytes | None:
     """The packed row of step record `r` (its line at bytes [start, end)) when it is shaped
     as the recorder writes it and its step number exceeds `last`; None sends it down the
-    general path, which decides. The reader's fast path, and the born index's
-    (tracer.trace.born_index) for the records the recorder hands its writer; `pool`: the header's
+    general path, which decides. The reader's fast path, and the recording index's
+    (tracer.trace.recording_index) for the records the recorder hands its writer; `pool`: the header's
     KV blocks, which no free count may exceed."""
     try:
         step, t, tg, ip, q, new, res, run, pre, fin, smp, nw, nr, su, kv = _STEP_KEYS(r)

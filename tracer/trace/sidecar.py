@@ -52,7 +52,7 @@ def _min_bytes(default: int = 16 << 20) -> int:
 
 # Below this a trace parses in well under a second: no sidecar is written or read for
 # it, so small traces (tests, sample traces, replays) leave no files behind. The variable
-# sets another size for a process and what it starts (a server's born index included).
+# sets another size for a process and what it starts (a server's recording index included).
 MIN_SOURCE_BYTES = _min_bytes()
 _LEN = struct.Struct("<Q")
 _ALIGN = 64
@@ -148,7 +148,7 @@ def write(source: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray], nam
 
 def append_segment(target: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> int:
     """Append one segment (a container whose meta has `segment`) to the sidecar `target`, as
-    the born index does while a trace is recorded; its length. Raises OSError. A reader uses
+    the recording index does while a trace is recorded; its length. Raises OSError. A reader uses
     every whole segment in order and the meta of the last (`read(..., pieces=True)`); a
     segment cut short (a kill, a full disk) ends the sidecar there."""
     head, blobs, total = _pack(meta, arrays)
@@ -182,7 +182,7 @@ def read(
         meta = segments[-1][0]
         status = _matches(meta.get("source"), fd, st)
         if status is None:
-            # A born index (tracer.trace.born_index) the trace no longer matches: the trace was
+            # A recording index (tracer.trace.recording_index) the trace no longer matches: the trace was
             # changed after it was recorded. Said once: the load that follows rewrites it.
             log = logger.warning if meta.get("born") else logger.debug
             log(
@@ -221,7 +221,7 @@ def _read_segments(
     where: Path, dtypes: dict[str, np.dtype]
 ) -> list[tuple[dict[str, Any], dict[str, np.ndarray]]]:
     """Every whole container of `where`, in order: one for a sidecar the reader wrote; one
-    per segment for a born index. A cut-short segment ends the list, with one warning."""
+    per segment for a recording index. A cut-short segment ends the list, with one warning."""
     data = _map(where)
     segments = [_container(data, 0, dtypes)]
     at = segments[0][0]["total"]

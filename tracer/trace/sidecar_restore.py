@@ -110,7 +110,7 @@ def from_sidecar(
         return None, None
     meta, pieces, status = found
     try:
-        # A born index comes in segments (tracer.trace.born_index): the step and runner rows are
+        # A recording index comes in segments (tracer.trace.recording_index): the step and runner rows are
         # joined here, the entry columns on first use.
         arrays = {name: _joined(pieces[name]) for name in ("rows", "runner", "members") if name in pieces}
         if meta["store"] != kind or (status == "grown" and kind != "plain"):
@@ -187,7 +187,7 @@ def from_sidecar(
 
 
 def _joined(pieces: list[np.ndarray]) -> np.ndarray:
-    """A born index's segments of one array as one: joined as bytes (NumPy copies a record
+    """A recording index's segments of one array as one: joined as bytes (NumPy copies a record
     dtype field by field, five times slower)."""
     if len(pieces) == 1:
         return pieces[0]

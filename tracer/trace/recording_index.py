@@ -1,8 +1,8 @@
-"""The born index: the reader's sidecar for a trace, written while the trace is written.
+"""The recording index: the reader's sidecar for a trace, written while the trace is recorded.
 
 A first open of a trace then maps its columns instead of parsing it (tracer.trace.reader's
 sidecar, docs/trace-format.md). Two feed one: a process beside the recorder that follows
-the file as the writer thread writes it (tracer.trace.born_index_follower), and the saver of a
+the file as the writer thread writes it (tracer.trace.index_follower), and the saver of a
 followed stream (`attach.RunSaver`, a viewer's `--save` copy). Each hands every record
 written here, with its parsed value: the step rows are packed by the reader's fast path
 (`rows.fast_step_row`, every type checked) and the per-request entry columns collected
@@ -38,20 +38,21 @@ import orjson
 from tracer.trace import index_files, schema, sidecar
 from tracer.trace.builder import TraceBuilder
 from tracer.trace.entries import EntryCollector
-from tracer.trace.index_files import BORN_INTERVAL_S as INTERVAL_S
-from tracer.trace.index_files import born_wanted
+from tracer.trace.index_files import RECORDING_INDEX_INTERVAL_S as INTERVAL_S
+from tracer.trace.index_files import recording_index_wanted
 from tracer.trace.rows import fast_runner_row, fast_step_row, kv_pool
 from tracer.trace.sidecar_restore import SIDECAR_CHECKS, row_arrays
 
-logger = logging.getLogger("schedscope.born")
+logger = logging.getLogger("schedscope.recording_index")
 
 
-def born_index(path: str | Path | None, *, interval_s: float = INTERVAL_S) -> BornIndex | None:
-    """The born index for a trace written to `path` in this process, or None (`born_wanted`)."""
-    return BornIndex(path, interval_s=interval_s) if born_wanted(path) else None
+def recording_index(path: str | Path | None, *, interval_s: float = INTERVAL_S) -> RecordingIndex | None:
+    """The recording index for a trace written to `path` in this process, or None
+    (`recording_index_wanted`)."""
+    return RecordingIndex(path, interval_s=interval_s) if recording_index_wanted(path) else None
 
 
-class BornIndex:
+class RecordingIndex:
     """Fed by one writer or follower: `add` each record written (in order, with its bytes'
     offset), `checkpoint` now and then, `close` after the footer and the file are closed.
 
@@ -97,7 +98,7 @@ class BornIndex:
                     # A viewer's copy of a stream: its first open parses, nothing more (the
                     # TUI's screen is no place for it); the recorder's own file: a warning.
                     logging.WARNING if self._fd is not None else logging.INFO,
-                    "schedscope: no more born index for %s (%s); the trace itself is unaffected",
+                    "schedscope: no more recording index for %s (%s); the trace itself is unaffected",
                     self.trace,
                     why,
                 )
@@ -182,7 +183,7 @@ class BornIndex:
                 fingerprint = sidecar.fingerprint(f.fileno(), st)
         meta = {
             "segment": self._segment,
-            "born": True,
+            "born": True,  # the format's key for a recording index's segment (docs/trace-format.md)
             "source": fingerprint,
             "store": "plain",
             "strict": True,

@@ -1,18 +1,18 @@
-"""The born index of a trace being recorded, built in a process beside the server.
+"""The recording index of a trace being recorded, built in a process beside the server.
 
 The recorder's writer thread only writes the trace; this process (started by
 tracer.record.indexer) follows the file as it grows, as a viewer following it would, and
-hands each complete record to a `BornIndex`. Parsing and packing a step costs a few
+hands each complete record to a `RecordingIndex`. Parsing and packing a step costs a few
 hundred microseconds at 256 running: here it runs on another core, at a lower priority,
 and not under the server's GIL (docs/performance.md, P1).
 
 It ends when its parent closes its stdin (the writer wrote the footer and closed the
 trace) or is gone (a kill: the last segment then describes the complete records read).
 A line the writer has not finished is not read until it is; a file that shrinks or a
-record the index cannot take stops the index with one warning (`BornIndex.stop`), and
+record the index cannot take stops the index with one warning (`RecordingIndex.stop`), and
 the trace itself is never touched.
 
-    python -m tracer.trace.born_index_follower TRACE [--interval S]
+    python -m tracer.trace.index_follower TRACE [--interval S]
 """
 
 from __future__ import annotations
@@ -27,17 +27,19 @@ import sys
 import orjson
 
 from tracer.trace import sidecar
-from tracer.trace.born_index import INTERVAL_S, BornIndex
+from tracer.trace.recording_index import INTERVAL_S, RecordingIndex
 
 POLL_S = 0.2  # how often an idle trace is looked at again
 CHUNK = 1 << 20  # bytes read at a time: a segment (interval 0) covers at most this
 
 
-def follow(path: str, *, interval_s: float = INTERVAL_S, stdin: int = 0, poll_s: float = POLL_S) -> BornIndex:
+def follow(
+    path: str, *, interval_s: float = INTERVAL_S, stdin: int = 0, poll_s: float = POLL_S
+) -> RecordingIndex:
     """Index `path` until `stdin` reads EOF or the parent is gone."""
     parent = os.getppid()
     fd = os.open(path, os.O_RDONLY)
-    index = BornIndex(path, interval_s=interval_s, fd=fd)
+    index = RecordingIndex(path, interval_s=interval_s, fd=fd)
     offset = 0  # bytes of the trace handed to the index
     pending = b""  # the start of a line not finished yet
     done = False
@@ -93,8 +95,8 @@ def _ended(stdin: int, parent: int, poll_s: float) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m tracer.trace.born_index_follower",
-        description="Write the born index (<trace>.ssidx) of a trace while it is recorded, "
+        prog="python -m tracer.trace.index_follower",
+        description="Write the recording index (<trace>.ssidx) of a trace while it is recorded, "
         "until stdin closes or the parent process is gone. Started by the recorder.",
     )
     ap.add_argument("trace", help="the trace file the recorder writes (plain JSONL)")
@@ -108,8 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         follow(args.trace, interval_s=args.interval)
     except Exception as exc:  # one line in the server's log, never a traceback
-        logging.getLogger("schedscope.born").warning(
-            "schedscope: no more born index for %s (%s: %s); the trace itself is unaffected",
+        logging.getLogger("schedscope.recording_index").warning(
+            "schedscope: no more recording index for %s (%s: %s); the trace itself is unaffected",
             args.trace,
             type(exc).__name__,
             exc,

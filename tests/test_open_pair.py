@@ -19,7 +19,7 @@ from tracer.trace.errors import TraceError
 
 
 def _older(out: Path, seed: int) -> Path:
-    """An older trace: 2,400 steps at 256 running (about 24 MB), its born index removed."""
+    """An older trace: 2,400 steps at 256 running (about 24 MB), its recording index removed."""
     args = ["--steps", "2400", "--seed", str(seed), "--max-running", "256", "--arrival-rate", "3"]
     args += ["--kv-blocks", "8000", "--budget", "8192"]
     subprocess.run(

@@ -91,7 +91,7 @@ def test_chunks_of_a_few_steps_on_the_samples(path: Path, monkeypatch: pytest.Mo
 
 
 def test_spans_and_takes_across_pieces() -> None:
-    """A born index's columns come in pieces (one per segment): read across their seams."""
+    """A recording index's columns come in pieces (one per segment): read across their seams."""
     whole = np.arange(40, dtype=np.int32)
     pieces = [whole[:7], whole[7:7], whole[7:20], whole[20:]]
     e = Entries(ids=[], steps={}, ctx=np.zeros(0, np.int64), per_entry={"wait": list(pieces)})
@@ -102,8 +102,8 @@ def test_spans_and_takes_across_pieces() -> None:
 
 
 def test_takes_over_many_mapped_pieces(tmp_path: Path) -> None:
-    """Picks spread over more pieces than a hand-back covers, from a mapped file as a born
-    index's are: the pages handed back on the way are read again, not lost."""
+    """Picks spread over more pieces than a hand-back covers, from a mapped file as a
+    recording index's are: the pages handed back on the way are read again, not lost."""
     whole = np.arange(1 << 16, dtype=np.int32)
     (tmp_path / "col").write_bytes(whole.tobytes())
     with open(tmp_path / "col", "rb") as f:
@@ -232,7 +232,7 @@ def test_kept_in_the_sidecar_and_mapped_back(
     assert load(plain).entries is not None
 
 
-def test_heap_trim_reaches_glibc() -> None:
+def test_freed_memory_is_handed_back_through_glibc() -> None:
     """The pass hands freed heap back through glibc's malloc_trim: found where glibc is."""
     import platform
 

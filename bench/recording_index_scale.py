@@ -1,23 +1,25 @@
 #!/usr/bin/env python3
-"""Issue 21's limits for born-indexed traces, at 200,000 steps and 256 running requests.
+"""Issue 21's limits for traces with a recording index, at 200,000 steps and 256 running
+requests.
 
 The trace is bench/gen_trace.py's, written through the recorder's own writer thread, so it
-is born with its index (`<trace>.ssidx`, written by the recorder's follower process,
-tracer.trace.born_index_follower); B is a copy of it (trace and
+gets its recording index as it is written (`<trace>.ssidx`, written by the recorder's
+follower process, tracer.trace.index_follower); B is a copy of it (trace and
 index, mtimes kept) unless --b names another. Every figure is the command as a subprocess,
 from its start to its exit, peak RSS from the kernel (wait4):
 
 - just recorded: the derived sidecars (`.steppass.ssidx`, `.requests.ssidx`) removed first,
-  so `diff` computes the step pass and the request index from the born entry columns;
+  so `diff` computes the step pass and the request index from the recording index's entry
+  columns;
   `summary`, `flags`, `diff A B`, and the TUI's first data frame (bench/tui_bench.py);
 - an older trace without an index: the same file with SCHEDSCOPE_SIDECAR=off (parsed, nothing
   read or written), `summary` and `flags` by this tree and by --today (the tree before this
   work, run alternately); and `diff` by this tree as a user's first `diff` of two older
   traces runs it: sidecars on, none there yet (links to A and B in an empty directory).
 
-    .venv/bin/python bench/gen_trace.py /work/big-born/t200k.jsonl --steps 200000 \\
+    .venv/bin/python bench/gen_trace.py /work/big-indexed/t200k.jsonl --steps 200000 \\
         --max-running 256 --arrival-rate 3 --kv-blocks 200000 --budget 8192
-    .venv/bin/python bench/born_scale.py --trace /work/big-born/t200k.jsonl
+    .venv/bin/python bench/recording_index_scale.py --trace /work/big-indexed/t200k.jsonl
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import ROOT, machine
 from scale import CLI, MB, PY, Table, baseline_tracer, env_for, run, warm
 
-TODAY = "f5eaca6"  # the tree before born-indexed traces
+TODAY = "f5eaca6"  # the tree before recording indexes
 
 
 def derived(path: Path) -> list[Path]:
@@ -45,10 +47,10 @@ def _ran(wall: float, rss: int) -> str:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--trace", type=Path, default=Path("/work/big-born/t200k.jsonl"))
+    p.add_argument("--trace", type=Path, default=Path("/work/big-indexed/t200k.jsonl"))
     p.add_argument("--b", type=Path, help="the second trace of `diff` (default: a copy of --trace)")
     p.add_argument("--today", default=TODAY, help="git revision of the tree to compare first opens with")
-    p.add_argument("--dir", type=Path, default=Path("/tmp/born-scale"))
+    p.add_argument("--dir", type=Path, default=Path("/tmp/recording-index-scale"))
     p.add_argument("--rounds", type=int, default=2, help="alternated rounds of the older-trace first opens")
     p.add_argument("--repeat", type=int, default=3, help="runs of each just-recorded figure (median judged)")
     p.add_argument("--no-tui", action="store_true")
@@ -57,7 +59,7 @@ def main() -> int:
     a = args.trace
     index = a.with_name(a.name + ".ssidx")
     if not index.exists():
-        raise SystemExit(f"{a} has no born index ({index}): make it with bench/gen_trace.py")
+        raise SystemExit(f"{a} has no recording index ({index}): make it with bench/gen_trace.py")
     b = args.b
     if b is None:
         b = a.with_name(a.stem + "_b.jsonl")
@@ -65,7 +67,7 @@ def main() -> int:
             shutil.copy2(a, b)
             shutil.copy2(index, b.with_name(b.name + ".ssidx"))
     size = a.stat().st_size
-    print(f"born-index bench: {machine()}")
+    print(f"recording-index bench: {machine()}")
     print(f"  {a}: {size / MB:,.0f} MB, index {index.stat().st_size / MB:,.0f} MB")
     table = Table()
     on = env_for(ROOT, sidecar=True)

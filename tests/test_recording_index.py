@@ -1,5 +1,6 @@
-"""The born index (tracer.trace.born_index): the reader's sidecar, written while the recorder's
-writer thread writes the trace, by a process that follows the file (tracer.trace.born_index_follower).
+"""The recording index (tracer.trace.recording_index): the reader's sidecar, written while the
+recorder's writer thread writes the trace, by a process that follows the file
+(tracer.trace.index_follower).
 
 - A trace the recorder's writer wrote opens without being parsed, and what it opens to equals
   a parse of the file: columns, runner columns, spans, header, footer, hooks and the entry
@@ -33,12 +34,12 @@ import orjson
 import pytest
 
 from tests.conftest import ROOT
-from tests.test_entrypass import assert_equals_reference, assert_same_entries
+from tests.test_entry_features import assert_equals_reference, assert_same_entries
 from tracer.trace import reader, sidecar
-from tracer.trace.born_index import born_index
-from tracer.trace.born_index_follower import follow
 from tracer.trace.errors import TraceOrderError
+from tracer.trace.index_follower import follow
 from tracer.trace.reader import load
+from tracer.trace.recording_index import recording_index
 from tracer.trace.trace_type import Trace
 
 
@@ -53,7 +54,7 @@ def _generate(out: Path, *extra: str) -> Path:
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A trace written through the recorder's writer, its follower writing a segment at every batch."""
-    return _generate(tmp_path_factory.mktemp("born") / "run.jsonl", "--index-interval", "0")
+    return _generate(tmp_path_factory.mktemp("recording_index") / "run.jsonl", "--index-interval", "0")
 
 
 @pytest.fixture
@@ -67,7 +68,7 @@ def copy(recorded: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pat
 
 def _no_parse(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: object, **kw: object) -> None:
-        raise AssertionError("parsed the trace instead of opening its born index")
+        raise AssertionError("parsed the trace instead of opening its recording index")
 
     monkeypatch.setattr(reader, "_parse_plain", refuse)
 
@@ -103,7 +104,7 @@ def _covered(index: Path) -> int:
 
 
 def _segments(index: Path) -> list[int]:
-    """Where each segment of a born index starts."""
+    """Where each segment of a recording index starts."""
     data, at, starts = index.read_bytes(), 0, []
     while at < len(data):
         starts.append(at)
@@ -111,7 +112,7 @@ def _segments(index: Path) -> list[int]:
     return starts
 
 
-def test_a_recorded_trace_opens_from_its_born_index_equal_to_a_parse(
+def test_a_recorded_trace_opens_from_its_recording_index_equal_to_a_parse(
     copy: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     assert len(_segments(copy.with_name(copy.name + ".ssidx"))) > 3
@@ -119,12 +120,12 @@ def test_a_recorded_trace_opens_from_its_born_index_equal_to_a_parse(
     with monkeypatch.context() as m:
         _no_parse(m)
         with caplog.at_level(logging.INFO):
-            born = load(copy)
+            indexed = load(copy)
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
-    assert born.footer is not None and born.footer["steps_written"] == len(born) == 2400
-    assert born.fingerprint is not None
-    assert_same_trace(parsed, born)
-    assert_equals_reference(born)
+    assert indexed.footer is not None and indexed.footer["steps_written"] == len(indexed) == 2400
+    assert indexed.fingerprint is not None
+    assert_same_trace(parsed, indexed)
+    assert_equals_reference(indexed)
 
 
 def test_a_killed_server_opens_from_the_whole_segments_and_parses_the_rest(
@@ -208,14 +209,14 @@ def test_no_index_for_a_small_trace_gzip_or_when_sidecars_are_off(
     args = ["--steps", "50", "--max-running", "16", "--index-interval", "0"]
     subprocess.run([sys.executable, str(ROOT / "bench" / "gen_trace.py"), str(small), *args], check=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["small.jsonl"]
-    assert born_index(tmp_path / "t.jsonl.gz") is None
-    assert born_index(None) is None
+    assert recording_index(tmp_path / "t.jsonl.gz") is None
+    assert recording_index(None) is None
     monkeypatch.setenv("SCHEDSCOPE_SIDECAR", "off")
-    assert born_index(tmp_path / "t.jsonl") is None
+    assert recording_index(tmp_path / "t.jsonl") is None
 
 
 def _follower_of(pid: int) -> int:
-    """The one child process of `pid` (the generator's born index follower)."""
+    """The one child process of `pid` (the generator's recording index follower)."""
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         kids = [
@@ -316,7 +317,7 @@ def test_the_follower_stops_with_one_warning_and_keeps_its_segments(
     first = data.index(b"\n", 20 << 20) + 1  # past the size below which no segment is written
     path = tmp_path / "t.jsonl"
     path.write_bytes(data[:first])
-    with caplog.at_level(logging.WARNING, logger="schedscope.born"):
+    with caplog.at_level(logging.WARNING, logger="schedscope.recording_index"):
         thread, w, got = _follow_in_thread(path)
         deadline = time.monotonic() + 30
         index = path.with_name(path.name + ".ssidx")
@@ -334,7 +335,7 @@ def test_the_follower_stops_with_one_warning_and_keeps_its_segments(
     assert not thread.is_alive()
     assert got and got[0].failed is not None
     lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
-    assert len(lines) == 1 and "no more born index" in lines[0], lines
+    assert len(lines) == 1 and "no more recording index" in lines[0], lines
     segs = _segments(index)
     assert _meta(index.read_bytes(), segs[-1])["parsed_end"] <= first
     expect = load(path, sidecar=False, entries=True, strict=False)
