@@ -90,13 +90,34 @@ def _kept_per_step(n: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> t
 
 @pytest.mark.vllm
 def test_recorder_hot_path_keeps_o1_objects_per_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the writer side behind (its backlog past LAZY_BACKLOG: here always), a queued step
+    keeps a few flat lists and dict copies: as many containers at 32 as at 256 requests (a
+    tuple per request would add 256), and bytes for pointers only."""
+    monkeypatch.setattr(recorder_module, "LAZY_BACKLOG", 0)
     small, _ = _kept_per_step(32, tmp_path, monkeypatch)
     containers, size = _kept_per_step(256, tmp_path, monkeypatch)
-    # A step keeps a few flat lists and dict copies: as many containers at 32 as at
-    # 256 requests (a tuple per request would add 256), and bytes for pointers only.
     assert containers <= 24, f"{containers:.1f} containers kept per step at 256 requests"
     assert containers == small, f"{small:.1f} containers per step at 32 requests, {containers:.1f} at 256"
     assert size <= 48 * 1024, f"{size:.0f} bytes kept per step at 256 requests"
+
+
+@pytest.mark.vllm
+def test_a_step_the_writer_keeps_up_with_holds_only_vllms_token_lists(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the writer side keeps up, a step hands over the drafts' and samples' token lists
+    uncounted (tracer.record.snapshot.Uncounted): vLLM's own lists, one per scheduled draft
+    set and one per sampled request, kept alive a little longer, never copied; the recorder's
+    own allocations stay what they are when it counts them itself."""
+    monkeypatch.setattr(recorder_module, "LAZY_BACKLOG", 10**9)
+    n = 256
+    lazy, lazy_size = _kept_per_step(n, tmp_path, monkeypatch)
+    monkeypatch.setattr(recorder_module, "LAZY_BACKLOG", 0)
+    counted, counted_size = _kept_per_step(n, tmp_path, monkeypatch)
+    # Two more flat lists a step (the copies of the dict's values and of the sampled list),
+    # and at most one token list per request for each.
+    assert counted < lazy <= counted + 2 + 2 * n, f"{counted:.1f} counted, {lazy:.1f} uncounted"
+    assert lazy_size <= counted_size + 2 * (n * 8 + 64), f"{counted_size:.0f} B, {lazy_size:.0f} B"
 
 
 # -- the reader's fast path -------------------------------------------------------------------
