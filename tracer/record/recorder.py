@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Iterable
 from itertools import chain, islice
 from typing import TYPE_CHECKING, Any
 
@@ -204,14 +205,9 @@ class Recorder:
             self._preemptions = []
         pause = getattr(sched, "_pause_state", 0)
         spec = getattr(out, "scheduled_spec_decode_tokens", None) or {}
-        # The dict is copied now (the GPU n-gram proposer edits it later); its lists are counted
-        # on the writer side while it keeps up (snapshot.Uncounted).
-        if self.writer.backlog < LAZY_BACKLOG:
-            drafts: Any = Uncounted(list(spec), list(spec.values()))
-        else:
-            drafts = (list(spec), list(map(len, spec.values())))
-        # StepSnapshot's fields, in order (tracer.record.snapshot); lengths only for the drafts,
-        # so the step keeps none of vLLM's per-request token lists alive.
+        # The dict is copied now: the GPU n-gram proposer edits it later.
+        drafts = self._token_counts(list(spec), spec.values())
+        # StepSnapshot's fields, in order (tracer.record.snapshot).
         snap = [
             self.step,
             t_start,
@@ -243,6 +239,14 @@ class Recorder:
         pending[id(out)] = snap
         if len(pending) > MAX_PENDING:
             self.writer.emit(pending.pop(next(iter(pending))))
+
+    def _token_counts(self, ids: list[str], lists: Iterable[Any]) -> tuple[list[str], list[int]] | Uncounted:
+        """(ids, each list's length): vLLM's lists kept uncounted (a flat copy) for the writer
+        side to count while it keeps up (snapshot.Uncounted), counted here past a backlog, so
+        a backlog never holds them alive."""
+        if self.writer.backlog < LAZY_BACKLOG:
+            return Uncounted(ids, list(lists))
+        return ids, list(map(len, lists))
 
     # -- scheduler thread: what the engine tells the scheduler between steps ------------
     def on_add(self, request: Any) -> None:
@@ -295,12 +299,8 @@ class Recorder:
         req_ids = getattr(runner_output, "req_ids", None) or ()
         sampled = getattr(runner_output, "sampled_token_ids", None)
         if isinstance(sampled, list) and len(sampled) == len(req_ids):
-            # Flat copies; the lists are counted on the writer side while it keeps up (the
-            # stop check trimmed them already), and the encoder zips them into the record.
-            if self.writer.backlog < LAZY_BACKLOG:
-                snap[SAMPLED] = Uncounted(list(req_ids), list(sampled))
-            else:
-                snap[SAMPLED] = (list(req_ids), list(map(len, sampled)))
+            # The stop check trimmed the lists already; the encoder zips the counts into the record.
+            snap[SAMPLED] = self._token_counts(list(req_ids), sampled)
         emit = self.writer.emit
         for note in getattr(runner_output, RUNNER_NOTES_ATTR, None) or ():
             emit(RunnerPass(step, note))
