@@ -248,3 +248,45 @@ def test_taps_get_each_record_with_kind_and_step(trace_env: Path, monkeypatch: p
     assert [(r.kind, r.step) for r in got] == [(p["kind"], p.get("step")) for p in parsed]
     assert [r.kind for r in got[:2]] == ["header", "step"] and got[-1].kind == "footer"
     assert got[-1].step is None and got[0].step is None
+
+
+@pytest.mark.parametrize("writer", ["thread", "process"])
+def test_the_footer_says_what_the_tracer_took_of_enginecore(
+    writer: str, trace_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The footer's `hooks_s` is the scheduler thread's time in the tracer's hooks, vLLM's
+    schedule() left out: with 1 ms added to a hook and 4 ms to vLLM's schedule() a step, it
+    holds the hook's millisecond and not vLLM's four. `writer_thread_s` is the CPU of the
+    thread that wrote or shipped the records. `doctor` words both."""
+    import time
+
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    from tracer import doctor
+    from tracer.record.recorder import Recorder
+    from tracer.scheduler import TracingScheduler
+
+    def slowed(fn: Any, seconds: float) -> Any:
+        def slow(*args: Any, **kwargs: Any) -> Any:
+            time.sleep(seconds)
+            return fn(*args, **kwargs)
+
+        return slow
+
+    monkeypatch.setenv("SCHEDSCOPE_WRITER", writer)
+    monkeypatch.setattr(Recorder, "before_schedule", slowed(Recorder.before_schedule, 0.001))
+    monkeypatch.setattr(Scheduler, "schedule", slowed(Scheduler.schedule, 0.004))
+    spec, requests = SCENARIOS["ngram_preempt"]
+    sched = build_scheduler(spec, TracingScheduler)
+    steps = len(run_workload(sched, requests, accept=mixed_accept))
+    hooks_ns = sched._schedscope.hooks_ns
+    sched.shutdown()
+    trace = load(trace_env)
+    foot = trace.footer
+    assert foot is not None and len(trace) == steps > 10
+    assert foot["hooks_s"] == round(hooks_ns / 1e9, 6)  # through the trace process too
+    assert 0.001 * steps <= foot["hooks_s"] < 0.004 * steps
+    assert foot["writer_thread_s"] > 0
+    _, lines = doctor.run([trace_env])
+    cost = [ln for ln in lines if "tracer cost" in ln]
+    assert len(cost) == 1 and "µs a step in the tracer's hooks" in cost[0], lines

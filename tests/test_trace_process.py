@@ -29,8 +29,8 @@ from tracer.trace.reader import load
 
 pytestmark = pytest.mark.vllm
 
-# Fields that differ between any two runs: clocks and the process (header, steps, footer).
-VOLATILE = {"start_time", "t0", "pid", "end_time", "t", "sched_us"}
+# Fields that differ between any two runs: clocks, the process, the tracer's own time.
+VOLATILE = {"start_time", "t0", "pid", "end_time", "t", "sched_us", "hooks_s", "writer_thread_s"}
 F_SETPIPE_SZ = 1031  # Linux fcntl
 
 

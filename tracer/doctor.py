@@ -345,6 +345,21 @@ def record_verdicts(trace: Trace) -> list[Verdict]:
     return [Verdict(PASS, "records", words.footer_ok(len(steps), bool(foot.get("kept"))))]
 
 
+def cost_verdicts(trace: Trace) -> list[Verdict]:
+    """What the tracer took of EngineCore while it recorded (the footer's `hooks_s` and
+    `writer_thread_s`), a step's share beside the median time between steps; nothing for a
+    trace whose footer does not say (older traces, a thread-less offline recording)."""
+    foot = trace.footer or {}
+    hooks, thread = foot.get("hooks_s"), foot.get("writer_thread_s")
+    steps = len(trace)
+    if hooks is None or thread is None or steps < 2:
+        return []
+    interval = float(np.median(np.diff(trace.columns["t"])))
+    hooks_us, thread_us = hooks / steps * 1e6, thread / steps * 1e6
+    share = (hooks_us + thread_us) / (interval * 1e6) if interval > 0 else None
+    return [Verdict(PASS, "tracer cost", words.tracer_cost(hooks_us, thread_us, interval, share))]
+
+
 def replay_verdicts(trace: Trace) -> list[Verdict]:
     from tracer.render.fidelity import fidelity_lines
     from tracer.whatif import fidelity
@@ -374,6 +389,7 @@ def diagnose(traces: Sequence[Trace], metrics: Metrics | None) -> list[tuple[str
             version_verdict(trace),
             *hook_verdicts(trace),
             *record_verdicts(trace),
+            *cost_verdicts(trace),
             *replay_verdicts(trace),
         ]
         sections.append((words.trace_title(trace.path, len(trace), trace.header), verdicts))

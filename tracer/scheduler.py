@@ -113,6 +113,7 @@ class TracingMixin:
         rec = self._schedscope
         if rec is None:
             return super().schedule(*args, **kwargs)  # type: ignore[misc]
+        t_in = time.perf_counter_ns()
         try:
             pre = rec.before_schedule(self)
         except Exception:
@@ -121,11 +122,13 @@ class TracingMixin:
         t_start = self._schedscope_clock()
         t0 = time.perf_counter_ns()
         out = super().schedule(*args, **kwargs)  # type: ignore[misc]
-        dt_ns = time.perf_counter_ns() - t0
+        t1 = time.perf_counter_ns()
         try:
-            rec.after_schedule(self, out, pre, t_start, dt_ns)
+            rec.after_schedule(self, out, pre, t_start, t1 - t0)
         except Exception:
             rec.fail("after schedule()")
+        # The hooks' own time, schedule()'s left out: what the tracer took of this thread.
+        rec.hooks_ns += time.perf_counter_ns() - t1 + t0 - t_in
         return out
 
     _schedscope_updating = False
@@ -138,12 +141,14 @@ class TracingMixin:
             self._schedscope_updating = False
         rec = self._schedscope
         if rec is not None:
+            t_in = time.perf_counter_ns()
             try:
                 # How requests ended is read off the outputs only in a step where some did.
                 ended = getattr(self, "finished_req_ids", True)
                 rec.after_update(scheduler_output, model_runner_output, result if ended else None)
             except Exception:
                 rec.fail("update_from_output()")
+            rec.hooks_ns += time.perf_counter_ns() - t_in
         return result
 
     def _preempt_request(self, request: Any, *args: Any, **kwargs: Any) -> Any:
@@ -172,10 +177,12 @@ class TracingMixin:
         super().add_request(request)  # type: ignore[misc]
         rec = self._schedscope
         if rec is not None:
+            t_in = time.perf_counter_ns()
             try:
                 rec.on_add(request)
             except Exception:
                 rec.fail("add_request()")
+            rec.hooks_ns += time.perf_counter_ns() - t_in
 
     def finish_requests(self, request_ids: Any, finished_status: Any) -> Any:
         rec = self._schedscope
@@ -191,10 +198,12 @@ class TracingMixin:
     def update_draft_token_ids(self, draft_token_ids: Any) -> None:
         rec = self._schedscope
         if rec is not None:
+            t_in = time.perf_counter_ns()
             try:
                 rec.on_drafts(draft_token_ids)
             except Exception:
                 rec.fail("update_draft_token_ids()")
+            rec.hooks_ns += time.perf_counter_ns() - t_in
         super().update_draft_token_ids(draft_token_ids)  # type: ignore[misc]
 
     def shutdown(self) -> None:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from tracer.live import taps as live_taps
-from tracer.record.encoder import StepEncoder, footer
+from tracer.record.encoder import StepEncoder, TracerCost, footer
 from tracer.record.indexer import IndexProcess
 from tracer.record.shipper import FRAME
 from tracer.record.writer import Record, TraceWriter, open_sink
@@ -70,6 +70,8 @@ class ShippedTrace:
             dropped=int(server.get("records_dropped") or 0) + writer.dropped,
             errors=int(server.get("errors") or 0) + writer.errors,
             failure=writer.failed or server.get("writer_failure"),
+            # EngineCore's part of the tracer's time, as its recorder measured it
+            cost=TracerCost(server["hooks_s"], server["writer_thread_s"]) if "hooks_s" in server else None,
         )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from itertools import islice, repeat
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -249,9 +249,12 @@ def _dumps(record: dict[str, Any]) -> bytes:
     return orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS)
 
 
-def footer(*, steps: int, dropped: int, errors: int, failure: str | None) -> dict[str, Any]:
-    """The trace's last record: what was written and what was lost."""
-    return {
+def footer(
+    *, steps: int, dropped: int, errors: int, failure: str | None, cost: TracerCost | None = None
+) -> dict[str, Any]:
+    """The trace's last record: what was written and what was lost, and (`cost`, where the
+    recorder measured it) what the tracer took of the server's EngineCore."""
+    record: dict[str, Any] = {
         "kind": schema.FOOTER,
         "steps_written": steps,
         "records_dropped": dropped,
@@ -259,3 +262,15 @@ def footer(*, steps: int, dropped: int, errors: int, failure: str | None) -> dic
         "end_time": time.time(),
         "writer_failure": failure,
     }
+    if cost is not None:
+        record["hooks_s"] = round(cost.hooks_s, 6)
+        record["writer_thread_s"] = round(cost.writer_thread_s, 6)
+    return record
+
+
+class TracerCost(NamedTuple):
+    """The tracer's own time in EngineCore: on the scheduler thread, in its hooks (wall time,
+    the GIL held), and the CPU time of the EngineCore thread that ships or writes records."""
+
+    hooks_s: float
+    writer_thread_s: float

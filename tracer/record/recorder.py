@@ -26,7 +26,7 @@ from itertools import chain, islice
 from typing import TYPE_CHECKING, Any
 
 from tracer import __version__
-from tracer.record.encoder import StepEncoder, footer
+from tracer.record.encoder import StepEncoder, TracerCost, footer
 from tracer.record.engine_config import regime_of
 from tracer.record.snapshot import (
     ENDS,
@@ -88,6 +88,9 @@ class Recorder:
         self.step = 0
         self._by_priority = config.get("scheduling_policy") == "priority"
         self.errors = 0
+        # Nanoseconds the scheduler thread spent in this recorder's hooks (the scheduler
+        # wrappers add them up): the footer's `hooks_s`.
+        self.hooks_ns = 0
         # Steps waiting for their update_from_output(), by id(SchedulerOutput), oldest first.
         self._pending: dict[int, list[Any]] = {}
         self._preempted: set[str] = set()  # ids preempted and not yet back
@@ -340,6 +343,7 @@ class Recorder:
             dropped=self.writer.dropped,
             errors=self.errors + self.writer.errors,
             failure=self.writer.failed,
+            cost=TracerCost(self.hooks_ns / 1e9, self.writer.cpu_s),
         )
 
 

@@ -70,6 +70,8 @@ class TraceShipper:
         self._dropped_emit = 0
         self._dropped_ship = 0
         self.errors = 0
+        # CPU seconds this shipper's thread has used (it sets them; the footer's writer_thread_s)
+        self.cpu_s = 0.0
         self.failed: str | None = None
         self._closed = False
         self._facts: Callable[[], dict[str, Any]] | None = None
@@ -213,6 +215,7 @@ class TraceShipper:
                 while queue and len(batch) < BATCH:
                     batch.append(queue.popleft())
                 self._ship(batch)
+                self.cpu_s = time.thread_time()
                 with self._flushed:
                     self._done += len(batch)
                     self._flushed.notify_all()

@@ -147,6 +147,8 @@ class TraceWriter:
         self._dropped_emit = 0
         self._dropped_write = 0
         self.errors = 0
+        # CPU seconds this writer's thread has used (it sets them; the footer's writer_thread_s)
+        self.cpu_s = 0.0
         self.records_written = 0
         self.failed: str | None = None
         self._closed = False
@@ -283,6 +285,7 @@ class TraceWriter:
             while queue and len(batch) < 4096:
                 batch.append(queue.popleft())
             self._write_batch(batch)
+            self.cpu_s = time.thread_time()
             if not queue:  # everything emitted so far is in the file: so are the facts
                 self._write_kept()
             with self._flushed:

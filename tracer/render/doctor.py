@@ -232,6 +232,16 @@ def footer_ok(steps: int, kept: bool) -> str:
     return f"footer: {steps} steps written, 0 records dropped, 0 errors{why}"
 
 
+def tracer_cost(hooks_us: float, thread_us: float, interval_s: float, share: float | None) -> str:
+    line = (
+        f"EngineCore spent {hooks_us:.0f} µs a step in the tracer's hooks (the scheduler thread) "
+        f"and {thread_us:.0f} µs of CPU on its writer thread"
+    )
+    if share is None:
+        return line
+    return f"{line}: {share:.2%} of the median {interval_s * 1e3:.1f} ms between steps"
+
+
 # -- identity replay ---------------------------------------------------------------------
 def replay_approximate() -> str:
     return "no recorded scheduler inputs (format 1.0, or stream gaps): a replay would be approximate"
