@@ -49,7 +49,7 @@ def sweep_figure(doc: dict[str, Any]) -> go.Figure:
         )
     fig.update_layout(
         title=figure_title(doc),
-        xaxis_title="max_num_batched_tokens",
+        xaxis_title=labels.SWEEP_X_AXIS,
         yaxis_title=objective_axis(doc),
         template="plotly_white",
         legend_title=labels.SWEEP_LEGEND,

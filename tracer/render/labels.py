@@ -99,6 +99,7 @@ LANES_TITLE = "one lane per request · glyph: state · colour: reason"
 LANES_KEYS = "↑/↓ request · enter/click why · ←/→ step · +/- zoom · [ ] pan · esc back"
 GLYPH = "glyph:"
 COLOUR = "colour:"
+LANES_REQUEST_COLUMN = "request"  # over the lanes' request ids, left of the step numbers
 
 
 def requests_title(name: str, mark: Callable[[str], str] = _plain) -> str:
@@ -366,6 +367,7 @@ ENGINES_NOTE = (
 # -- the sweep page ----------------------------------------------------------------------------
 SWEEP_RECORDED = "recorded"  # the x of a run at the recorded budget
 SWEEP_LEGEND = "setting"
+SWEEP_X_AXIS = "max_num_batched_tokens"  # the budget swept, by vLLM's name for it
 
 
 def sweep_hover(name: str, objective: str, unit: str) -> str:

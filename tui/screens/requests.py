@@ -126,7 +126,7 @@ class LaneList(VirtualList):
     def header(self) -> list[Cell]:
         cols = self.columns
         if cols is None:
-            return [("request", "header")]
+            return [(labels.LANES_REQUEST_COLUMN, "header")]
         chars = [" "] * cols.n
         free = 0
         for c in range(cols.n):  # step numbers where they fit, each at its first column
@@ -137,7 +137,7 @@ class LaneList(VirtualList):
             if c >= free and c + len(text) <= cols.n:
                 chars[c : c + len(text)] = list(text)
                 free = c + len(text) + 1
-        return [(f"{'request':<{LABEL_W}}" + "".join(chars), "header")]
+        return [(f"{labels.LANES_REQUEST_COLUMN:<{LABEL_W}}" + "".join(chars), "header")]
 
     def row_cells(self, row: int) -> list[Cell]:
         assert self.lanes is not None and self.columns is not None
