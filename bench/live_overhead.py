@@ -115,18 +115,34 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 def group_cpu_seconds(pgid: int) -> float:
-    """User + system CPU seconds of every live process in process group `pgid` (a server's
-    API server, EngineCore and workers; start_server puts them in their own group)."""
-    total = 0
+    """User + system CPU seconds of a server: every live process in its process group `pgid`
+    (its API server, EngineCore and workers; start_server puts them in their own group), and
+    their descendants in sessions of their own (the tracer's trace process and recording
+    index follower, which leave the group so that a Ctrl-C lets them finish the trace)."""
+    return sum(server_cpu_seconds(pgid))
+
+
+def server_cpu_seconds(pgid: int) -> tuple[float, float]:
+    """(CPU seconds of the server's process group, of its descendants outside it)."""
+    procs: dict[int, tuple[int, int, int]] = {}  # pid: (ppid, pgrp, utime + stime ticks)
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             text = stat.read_text()
         except OSError:
             continue  # exited meanwhile
-        fields = text[text.rindex(")") + 2 :].split()
-        if int(fields[2]) == pgid:  # state, ppid, pgrp, ...
-            total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / CLK_TCK
+        fields = text[text.rindex(")") + 2 :].split()  # state, ppid, pgrp, ...
+        procs[int(stat.parent.name)] = (int(fields[1]), int(fields[2]), int(fields[11]) + int(fields[12]))
+    group = {pid for pid, (_, pgrp, _) in procs.items() if pgrp == pgid}
+    outside: set[int] = set()
+    for pid, (ppid, pgrp, _) in procs.items():
+        seen = 0
+        while pgrp != pgid and ppid in procs and seen < 64:  # up the parents to the group
+            if ppid in group:
+                outside.add(pid)
+                break
+            ppid, seen = procs[ppid][0], seen + 1
+    ticks = lambda pids: sum(procs[p][2] for p in pids)  # noqa: E731
+    return ticks(group) / CLK_TCK, ticks(outside) / CLK_TCK
 
 
 class Viewer(threading.Thread):
@@ -302,9 +318,10 @@ def measured_run(
     reset_prefix_cache(c.server)
     settle([c, *idle])
     idle_before = {o.name: group_cpu_seconds(o.server.proc.pid) for o in idle if o.server is not None}
-    cpu0, load0 = group_cpu_seconds(c.server.proc.pid), os.getloadavg()[0]
+    (group0, own0), load0 = server_cpu_seconds(c.server.proc.pid), os.getloadavg()[0]
     result = bench_serve(c.server, out, *workload(args, args.seed, args.prompts), timeout=1800)
-    cpu = group_cpu_seconds(c.server.proc.pid) - cpu0
+    group1, own1 = server_cpu_seconds(c.server.proc.pid)
+    cpu, tracer_processes = group1 + own1 - group0 - own0, own1 - own0
     idle_cpu = {
         o.name: group_cpu_seconds(o.server.proc.pid) - idle_before[o.name]
         for o in idle
@@ -317,6 +334,7 @@ def measured_run(
         duration=float(result["duration"]),
         output_tokens=int(result["total_output_tokens"]),
         server_cpu_s=cpu,
+        tracer_processes_cpu_s=tracer_processes,
         cpu_s_per_1k_tokens=1000 * cpu / max(1, int(result["total_output_tokens"])),
         idle_cpu_s=idle_cpu,
         load=load0,
@@ -325,8 +343,31 @@ def measured_run(
     return run
 
 
+def engine_cost(c: Contender, run: dict) -> None:
+    """What the tracer took of this run's EngineCore, from its trace's footer (`hooks_s`, the
+    scheduler thread's time in the hooks; `writer_thread_s`, the shipping thread's CPU), the
+    warm-up included: per step, and as a share of the measured run's wall time (an upper
+    bound on the GIL time the tracer took from the engine loop while it ran)."""
+    f = footer(c.trace) if c.trace is not None else None
+    if not f or f.get("hooks_s") is None or not f.get("steps_written"):
+        return
+    engine_s = float(f["hooks_s"]) + float(f["writer_thread_s"])
+    run.update(
+        hooks_us_per_step=1e6 * float(f["hooks_s"]) / f["steps_written"],
+        writer_us_per_step=1e6 * float(f["writer_thread_s"]) / f["steps_written"],
+        engine_share=engine_s / run["duration"],
+    )
+
+
 def fmt_run(c: Contender, run: dict) -> str:
     idle = ", ".join(f"{k} {v:.2f}" for k, v in run["idle_cpu_s"].items())
+    own = run["tracer_processes_cpu_s"]
+    cost = (
+        f", EngineCore's tracer time: hooks {run['hooks_us_per_step']:.0f} + writer thread "
+        f"{run['writer_us_per_step']:.0f} µs/step, {run['engine_share']:.2%} of the run"
+        if "engine_share" in run
+        else ""
+    )
     return (
         f"    {LABEL[c.name]:10s} {run['output_throughput']:8.1f} tok/s  "
         f"TTFT p50 {run['median_ttft_ms']:8.1f} p99 {run['p99_ttft_ms']:8.1f} ms  "
@@ -334,6 +375,8 @@ def fmt_run(c: Contender, run: dict) -> str:
         f"{run['duration']:6.1f} s, server CPU {run['server_cpu_s']:6.1f} s "
         f"({run['cpu_s_per_1k_tokens']:.3f} s/1k tok)"
         + (f", idle servers' CPU: {idle} s" if idle else "")
+        + (f" (its trace processes {own:.1f} s)" if own else "")
+        + cost
         + f", load {run['load']:.1f}"
     )
 
@@ -420,6 +463,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> int:
                             with serving(c, model, workdir):
                                 warm_up(c, args, workdir)
                                 run = measured_run(c, [], args, workdir, f"r{r}")
+                            engine_cost(c, run)  # the server stopped: its footer is written
                             break
                         except FailedRun as e:
                             failures.append(str(e))
@@ -460,6 +504,16 @@ def measure(args: argparse.Namespace, workdir: Path) -> int:
             values = [run[key] / base[key] for run, base in zip(c.runs, stock, strict=True) if base[key] > 0]
             ratios[c.name][key] = values
             print(f"    {LABEL[c.name][0]}/A {name:20s} {fmt_spread(values)}")
+    for c in cs[1:]:
+        shares = [run["engine_share"] for run in c.runs if "engine_share" in run]
+        if shares:
+            lo, med, hi = spread(shares)
+            hooks = spread([run["hooks_us_per_step"] for run in c.runs if "engine_share" in run])[1]
+            writer = spread([run["writer_us_per_step"] for run in c.runs if "engine_share" in run])[1]
+            print(
+                f"    {LABEL[c.name][0]} EngineCore's time in the tracer (footer): {med:.2%} of a run "
+                f"(min {lo:.2%}, max {hi:.2%}); hooks {hooks:.0f} + writer thread {writer:.0f} µs/step"
+            )
     parts = []
     met = True
     for c in cs[1:]:
