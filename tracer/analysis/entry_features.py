@@ -30,7 +30,7 @@ from tracer.analysis import timing
 from tracer.analysis.memo import memo
 from tracer.analysis.throughput import RequestTimes
 from tracer.trace import release_memory
-from tracer.trace.entries import NO_CONTEXT, S_ALIGNED, S_NONE, EntryChunk, EntryColumns
+from tracer.trace.entries import NO_CONTEXT, S_ALIGNED, S_NONE, TRIM, EntryChunk, EntryColumns
 from tracer.trace.trace_type import Trace, entry_columns
 
 NEW, RESUMED, RUNNING = range(3)
@@ -103,8 +103,11 @@ def entry_pass(e: EntryColumns) -> EntryPass:
         wait_end=np.cumsum(k["k_wait"]),
     )
     carry = _Carry(n_codes)
-    for chunk in e.chunks:  # whole rows, about CHUNK scheduled entries each
+    release_memory.trim()  # what was computed before the first chunk, before the chunks' temporaries join it
+    for i, chunk in enumerate(e.chunks, 1):  # whole rows, about CHUNK scheduled entries each
         _chunk(chunk, k, rows, ev, acc, carry)
+        if i % TRIM == 0:
+            release_memory.trim()
     # What the chunks needed goes before the last phases, which peak in memory; each of
     # them is a function, so its temporaries go when it returns.
     finished, arrivals = k["k_fin"], k["k_arr"]

@@ -102,16 +102,19 @@ class DiskForm(Generic[T]):
 def kept(trace: Trace, form: DiskForm[T], compute: Callable[[Trace], T]) -> T:
     """`trace`'s result `form.name`: remembered in its memo, else read back from its file's
     derived sidecar (valid for exactly the file state and steps the Trace was loaded from),
-    else computed, and kept there when the trace has a fingerprint (a big file loaded whole)."""
+    else computed, and kept there; a sidecar is read or kept only when the trace has a
+    fingerprint (a big file loaded whole)."""
     found: T | None = memo(trace).get(form.name)
     if found is not None:
         return found
-    read = sidecar.derived_of(trace, form.name, form.dtypes, version=form.version)
+    # Without a fingerprint (a small file, a stream, a part of a trace) nothing is kept: no
+    # derived sidecar is looked for, and the result is not packed.
+    whole = trace.fingerprint is not None
+    read = sidecar.derived_of(trace, form.name, form.dtypes, version=form.version) if whole else None
     found = None if read is None else form.unpack(*read)
     if found is None:
         found = compute(trace)
-        # Without a fingerprint nothing would be kept (a small file, a stream): not worth packing.
-        packed = form.pack(found) if trace.fingerprint is not None else None
+        packed = form.pack(found) if whole else None
         if packed is not None:
             sidecar.keep_derived(trace, form.name, packed[0], version=form.version, meta=packed[1])
     memo(trace).put(form.name, found)

@@ -42,7 +42,6 @@ from tracer.analysis.reasons import (
     UNKNOWN,
 )
 from tracer.analysis.requests import request_index
-from tracer.trace import schema
 from tracer.trace.trace_type import Trace
 
 
@@ -136,10 +135,8 @@ class StepWhy:
 
 def has_why_fields(trace: Trace) -> bool:
     """Whether the trace records the 1.3 facts (else its reasons are `derived` at best)."""
-    try:
-        return schema.parse_version(trace.header.get("schema", "1.0")) >= (1, 3)
-    except ValueError:
-        return False
+    version = trace.schema_version  # read from the header once, at load
+    return version is not None and version >= (1, 3)
 
 
 class Config:

@@ -40,8 +40,6 @@ from typing import Any
 import numpy as np
 import orjson
 
-from tracer.trace import release_memory
-
 # steps: per step row; sched/items/wait/pre/fin: per entry.
 STEP_COLS = ("k_new", "k_res", "k_run", "k_items", "k_wait", "k_pre", "k_fin", "s_kind", "k_arr")
 SCHED_COLS = ("req", "tokens", "spec", "sampled")
@@ -52,7 +50,7 @@ S_NONE, S_ALIGNED, S_DICT = 0, 1, 2
 NO_CONTEXT = np.iinfo(np.int64).min  # a step without `context_tokens`
 HAND_BACK_PIECES = 8  # pieces read between two hand-backs in take(): a recording index's piece is 10 s or so
 HAND_BACK = 16  # chunks between two hand-backs of a pass's mapped pages (about 10 MB read)
-TRIM = 64  # chunks between two trims of the freed heap (tracer.trace.release_memory: a trim walks the heap)
+TRIM = 64  # chunks between two of a pass's trims of the freed heap (release_memory: a trim walks it)
 
 _ID = itemgetter(0)
 _TOKENS = itemgetter(1)
@@ -262,9 +260,11 @@ class EntryColumns:
     """What a pass over every entry of a trace needs (tracer.analysis.entry_features), handed
     over at once: the trace's own per-step columns, the per-step counts (int64), the few
     entries other than the scheduled ones (with the admitted and resumed requests' codes), and
-    `chunks`, the scheduled entries in chunks of whole steps, read in step order: only a
-    chunk's entries are in memory at once, the mapped pages read are handed back every
-    HAND_BACK chunks and the freed heap every TRIM, so neither piles up in the RSS."""
+    `chunks`, the scheduled entries in chunks of whole steps, in step order: views of the
+    columns, a plain list, when they are in memory (or mapped whole); when they are a
+    recording index's mapped pieces, read as the pass asks for them (only a chunk's entries
+    are in memory at once) and the mapped pages read handed back every HAND_BACK chunks, so
+    they never pile up in the RSS. The pass trims the freed heap every TRIM chunks."""
 
     columns: dict[str, np.ndarray]  # the Trace's (not copied)
     counts: dict[str, np.ndarray]  # STEP_COLS, int64
@@ -276,7 +276,7 @@ class EntryColumns:
     fin: np.ndarray
     arr: np.ndarray
     arr_t: np.ndarray
-    chunks: Iterator[EntryChunk]  # read once, by the one pass the bundle was made for
+    chunks: list[EntryChunk] | Iterator[EntryChunk]  # read once, by the one pass the bundle was made for
 
 
 class Entries:
@@ -454,11 +454,28 @@ class Entries:
 
     def _chunks(
         self, k: dict[str, np.ndarray], sched_first: np.ndarray, sched_end: np.ndarray, size: int
+    ) -> list[EntryChunk] | Iterator[EntryChunk]:
+        """The chunks of a pass: views of columns in memory (or mapped whole) cost nothing to
+        make, so they are handed over at once, a list; a recording index's mapped pieces are
+        read as the pass goes, their pages handed back (`_read_chunks`)."""
+        chunks = self._chunk_spans(k, sched_first, sched_end, size)
+        if any(isinstance(self._per_entry[name], list) for name in _CHUNK_COLS):
+            return self._read_chunks(chunks)
+        return list(chunks)
+
+    def _read_chunks(self, chunks: Iterator[EntryChunk]) -> Iterator[EntryChunk]:
+        for i, found in enumerate(chunks, 1):
+            yield found
+            if i % HAND_BACK == 0:
+                self.hand_back()
+        self.hand_back()
+
+    def _chunk_spans(
+        self, k: dict[str, np.ndarray], sched_first: np.ndarray, sched_end: np.ndarray, size: int
     ) -> Iterator[EntryChunk]:
         n = len(self.ctx)
         item_end, wait_end = np.cumsum(k["k_items"]), np.cumsum(k["k_wait"])
-        release_memory.trim()  # what the pass computed before its first chunk, before they pile up beside it
-        r0 = chunks = 0
+        r0 = 0
         while r0 < n:
             r1 = max(r0 + 1, int(np.searchsorted(sched_end, sched_first[r0] + size, side="right")))
             r1 = min(r1, n)
@@ -477,12 +494,6 @@ class Entries:
                 items_n=self.span("items_n", j0, j1),
             )
             r0 = r1
-            chunks += 1
-            if chunks % HAND_BACK == 0:
-                self.hand_back()
-            if chunks % TRIM == 0:
-                release_memory.trim()
-        self.hand_back()
 
     def problem(self, columns: dict[str, np.ndarray] | None = None, *, deep: bool = True) -> str | None:
         """What makes these columns inconsistent (lengths, counts that differ from the
@@ -580,6 +591,7 @@ def _join(pieces: list[np.ndarray]) -> np.ndarray:
     return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
 
 
+_CHUNK_COLS = ("sched_req", "sched_tokens", "sched_spec", "sched_sampled", "wait", "items_req", "items_n")
 PER_ENTRY = (
     *(f"sched_{n}" for n in SCHED_COLS),
     *(f"items_{n}" for n in ITEM_COLS),

@@ -73,10 +73,18 @@ class Trace:
     # Per-request entry columns (tracer.trace.entries), when the load collected them or its
     # sidecar holds them; None otherwise (`entries_of` collects them then).
     entries: Entries | None = None
+    # The header's facts an analysis reads, set once when the Trace is made (a copy made with
+    # dataclasses.replace sets them again): its engine config, and its schema version (None
+    # when the header's is not "MAJOR.MINOR"; an absent one is "1.0").
+    config: dict[str, Any] = field(init=False, repr=False)
+    schema_version: tuple[int, int] | None = field(init=False, repr=False)
 
-    @property
-    def config(self) -> dict[str, Any]:
-        return self.header["config"]
+    def __post_init__(self) -> None:
+        self.config = self.header["config"]
+        try:
+            self.schema_version = schema.parse_version(self.header.get("schema", "1.0"))
+        except ValueError:
+            self.schema_version = None
 
     def __len__(self) -> int:
         return len(self.columns["step"])
