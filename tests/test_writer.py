@@ -186,3 +186,59 @@ def test_shutdown_keeps_its_bound_while_the_index_follower_lags(tmp_path: Path) 
     finally:
         lagging.kill()
         lagging.wait()
+
+
+class Sink(io.BytesIO):
+    def close(self) -> None:  # keep the buffer readable after shutdown
+        pass
+
+
+def _timed_waits(writer: TraceWriter) -> list[float | None]:
+    """Every wait of the writer's wake-up, by its timeout (None: until woken)."""
+    seen: list[float | None] = []
+    wait = writer._pace.wake.wait
+
+    def counted(timeout: float | None = None) -> bool:
+        seen.append(timeout)
+        return wait(timeout)
+
+    writer._pace.wake.wait = counted  # type: ignore[method-assign]
+    return seen
+
+
+def test_an_idle_writer_sleeps_until_a_record_comes() -> None:
+    """No timed wakes while nothing is emitted (each costs EngineCore's GIL a hand-over); the
+    first record after an idle spell wakes the writer at once, with no flush asked."""
+    sink = Sink()
+    writer = TraceWriter(sink, encode, max_queue=100, interval_s=0.01)
+    seen = _timed_waits(writer)
+    time.sleep(0.3)  # 30 intervals
+    assert [t for t in seen if t is not None] == [] and writer._pace.idle, seen
+    writer.emit({"n": 1})
+    deadline = time.monotonic() + 2
+    while not sink.getvalue() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert sink.getvalue() == b'{"n":1}\n'
+    writer.shutdown()
+
+
+def test_a_burst_wakes_a_writer_before_its_interval() -> None:
+    """Records come in: the writer takes them each interval, or as soon as WAKE_BACKLOG are
+    queued (so steps keep handing their token lists over uncounted)."""
+    from tracer.record.writer import WAKE_BACKLOG
+
+    sink = Sink()
+    writer = TraceWriter(sink, encode, max_queue=10_000, interval_s=30.0)
+    writer.emit({"n": 0})  # wakes the idle writer, which then waits its 30 s interval
+    time.sleep(0.2)
+    for n in range(1, WAKE_BACKLOG):
+        writer.emit({"n": n})
+    time.sleep(0.2)
+    assert sink.getvalue().count(b"\n") == 1  # the rest wait for the interval
+    writer.emit({"n": WAKE_BACKLOG})
+    writer.emit({"n": WAKE_BACKLOG + 1})  # the one that finds WAKE_BACKLOG queued wakes it
+    deadline = time.monotonic() + 2
+    while sink.getvalue().count(b"\n") < WAKE_BACKLOG + 2 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert sink.getvalue().count(b"\n") == WAKE_BACKLOG + 2
+    writer.shutdown()

@@ -32,6 +32,7 @@ from typing import Any
 
 import tracer
 from tracer.record.snapshot import portable
+from tracer.record.writer import ENGINE_INTERVAL_S, WAKE_BACKLOG, Pace
 
 logger = logging.getLogger("schedscope.writer")
 
@@ -55,14 +56,15 @@ def write_whole(fd: int, data: bytes) -> None:
 class TraceShipper:
     """Bounded, non-blocking queue in front of the trace process, drained by a daemon thread."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], *, max_queue: int, interval_s: float = 0.02) -> None:
+    def __init__(
+        self, proc: subprocess.Popen[bytes], *, max_queue: int, interval_s: float = ENGINE_INTERVAL_S
+    ) -> None:
         self._proc = proc
         assert proc.stdin is not None
         self._fd = proc.stdin.fileno()
         self._max_queue = max_queue
-        self._interval_s = interval_s
         self._queue: deque[Any] = deque()
-        self._wake = threading.Event()
+        self._pace = Pace(interval_s)
         self._stop = threading.Event()
         self._flushed = threading.Condition()
         self._emitted = 0  # scheduler thread only
@@ -145,13 +147,16 @@ class TraceShipper:
 
     # -- producer side: as TraceWriter.emit ----------------------------------------------
     def emit(self, item: Any) -> bool:
-        if self._closed or len(self._queue) >= self._max_queue:
+        queued = len(self._queue)
+        if self._closed or queued >= self._max_queue:
             self._dropped_emit += 1
             if self._dropped_emit == 1:
                 logger.warning("schedscope: trace queue full or closed, dropping records")
             return False
         self._queue.append(item)
         self._emitted += 1
+        if self._pace.idle or queued == WAKE_BACKLOG:  # asleep until a record came, or a burst
+            self._pace.wake.set()
         return True
 
     @property
@@ -168,7 +173,7 @@ class TraceShipper:
         """Wait until everything emitted so far is in the pipe (not yet in the file: the
         process writes it when it reads it); False on timeout."""
         target = self._emitted
-        self._wake.set()
+        self._pace.wake.set()
         deadline = time.monotonic() + timeout
         with self._flushed:
             while self._done < target and self._thread.is_alive():
@@ -188,7 +193,7 @@ class TraceShipper:
         if last is not None:
             self._facts = last
         self._stop.set()
-        self._wake.set()
+        self._pace.wake.set()
         self._thread.join(timeout)
         if self._thread.is_alive():  # the process stopped reading: it is not waited for
             logger.warning("schedscope: the trace process took not the last records in %.1fs", timeout)
@@ -207,8 +212,7 @@ class TraceShipper:
     # -- consumer side -----------------------------------------------------------------------
     def _run(self) -> None:
         while True:
-            self._wake.wait(self._interval_s)
-            self._wake.clear()
+            self._pace.wait(self._queue, self._stop)
             queue = self._queue
             while queue:
                 batch = []

@@ -17,7 +17,7 @@ from tracer.record.engine_config import describe_scheduler
 from tracer.record.indexer import IndexProcess
 from tracer.record.recorder import Recorder
 from tracer.record.shipper import TraceShipper
-from tracer.record.writer import Tap, TraceWriter, open_sink
+from tracer.record.writer import ENGINE_INTERVAL_S, Tap, TraceWriter, open_sink
 from tracer.trace import schema
 
 
@@ -46,7 +46,9 @@ def recorder_for(
             sink = open_sink(path)
         # The Recorder binds its encoder; a plain file gets its recording index, from a process beside.
         queue = max_queue or current_config().queue
-        writer = TraceWriter(sink, max_queue=queue, taps=taps, index=IndexProcess.start(path))
+        writer = TraceWriter(
+            sink, max_queue=queue, taps=taps, index=IndexProcess.start(path), interval_s=ENGINE_INTERVAL_S
+        )
     name = f"{type(sched).__module__}.{type(sched).__qualname__}"
     extra = dict(header) if header else None
     recorder = Recorder(
