@@ -236,7 +236,7 @@ def test_freed_memory_is_handed_back_through_glibc() -> None:
     """The pass hands freed heap back through glibc's malloc_trim: found where glibc is."""
     import platform
 
-    from tracer.trace import release_memory
+    from tracer.analysis import release_memory
 
     if platform.libc_ver()[0] == "glibc":
         assert release_memory._TRIM is not None

@@ -30,18 +30,18 @@ STEPS = 60  # the trace's
 MOST = 2
 # Pairs still crossed at more sites than MOST, at the figure reached: lower it when a change
 # brings one down (the test fails on a rise, never on a fall).
-# analysis->trace: 30 before issue 34's walk, then 8, now 4: the load
+# analysis->trace: 30 before issue 34's walk, then 8, then 4, now 3: the load
 # (tracer.analysis.opening.open_input -> reader.load), the entry pass's bundle
-# (entry_features.computed -> trace_type.entry_columns), the pass's heap trims
-# (entry_features.entry_pass -> release_memory.trim) and the story's read of its span
-# (request_story -> Trace.steps_containing). Gone since 8: the header's two (the config and
+# (entry_features.computed -> trace_type.entry_columns) and the story's read of its span
+# (request_story -> Trace.steps_containing). The heap trims went with release_memory into
+# analysis, its only user. Gone since 8: the header's two (the config and
 # the schema version are fields the Trace sets when made: why.Config and has_why_fields read
 # attributes), the chunks (in memory they come as a plain list of views; only a recording
 # index's mapped pieces are read chunk by chunk) and the derived sidecars' read (looked for
 # only with a fingerprint, a big file loaded whole: this small one has none).
 # commands->analysis (4 before) is down to 2: the way in
 # (tracer.inputs -> tracer.analysis.opening) is one call where it was 3.
-KNOWN_OVER: dict[str, int] = {"analysis->trace": 4}
+KNOWN_OVER: dict[str, int] = {"analysis->trace": 3}
 # Finalizers run where an object happens to die (a Trace's memo dropped, its file closed when
 # main returns): not calls the walk makes.
 FINALIZERS = ("tracer.analysis.memo.memo.<locals>.<lambda>", "tracer.trace.store._LazyFile.__del__")

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tracer.analysis import release_memory
 from tracer.analysis.clock import (
     NoClock,
     Performance,
@@ -25,7 +26,6 @@ from tracer.analysis.clock import (
 from tracer.analysis.flags import FlagReport
 from tracer.analysis.requests import NO_STEP, EventsView, request_events
 from tracer.analysis.step_features import step_pass
-from tracer.trace import release_memory
 from tracer.trace.trace_type import Trace
 
 if TYPE_CHECKING:

@@ -26,10 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from tracer.analysis import timing
+from tracer.analysis import release_memory, timing
 from tracer.analysis.memo import memo
 from tracer.analysis.throughput import RequestTimes
-from tracer.trace import release_memory
 from tracer.trace.entries import NO_CONTEXT, S_ALIGNED, S_NONE, TRIM, EntryChunk, EntryColumns
 from tracer.trace.trace_type import Trace, entry_columns
 
