@@ -8,6 +8,7 @@ request is admitted; relax any other and it is not) is tests/test_why_probes.py.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -342,3 +343,20 @@ def test_one_request_story_reads_the_index_once_and_only_its_rows(monkeypatch: p
     assert story is not None and [p.resumed_step for p in story.preemptions] == [20, 33]
     assert reads == ["request_index", "step_pass"]
     assert rows == list(range(span.first, span.stop))
+
+
+def test_what_a_probe_relaxed_is_a_fact_render_words() -> None:
+    """`tracer.whatif.probe.relax` returns a Change (which relaxation, by how much); the words
+    `why --exact --json` keeps in a cause's `relaxed` field are render's."""
+    from tracer.render.why import change_text, step_document
+    from tracer.whatif.probe import ASYNC_DONE, Change
+
+    assert change_text((Change("budget", 97),)) == "token budget +97"
+    assert change_text((Change("seqs", 2), Change("kv", 40))) == "admission cap +2, +40 free KV blocks"
+    assert change_text((Change("chunked"),)) == "chunked prefill on"
+    assert change_text((Change(ASYNC_DONE),)) == "read on the state: max_tokens in flight"
+    step = why.step_why(load(LIVE), 3)
+    proven = why.Cause("target_budget", EXACT, {"proven": "probe", "relaxed": (Change("budget", 9),)})
+    doc = step_document(dataclasses.replace(step, binding=proven))
+    assert doc["binding"]["relaxed"] == "token budget +9"
+    assert orjson.dumps(doc)  # every fact in words or numbers

@@ -5,7 +5,7 @@ app take their words from here (tracer.analysis.why decides; this module only wo
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from tracer.analysis.reasons import DERIVED, EXACT, LIKELY, REASONS, label
@@ -14,6 +14,7 @@ from tracer.analysis.request_story import LifeStep, RequestStory
 from tracer.analysis.step_bindings import WaitingSummary
 from tracer.analysis.why import Cause, PreemptionWhy, RequestWhy, StepWhy
 from tracer.render.empty import NO_REQUEST_IN_STEPS, NO_WAITING
+from tracer.whatif.probe import ASYNC_DONE, Change
 
 
 def _pct(x: float) -> str:
@@ -116,6 +117,44 @@ def _kv_need_text(n: dict[str, Any]) -> str:
     if watermark:
         text += f", and the watermark keeps {watermark} free: {n.get('kv_needed_at_most')} in all"
     return text
+
+
+# What a `why --exact` probe changed on its copy of the scheduler (tracer.whatif.probe.Change).
+_CHANGES = {
+    "seqs": "admission cap +{by}",
+    "kv": "+{by} free KV blocks",
+    "budget": "token budget +{by}",
+    "draft_slots": "no draft-slot reservations",
+    "long_prefill": "long-prefill threshold off",
+    "chunked": "chunked prefill on",
+    ASYNC_DONE: "read on the state: max_tokens in flight",
+}
+
+
+def change_text(changes: Iterable[Change]) -> str:
+    """What a probe relaxed, in words ("token budget +97", "admission cap +2, +40 free KV blocks")."""
+    return ", ".join(_CHANGES[c.relaxation].format(by=c.by) for c in changes)
+
+
+def _worded(value: Any) -> Any:
+    """A why document with its facts in words: what a probe relaxed."""
+    if isinstance(value, dict):
+        return {k: _worded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_worded(v) for v in value]
+    if isinstance(value, tuple) and value and all(isinstance(c, Change) for c in value):
+        return change_text(value)
+    return value
+
+
+def step_document(why: StepWhy) -> dict[str, Any]:
+    """`schedscope why --step N --json`: the step's reasons and facts, their details in words."""
+    return _worded(why.as_dict())
+
+
+def story_document(story: RequestStory) -> dict[str, Any]:
+    """`schedscope why REQUEST --json`: the request's life and reasons, their details in words."""
+    return _worded(story.as_dict())
 
 
 def request_line(r: RequestWhy) -> str:
