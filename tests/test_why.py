@@ -360,3 +360,28 @@ def test_what_a_probe_relaxed_is_a_fact_render_words() -> None:
     doc = step_document(dataclasses.replace(step, binding=proven))
     assert doc["binding"]["relaxed"] == "token budget +9"
     assert orjson.dumps(doc)  # every fact in words or numbers
+
+
+def test_a_causes_detail_is_a_fact_render_words() -> None:
+    """analysis.why gives a cause's `why` as a Detail; render.why words it, in the lines and in
+    the `why --json` document (the same words the field always had)."""
+    from tracer.render.why import cause_text, step_document, step_lines
+
+    trace = load(SAMPLES / "ngram_preempt.jsonl")
+    row = {int(s): i for i, s in enumerate(trace.columns["step"])}
+
+    def at(step: int, **changes: Any) -> why.StepWhy:
+        return why.step_why(trace, row[step], {**trace.step(row[step]), **changes})
+
+    nothing = at(3)
+    assert nothing.binding.numbers["why"] is why.Detail.NOTHING_WAITING
+    assert cause_text(nothing.binding).startswith("nothing held back: nothing waiting")
+    assert step_document(nothing)["binding"]["why"] == "nothing waiting"
+    unlisted = at(9, waiting_demand=[])
+    assert unlisted.binding.numbers["why"] is why.Detail.NONE_LISTED
+    assert step_document(unlisted)["binding"]["why"] == "no waiting request listed"
+    cut = at(7, unscheduled=[["r1", 4]])
+    [r1] = [r for r in cut.requests if r.id == "r1"]
+    assert r1.cause.numbers["why"] is why.Detail.AT_PREEMPTION
+    assert "likely KV blocks (the loop ended at a preemption)" in "\n".join(step_lines(cut))
+    assert step_document(cut)["requests"][0]["why"] == "the loop ended at a preemption"

@@ -12,7 +12,7 @@ from tracer.analysis.reasons import DERIVED, EXACT, LIKELY, REASONS, label
 from tracer.analysis.request_lanes import RequestLanes, Segment
 from tracer.analysis.request_story import LifeStep, RequestStory
 from tracer.analysis.step_bindings import WaitingSummary
-from tracer.analysis.why import Cause, PreemptionWhy, RequestWhy, StepWhy
+from tracer.analysis.why import Cause, Detail, PreemptionWhy, RequestWhy, StepWhy
 from tracer.render.empty import NO_REQUEST_IN_STEPS, NO_WAITING
 from tracer.whatif.probe import ASYNC_DONE, Change
 
@@ -26,11 +26,23 @@ def certainty_mark(certainty: str) -> str:
     return "" if certainty == EXACT else f" ({certainty})"
 
 
+# A cause's `why` detail (tracer.analysis.why.Detail), as `why` prints it and `why --json` keeps it.
+_DETAILS = {
+    Detail.NOTHING_WAITING: "nothing waiting",
+    Detail.NONE_LISTED: "no waiting request listed",
+    Detail.AT_PREEMPTION: "the loop ended at a preemption",
+}
+
+
+def detail_text(detail: Detail) -> str:
+    return _DETAILS[detail]
+
+
 def cause_text(cause: Cause) -> str:
     """One cause, with its numbers, in a phrase ("max_num_seqs=8: 8 running")."""
     n, code = cause.numbers, cause.code
     if code == "none":
-        text = "nothing held back: " + str(n.get("why", "all demand met"))
+        text = "nothing held back: " + (detail_text(n["why"]) if "why" in n else "all demand met")
     elif code == "preemption":
         text = f"a preemption in this step ({n.get('preempted')}): vLLM admits nothing in such a step"
     elif code == "paused":
@@ -68,7 +80,7 @@ def cause_text(cause: Cause) -> str:
         if n.get("kv_free") is not None:
             text = f"KV blocks: {n['kv_free']} free; " + _kv_need_text(n)
         elif "why" in n:
-            text = f"KV blocks ({n['why']})"
+            text = f"KV blocks ({detail_text(n['why'])})"
         else:
             kv = n.get("kv_usage")
             text = "KV blocks" + (f" (KV {_pct(kv)} used)" if isinstance(kv, int | float) else "")
@@ -137,11 +149,13 @@ def change_text(changes: Iterable[Change]) -> str:
 
 
 def _worded(value: Any) -> Any:
-    """A why document with its facts in words: what a probe relaxed."""
+    """A why document with its facts in words: a cause's detail, what a probe relaxed."""
     if isinstance(value, dict):
         return {k: _worded(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_worded(v) for v in value]
+    if isinstance(value, Detail):
+        return detail_text(value)
     if isinstance(value, tuple) and value and all(isinstance(c, Change) for c in value):
         return change_text(value)
     return value
