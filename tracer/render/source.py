@@ -48,7 +48,7 @@ def _stream_line(state: SourceState) -> str:
     text = link_status(link, saving)
     if state.phase is Phase.GAP and state.gap is not None:
         first, last, why = state.gap
-        text = f"gap: steps {first}..{last} missing ({why}) · {text}"
+        text = f"gap: steps {first}..{last} missing ({why or 'not received'}) · {text}"
     elif state.gaps:
         text += f" · {state.gaps} gap{'s' if state.gaps > 1 else ''}"
     return text
