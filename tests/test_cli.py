@@ -126,3 +126,22 @@ def test_the_ui_commands_are_found_unless_a_built_in_one_runs() -> None:
         [sys.executable, "-m", "tracer.cli", "--help"], capture_output=True, text=True, check=True
     ).stdout
     assert " web " in out and " tui " in out
+
+
+def test_what_the_command_line_prints_while_it_opens_is_worded_in_render(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """tracer.inputs' loading progress and attaching line take their words from render.source."""
+    from tracer.inputs import progress, viewer_args, viewer_inputs
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    progress(5 << 20, 100 << 20)
+    progress(100 << 20, 100 << 20)
+    progress(1, 2)  # a small trace: nothing
+    p = argparse.ArgumentParser()
+    viewer_args(p)
+    viewer_inputs(p.parse_args(["--attach", "http://127.0.0.1:9/trace", "--save", "s.jsonl"]), "tui")
+    assert capsys.readouterr().err == (
+        "\rloading   5.0%\rloading 100.0%\n"
+        "schedscope: attaching to http://127.0.0.1:9/trace; saving to s.jsonl\n"
+    )

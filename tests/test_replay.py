@@ -178,3 +178,18 @@ def test_replay_and_diff_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert "tokens withheld" in text
     lines = diff_lines(compare(load(source), load(out)))
     assert any(line.startswith("     1      8185      8192") for line in lines)
+
+
+def test_a_replays_input_errors_name_the_workload(tmp_path: Path) -> None:
+    """Every WorkloadError names its file, as the reader's errors do: the replay's own checks
+    (arrivals, a method it cannot configure) too, not only the workload file's parser."""
+    wl = tmp_path / "w.json"
+    request = {"id": "a", "prompt_len": 8, "max_tokens": 3}
+    wl.write_text(json.dumps({"engine": {"max_num_batched_tokens": 16}, "requests": [request]}))
+    workload = workload_from_file(wl)
+    with pytest.raises(WorkloadError, match=rf"^{wl}: arrivals must be one of"):
+        replay(workload, "stock", tmp_path / "o.jsonl", arrivals="never")
+    with pytest.raises(WorkloadError, match=rf"^{wl}: --arrivals time needs a timed replay"):
+        replay(workload, "stock", tmp_path / "o.jsonl", arrivals="time")
+    with pytest.raises(WorkloadError, match=rf"^{wl}: replay cannot configure method 'medusa' offline"):
+        replay(workload, "stock", tmp_path / "o.jsonl", method="medusa")

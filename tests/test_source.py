@@ -413,3 +413,19 @@ def test_the_source_line_words_the_facts_a_source_keeps() -> None:
     assert source_line(ended) == "ended: the run wrote its footer · last step 9"
     cut = SourceState(Mode.STREAM, Phase.ENDED, url, link=LinkState(url, "gave up", "limit", 9, reconnects=2))
     assert source_line(cut) == "ended: gave up after 2 reconnects (limit) · last step 9"
+
+
+def test_a_gap_without_a_reason_is_a_fact_render_words() -> None:
+    """A stream's gap record that gives no reason leaves the source's Gap without one (a
+    fact); render.source says "not received"; a record's own reason is shown as it came."""
+    from tracer.trace.attach import LinkState
+    from tracer.trace.source import Gap, Waiting
+
+    url = "http://127.0.0.1:1/trace"
+    link = LinkState(url, "live", last_step=9)
+    bare = SourceState(Mode.STREAM, Phase.GAP, url, link=link, gap=Gap(3, 6, None), gaps=1)
+    assert source_line(bare) == "gap: steps 3..6 missing (not received) · live · step 9"
+    told = SourceState(Mode.STREAM, Phase.GAP, url, link=link, gap=Gap(3, 6, "left the server's backlog"))
+    assert source_line(told) == "gap: steps 3..6 missing (left the server's backlog) · live · step 9"
+    assert SourceState(Mode.FOLLOW, Phase.FOLLOWING, "t.jsonl").waiting is None
+    assert {w.value for w in Waiting} == {"file", "header"}

@@ -8,6 +8,7 @@ request is admitted; relax any other and it is not) is tests/test_why_probes.py.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -342,3 +343,45 @@ def test_one_request_story_reads_the_index_once_and_only_its_rows(monkeypatch: p
     assert story is not None and [p.resumed_step for p in story.preemptions] == [20, 33]
     assert reads == ["request_index", "step_pass"]
     assert rows == list(range(span.first, span.stop))
+
+
+def test_what_a_probe_relaxed_is_a_fact_render_words() -> None:
+    """`tracer.whatif.probe.relax` returns a Change (which relaxation, by how much); the words
+    `why --exact --json` keeps in a cause's `relaxed` field are render's."""
+    from tracer.render.why import change_text, step_document
+    from tracer.whatif.probe import ASYNC_DONE, Change
+
+    assert change_text((Change("budget", 97),)) == "token budget +97"
+    assert change_text((Change("seqs", 2), Change("kv", 40))) == "admission cap +2, +40 free KV blocks"
+    assert change_text((Change("chunked"),)) == "chunked prefill on"
+    assert change_text((Change(ASYNC_DONE),)) == "read on the state: max_tokens in flight"
+    step = why.step_why(load(LIVE), 3)
+    proven = why.Cause("target_budget", EXACT, {"proven": "probe", "relaxed": (Change("budget", 9),)})
+    doc = step_document(dataclasses.replace(step, binding=proven))
+    assert doc["binding"]["relaxed"] == "token budget +9"
+    assert orjson.dumps(doc)  # every fact in words or numbers
+
+
+def test_a_causes_detail_is_a_fact_render_words() -> None:
+    """analysis.why gives a cause's `why` as a Detail; render.why words it, in the lines and in
+    the `why --json` document (the same words the field always had)."""
+    from tracer.render.why import cause_text, step_document, step_lines
+
+    trace = load(SAMPLES / "ngram_preempt.jsonl")
+    row = {int(s): i for i, s in enumerate(trace.columns["step"])}
+
+    def at(step: int, **changes: Any) -> why.StepWhy:
+        return why.step_why(trace, row[step], {**trace.step(row[step]), **changes})
+
+    nothing = at(3)
+    assert nothing.binding.numbers["why"] is why.Detail.NOTHING_WAITING
+    assert cause_text(nothing.binding).startswith("nothing held back: nothing waiting")
+    assert step_document(nothing)["binding"]["why"] == "nothing waiting"
+    unlisted = at(9, waiting_demand=[])
+    assert unlisted.binding.numbers["why"] is why.Detail.NONE_LISTED
+    assert step_document(unlisted)["binding"]["why"] == "no waiting request listed"
+    cut = at(7, unscheduled=[["r1", 4]])
+    [r1] = [r for r in cut.requests if r.id == "r1"]
+    assert r1.cause.numbers["why"] is why.Detail.AT_PREEMPTION
+    assert "likely KV blocks (the loop ended at a preemption)" in "\n".join(step_lines(cut))
+    assert step_document(cut)["requests"][0]["why"] == "the loop ended at a preemption"

@@ -61,7 +61,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from tracer.trace.errors import TraceError, TraceOrderError, skippable
+    from tracer.trace.errors import TraceError, skippable
 
     argv = sys.argv[1:] if argv is None else list(argv)
     command = next((a for a in argv if not a.startswith("-")), None)  # options before it are the top level's
@@ -75,8 +75,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except TraceError as exc:
         lenient = getattr(args, "lenient", True)
-        what = "out-of-order steps" if isinstance(exc, TraceOrderError) else "malformed lines"
-        hint = f" (--lenient skips {what})" if not lenient and skippable(exc) else ""
+        hint = ""
+        if not lenient and skippable(exc):
+            from tracer.render.source import lenient_hint
+
+            hint = f" ({lenient_hint(exc)})"
         print(f"schedscope: error: {exc}{hint}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `schedscope summary … | head`

@@ -29,6 +29,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -43,6 +44,15 @@ from tracer.analysis.reasons import (
 )
 from tracer.analysis.requests import request_index
 from tracer.trace.trace_type import Trace
+
+
+class Detail(Enum):
+    """What a cause's `why` number says when no other number does: a fact, which
+    tracer.render.why words (`why --json` carries the words)."""
+
+    NOTHING_WAITING = "nothing_waiting"  # "none": no request was waiting
+    NONE_LISTED = "none_listed"  # "unknown": requests waited, the record lists none of them
+    AT_PREEMPTION = "at_preemption"  # "kv_blocks" (likely): the running loop ended at a preemption
 
 
 @dataclass(frozen=True)
@@ -244,7 +254,7 @@ def admission(rec: dict[str, Any], cfg: Config, scheduled: bool | None = None) -
     statuses = rec.get("waiting_status") or {}
     waiting = max(0, int(rec.get("num_waiting") or 0) - len(rec.get("preempted") or ()))
     if not listed and not waiting:
-        return Cause("none", exact, {"why": "nothing waiting"}), None
+        return Cause("none", exact, {"why": Detail.NOTHING_WAITING}), None
     if rec.get("preempted"):
         preempted = len(rec["preempted"])
         # Had the victims kept running, would the admission cap have stopped the loop too?
@@ -295,7 +305,7 @@ def admission(rec: dict[str, Any], cfg: Config, scheduled: bool | None = None) -
         if listed:  # every listed request was skipped for its state
             codes = sorted({_skip_code(statuses[e[0]]) for e in listed})
             return Cause(codes[0], EXACT, {"skipped": len(listed)}), None
-        return Cause("unknown", UNKNOWN, {"why": "no waiting request listed"}), None
+        return Cause("unknown", UNKNOWN, {"why": Detail.NONE_LISTED}), None
     if scheduled is None:
         scheduled = bool(rec["new"] or rec["resumed"] or rec["running"])
     return _head_cause(rec, cfg, head[0], int(head[1]), scheduled), head[0]
@@ -486,7 +496,7 @@ def _running(rec: dict[str, Any], cfg: Config) -> list[RequestWhy]:
         elif cfg.async_:
             cause = Cause("async_done", LIKELY, {}, ("encoder_budget", "deferred"))
         elif rec.get("preempted"):
-            cause = Cause("kv_blocks", LIKELY, {"why": "the loop ended at a preemption"}, ("encoder_budget",))
+            cause = Cause("kv_blocks", LIKELY, {"why": Detail.AT_PREEMPTION}, ("encoder_budget",))
         else:
             cause = Cause("unknown", UNKNOWN, {}, ("encoder_budget", "deferred", "max_model_len"))
         out.append(RequestWhy(rid, "unscheduled", int(demand), 0, cause))

@@ -79,7 +79,7 @@ def cmd_why(args: argparse.Namespace) -> int:
     """A request's life with its reasons, or one step's binding constraint and every listed request's."""
 
     from tracer.render.empty import starting_alike, trace_lacks_step, trace_never_names
-    from tracer.render.why import step_lines, story_lines
+    from tracer.render.why import step_document, step_lines, story_document, story_lines
 
     if (args.request is None) == (args.step is None):  # before the trace is read, which may take long
         print("schedscope: error: give a REQUEST_ID or --step N (one of them)", file=sys.stderr)
@@ -95,7 +95,7 @@ def cmd_why(args: argparse.Namespace) -> int:
             from tracer.whatif.probe import settle
 
             why = settle(session.trace, why)
-        return _report(args, why.as_dict, lambda: step_lines(why))
+        return _report(args, lambda: step_document(why), lambda: step_lines(why))
     story = session.request_story(args.request)
     if story is None:
         print(f"schedscope: error: {trace_never_names(args.trace, args.request)}", file=sys.stderr)
@@ -107,7 +107,7 @@ def cmd_why(args: argparse.Namespace) -> int:
         from tracer.whatif.probe import settle_story
 
         story = settle_story(session.trace, story)
-    return _report(args, story.as_dict, lambda: story_lines(story))
+    return _report(args, lambda: story_document(story), lambda: story_lines(story))
 
 
 def _report(args: argparse.Namespace, doc: Callable[[], Any], lines: Callable[[], Iterable[str]]) -> int:

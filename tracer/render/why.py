@@ -5,15 +5,16 @@ app take their words from here (tracer.analysis.why decides; this module only wo
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from tracer.analysis.reasons import DERIVED, EXACT, LIKELY, REASONS, label
 from tracer.analysis.request_lanes import RequestLanes, Segment
 from tracer.analysis.request_story import LifeStep, RequestStory
 from tracer.analysis.step_bindings import WaitingSummary
-from tracer.analysis.why import Cause, PreemptionWhy, RequestWhy, StepWhy
+from tracer.analysis.why import Cause, Detail, PreemptionWhy, RequestWhy, StepWhy
 from tracer.render.empty import NO_REQUEST_IN_STEPS, NO_WAITING
+from tracer.whatif.probe import ASYNC_DONE, Change
 
 
 def _pct(x: float) -> str:
@@ -25,11 +26,23 @@ def certainty_mark(certainty: str) -> str:
     return "" if certainty == EXACT else f" ({certainty})"
 
 
+# A cause's `why` detail (tracer.analysis.why.Detail), as `why` prints it and `why --json` keeps it.
+_DETAILS = {
+    Detail.NOTHING_WAITING: "nothing waiting",
+    Detail.NONE_LISTED: "no waiting request listed",
+    Detail.AT_PREEMPTION: "the loop ended at a preemption",
+}
+
+
+def detail_text(detail: Detail) -> str:
+    return _DETAILS[detail]
+
+
 def cause_text(cause: Cause) -> str:
     """One cause, with its numbers, in a phrase ("max_num_seqs=8: 8 running")."""
     n, code = cause.numbers, cause.code
     if code == "none":
-        text = "nothing held back: " + str(n.get("why", "all demand met"))
+        text = "nothing held back: " + (detail_text(n["why"]) if "why" in n else "all demand met")
     elif code == "preemption":
         text = f"a preemption in this step ({n.get('preempted')}): vLLM admits nothing in such a step"
     elif code == "paused":
@@ -67,7 +80,7 @@ def cause_text(cause: Cause) -> str:
         if n.get("kv_free") is not None:
             text = f"KV blocks: {n['kv_free']} free; " + _kv_need_text(n)
         elif "why" in n:
-            text = f"KV blocks ({n['why']})"
+            text = f"KV blocks ({detail_text(n['why'])})"
         else:
             kv = n.get("kv_usage")
             text = "KV blocks" + (f" (KV {_pct(kv)} used)" if isinstance(kv, int | float) else "")
@@ -116,6 +129,46 @@ def _kv_need_text(n: dict[str, Any]) -> str:
     if watermark:
         text += f", and the watermark keeps {watermark} free: {n.get('kv_needed_at_most')} in all"
     return text
+
+
+# What a `why --exact` probe changed on its copy of the scheduler (tracer.whatif.probe.Change).
+_CHANGES = {
+    "seqs": "admission cap +{by}",
+    "kv": "+{by} free KV blocks",
+    "budget": "token budget +{by}",
+    "draft_slots": "no draft-slot reservations",
+    "long_prefill": "long-prefill threshold off",
+    "chunked": "chunked prefill on",
+    ASYNC_DONE: "read on the state: max_tokens in flight",
+}
+
+
+def change_text(changes: Iterable[Change]) -> str:
+    """What a probe relaxed, in words ("token budget +97", "admission cap +2, +40 free KV blocks")."""
+    return ", ".join(_CHANGES[c.relaxation].format(by=c.by) for c in changes)
+
+
+def _worded(value: Any) -> Any:
+    """A why document with its facts in words: a cause's detail, what a probe relaxed."""
+    if isinstance(value, dict):
+        return {k: _worded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_worded(v) for v in value]
+    if isinstance(value, Detail):
+        return detail_text(value)
+    if isinstance(value, tuple) and value and all(isinstance(c, Change) for c in value):
+        return change_text(value)
+    return value
+
+
+def step_document(why: StepWhy) -> dict[str, Any]:
+    """`schedscope why --step N --json`: the step's reasons and facts, their details in words."""
+    return _worded(why.as_dict())
+
+
+def story_document(story: RequestStory) -> dict[str, Any]:
+    """`schedscope why REQUEST --json`: the request's life and reasons, their details in words."""
+    return _worded(story.as_dict())
 
 
 def request_line(r: RequestWhy) -> str:

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 from tracer.trace.attach import READ_TIMEOUT, LinkState, RunSaver, StreamFollower
 from tracer.trace.builder import TraceBuilder
@@ -83,8 +83,23 @@ class Phase(str, Enum):
     FAILED = "failed"  # on_error was called; `detail` says why
 
 
-# What a WAITING source waits for (SourceState.waiting).
-FILE, HEADER = "file", "header"
+class Waiting(str, Enum):
+    """What a WAITING source waits for (SourceState.waiting); tracer.render.source words it."""
+
+    FILE = "file"  # a followed file that does not exist yet
+    HEADER = "header"  # its header record
+
+
+FILE, HEADER = Waiting.FILE, Waiting.HEADER
+
+
+class Gap(NamedTuple):
+    """A stream's missing steps, as its gap record gives them; tracer.render.source words them."""
+
+    first: int  # the first and last step missing
+    last: int
+    reason: str | None  # the gap record's own reason (None: it gives none)
+
 
 PROBLEMS = frozenset({Phase.STALLED, Phase.GAP, Phase.REFUSED, Phase.UNAUTHORISED, Phase.FAILED})
 
@@ -97,8 +112,8 @@ class SourceState:
     phase: Phase
     target: str  # the file or URL
     detail: str = ""  # FAILED: the error
-    waiting: str = ""  # WAITING: for the FILE to appear or for its HEADER record
-    gap: tuple[int, int, str] | None = None  # a stream's last gap: first and last step missing, why
+    waiting: Waiting | None = None  # WAITING: for the FILE to appear or for its HEADER record
+    gap: Gap | None = None  # a stream's last gap
     steps: int = 0  # steps read so far (of the current run)
     done: int = 0  # LOADING: bytes read
     total: int = 0  # LOADING: bytes in the file
@@ -455,7 +470,7 @@ class TraceSource:
                 except FileNotFoundError:
                     bad = None
 
-    def _waiting(self, what: str) -> None:
+    def _waiting(self, what: Waiting) -> None:
         self._set(phase=Phase.WAITING, waiting=what)
         self._say_state()
         self._stop.wait(self.poll)
@@ -491,7 +506,7 @@ class TraceSource:
                 if builder.header is None:
                     self._waiting(HEADER)
                 else:
-                    self._set(phase=Phase.FOLLOWING, detail="", waiting="")
+                    self._set(phase=Phase.FOLLOWING, detail="", waiting=None)
                     if self._dirty and self._due(builder.steps_parsed):
                         self._publish()
                     self._say_state()
@@ -570,7 +585,8 @@ class TraceSource:
                 if record.get("kind") == "gap":
                     self._gap_at = time.monotonic()
                     after, before_ = int(record.get("after") or 0), int(record.get("before") or 0)
-                    missing = (after + 1, before_ - 1, str(record.get("reason") or "not received"))
+                    reason = record.get("reason")
+                    missing = Gap(after + 1, before_ - 1, str(reason) if reason else None)
                     self._set(gaps=self._state.gaps + 1, gap=missing)
                 elif record.get("kind") == "footer":
                     self._footer = True

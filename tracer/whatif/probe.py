@@ -72,13 +72,23 @@ class ProbeError(TraceError):
 
 
 @dataclass(frozen=True)
+class Change:
+    """What one relaxation changed on a copy: which (one of RELAXATIONS, or ASYNC_DONE: the
+    state read, nothing changed) and, for a raised limit, by how much (`seqs`: admission
+    slots, `kv`: free blocks, `budget`: tokens). tracer.render.why.change_text words it."""
+
+    relaxation: str
+    by: int | None = None
+
+
+@dataclass(frozen=True)
 class Outcome:
     """What a relaxed copy's schedule() did."""
 
     relaxation: str
     scheduled: dict[str, int]  # request id -> tokens scheduled
     preempted: frozenset[str]
-    change: str  # what was relaxed, in words
+    change: tuple[Change, ...]  # what was relaxed: one Change per part of `relaxation`
 
     def admits(self, rid: str, tokens: int = 0) -> bool:
         """The request got more than `tokens` (0: it was admitted at all)."""
@@ -205,8 +215,8 @@ def applicable(sched: Any) -> tuple[str, ...]:
     return tuple(out)
 
 
-def relax(clone: Any, relaxation: str) -> str:
-    """Relax one constraint on a copy; what was changed, in words."""
+def relax(clone: Any, relaxation: str) -> Change:
+    """Relax one constraint on a copy; what was changed."""
     cfg = clone.scheduler_config
     requests = [*clone.running, *_queued(clone)]
     if relaxation == "seqs":
@@ -217,7 +227,7 @@ def relax(clone: Any, relaxation: str) -> str:
         cfg.max_num_seqs = int(cfg.max_num_seqs) + n
         if getattr(cfg, "max_num_active_seqs", None) is not None:
             cfg.max_num_active_seqs = int(cfg.max_num_active_seqs) + n
-        return f"admission cap +{n}"
+        return Change(relaxation, n)
     if relaxation == "kv":
         block = int(clone.block_size)
         lookahead = int(getattr(clone, "num_lookahead_tokens", 0) or 0)
@@ -225,7 +235,7 @@ def relax(clone: Any, relaxation: str) -> str:
         # The watermark's blocks, sized on the pool at start, must stay free beside them.
         n += int(getattr(getattr(clone, "kv_cache_manager", None), "watermark_blocks", 0) or 0)
         _add_blocks(clone, n)
-        return f"+{n} free KV blocks"
+        return Change(relaxation, n)
     if relaxation == "budget":
         n = sum(max(0, _demand(r)) for r in requests) + len(requests) * (draft_slots(clone) + 1) + 1
         n += int(getattr(clone, "num_spec_tokens", 0) or 0) * len(requests)  # padded rows
@@ -234,7 +244,7 @@ def relax(clone: Any, relaxation: str) -> str:
         cfg.max_num_batched_tokens = int(cfg.max_num_batched_tokens) + n
         if getattr(cfg, "max_num_scheduled_tokens", None) is not None:
             cfg.max_num_scheduled_tokens = int(cfg.max_num_scheduled_tokens) + n
-        return f"token budget +{n}"
+        return Change(relaxation, n)
     if relaxation == "draft_slots":
         vcfg = clone.vllm_config
         spec = vcfg.speculative_config
@@ -243,13 +253,13 @@ def relax(clone: Any, relaxation: str) -> str:
         clone.vllm_config = ConfigView(
             vcfg, speculative_config=ConfigView(spec, max_num_new_slots_for_drafting=0)
         )
-        return "no draft-slot reservations"
+        return Change(relaxation)
     if relaxation == "long_prefill":
         cfg.long_prefill_token_threshold = 0
-        return "long-prefill threshold off"
+        return Change(relaxation)
     if relaxation == "chunked":
         cfg.enable_chunked_prefill = True
-        return "chunked prefill on"
+        return Change(relaxation)
     raise ValueError(f"unknown relaxation {relaxation!r}; one of {', '.join(RELAXATIONS)}")
 
 
@@ -271,7 +281,7 @@ def probe(sched: Any, relaxation: str) -> Outcome:
     """Relax one constraint ("a+b": two) on a copy of `sched`, right before its schedule(),
     and schedule the copy."""
     clone = _deepcopy(sched)
-    change = ", ".join(relax(clone, part) for part in relaxation.split("+"))
+    change = tuple(relax(clone, part) for part in relaxation.split("+"))
     out = clone.schedule()
     return Outcome(
         relaxation,
@@ -303,7 +313,7 @@ def _async_done(sched: Any) -> Outcome:
         if r.num_output_placeholders > 0
         and r.num_computed_tokens + 2 - r.num_output_placeholders >= r.num_prompt_tokens + r.max_tokens
     }
-    return Outcome(ASYNC_DONE, done, frozenset(), "read on the state: max_tokens in flight")
+    return Outcome(ASYNC_DONE, done, frozenset(), (Change(ASYNC_DONE),))
 
 
 # -- the replay that reaches each step -------------------------------------------------------

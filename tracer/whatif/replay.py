@@ -418,10 +418,10 @@ def replay(
     `arrivals="time"` needs a clock.
     """
     if arrivals not in ARRIVALS:
-        raise WorkloadError(f"arrivals must be one of {ARRIVALS}, not {arrivals!r}")
+        raise WorkloadError(f"{workload.source}: arrivals must be one of {ARRIVALS}, not {arrivals!r}")
     if arrivals == "time":
         if clock is None:
-            raise WorkloadError("--arrivals time needs a timed replay (a clock)")
+            raise WorkloadError(f"{workload.source}: --arrivals time needs a timed replay (a clock)")
         workload.check_arrival_times()
     header = dict(header or {})
     if clock is not None:
@@ -439,7 +439,7 @@ def replay(
     engine: EngineSpec = replace(workload.engine, **{k: v for k, v in overrides.items() if v is not None})
     if engine.method not in REPLAYABLE_METHODS:
         raise WorkloadError(
-            f"replay cannot configure method {engine.method!r} offline; "
+            f"{workload.source}: replay cannot configure method {engine.method!r} offline; "
             f"use one of {', '.join(str(m) for m in REPLAYABLE_METHODS)} (--method)"
         )
     is_async = workload.async_scheduling if async_scheduling is None else async_scheduling
