@@ -21,7 +21,7 @@ from tracer.whatif.workload import WorkloadError, load_workload, workload_from_f
 
 pytestmark = pytest.mark.vllm
 SAMPLES = ROOT / "sample_traces"
-VOLATILE = {"t", "sched_us", "start_time", "t0", "pid", "end_time"}
+VOLATILE = {"t", "sched_us", "start_time", "t0", "pid", "end_time", "hooks_s", "writer_thread_s"}
 
 
 def vllm_minor() -> str:
