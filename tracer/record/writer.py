@@ -29,6 +29,7 @@ from typing import IO, Any, NamedTuple
 import orjson
 
 from tracer.record.indexer import IndexProcess
+from tracer.record.snapshot import LAZY_BACKLOG
 from tracer.trace import schema
 
 logger = logging.getLogger("schedscope.writer")
@@ -113,9 +114,9 @@ class GzipMemberSink:
 
 
 # Items queued at which emit() wakes the writer side before its interval is up: half of
-# snapshot.LAZY_BACKLOG, under which steps hand their token lists over uncounted, so a burst of
-# fast steps is taken before the scheduler thread has to count them itself.
-WAKE_BACKLOG = 128
+# LAZY_BACKLOG, under which steps hand their token lists over uncounted, so a burst of fast
+# steps is taken before the scheduler thread has to count them itself.
+WAKE_BACKLOG = LAZY_BACKLOG // 2
 # The interval of a writer-side thread in EngineCore (a shipper, or a writer thread there).
 ENGINE_INTERVAL_S = 0.1
 

@@ -235,7 +235,7 @@ def footer_ok(steps: int, kept: bool) -> str:
 def tracer_cost(hooks_us: float, thread_us: float, interval_s: float, share: float | None) -> str:
     line = (
         f"EngineCore spent {hooks_us:.0f} µs a step in the tracer's hooks (the scheduler thread) "
-        f"and {thread_us:.0f} µs of CPU on its writer thread"
+        f"and {thread_us:.0f} µs of CPU on the thread that ships or writes its records"
     )
     if share is None:
         return line
