@@ -24,9 +24,12 @@ same cache state whatever ran before it on that server; each server gets one
 short warm-up run (another seed) after it starts.
 
 Alternation. A round runs each contender once, in an order rotated from round
-to round (round r starts with contender r mod 3), so none always goes first;
-each round gives one ratio per figure (B/A, C/A), and the figure is the median
-over rounds with min and max (bench/_common.py). Two ways to hold the servers:
+to round (round r starts with contender r mod their number), so none always goes
+first; each round gives one ratio per figure (B/A, C/A), and the figure is the
+median over rounds with min and max (bench/_common.py). `--control` adds A', a
+second stock contender alternated like the rest: A'/A is what the bench reads
+between two runs of one server, the spread the tracer's ratios are read against.
+Two ways to hold the servers:
 
   --servers restart  (default) each run starts its contender's server, warms it
                      up, waits for it to go quiet, runs, and stops it: only one
@@ -61,6 +64,7 @@ anything, larger than a GPU server's.
 
     .venv/bin/python bench/live_overhead.py                # 3 rounds x 3 contenders, 256 prompts
     .venv/bin/python bench/live_overhead.py --rounds 5 --prompts 512
+    .venv/bin/python bench/live_overhead.py --rounds 4 --control   # with the A/A control
     .venv/bin/python bench/live_overhead.py --quick        # smoke: 1 round, 64 prompts
 """
 
@@ -90,9 +94,12 @@ from _common import fmt_spread, machine, spread  # noqa: E402
 
 from tests.live_support import LiveServer, bench_serve, build_tiny_llama, free_port, start_server  # noqa: E402
 
-CONTENDERS = ("stock", "traced", "streamed", "traced-thread", "streamed-thread")
+CONTENDERS = ("stock", "control", "traced", "streamed", "traced-thread", "streamed-thread")
 LABEL = {
     "stock": "A stock",
+    # --control: a second stock server, alternated like the others: A'/A is what the bench reads
+    # between two runs of the same server, the spread any other ratio is read against.
+    "control": "A' stock again (control)",
     "traced": "B traced",
     "streamed": "C streamed",
     # --writer-thread: B and C with SCHEDSCOPE_WRITER=thread, the records built on a writer
@@ -196,8 +203,13 @@ class Contender:
     runs: list[dict[str, Any]] = field(default_factory=list)
 
 
+def short(c: Contender) -> str:
+    """A contender's letter: "A", "A'", "B", ..."""
+    return LABEL[c.name].split()[0]
+
+
 def contenders(
-    workdir: Path, max_num_seqs: int, metrics: bool, writer_thread: bool = False
+    workdir: Path, max_num_seqs: int, metrics: bool, writer_thread: bool = False, control: bool = False
 ) -> list[Contender]:
     common = [
         "--async-scheduling", "--enable-prefix-caching", "--max-num-seqs", str(max_num_seqs),
@@ -220,6 +232,8 @@ def contenders(
         ),
         Contender("streamed", traced_args, streamed_env, workdir / "streamed.jsonl", stream_port),
     ]
+    if control:
+        cs.insert(1, Contender("control", common, dict(dev)))
     if writer_thread:
         thread = {"SCHEDSCOPE_WRITER": "thread"}
         traced_env = {**dev, **thread, "SCHEDSCOPE_TRACE": str(workdir / "traced-thread.jsonl")}
@@ -409,6 +423,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also D and E: B and C with SCHEDSCOPE_WRITER=thread (the writer thread in EngineCore)",
     )
+    ap.add_argument(
+        "--control",
+        action="store_true",
+        help="also A': a second stock contender, so A'/A states the bench's own spread",
+    )
     ap.add_argument("--quick", action="store_true", help="smoke: 1 round, 64 prompts")
     ap.add_argument("--workdir", type=Path, help="keep logs, traces and results here")
     args = ap.parse_args(argv)
@@ -433,7 +452,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def measure(args: argparse.Namespace, workdir: Path) -> int:
     model = build_tiny_llama(Path(tempfile.gettempdir()) / "schedscope-bench-tiny-llama")
-    cs = contenders(workdir, max(256, 2 * args.concurrency), not args.no_metrics, args.writer_thread)
+    cs = contenders(
+        workdir, max(256, 2 * args.concurrency), not args.no_metrics, args.writer_thread, args.control
+    )
     print(f"Live server overhead: {machine()}")
     print(
         f"vllm bench serve: random {args.prefix_len}+{args.input_len} -> {args.output_len} tokens "
@@ -479,7 +500,9 @@ def measure(args: argparse.Namespace, workdir: Path) -> int:
     for f in failures:
         print(f"    {f}")
     for c in cs[1:]:
-        f = footer(c.trace) if c.trace is not None else None
+        if c.trace is None:
+            continue  # the control: a stock server
+        f = footer(c.trace)
         if f is None:
             print(f"  {LABEL[c.name]}: no trace footer in {c.trace}")
         else:
@@ -503,7 +526,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> int:
         for key, name, _ in FIGURES:
             values = [run[key] / base[key] for run, base in zip(c.runs, stock, strict=True) if base[key] > 0]
             ratios[c.name][key] = values
-            print(f"    {LABEL[c.name][0]}/A {name:20s} {fmt_spread(values)}")
+            print(f"    {short(c)}/A {name:20s} {fmt_spread(values)}")
     for c in cs[1:]:
         shares = [run["engine_share"] for run in c.runs if "engine_share" in run]
         if shares:
@@ -511,19 +534,20 @@ def measure(args: argparse.Namespace, workdir: Path) -> int:
             hooks = spread([run["hooks_us_per_step"] for run in c.runs if "engine_share" in run])[1]
             writer = spread([run["writer_us_per_step"] for run in c.runs if "engine_share" in run])[1]
             print(
-                f"    {LABEL[c.name][0]} EngineCore's time in the tracer (footer): {med:.2%} of a run "
+                f"    {short(c)} EngineCore's time in the tracer (footer): {med:.2%} of a run "
                 f"(min {lo:.2%}, max {hi:.2%}); hooks {hooks:.0f} + writer thread {writer:.0f} µs/step"
             )
     parts = []
     met = True
     for c in cs[1:]:
         lo, med, hi = spread(ratios[c.name]["output_throughput"])
-        met = met and med >= GOAL
+        if c.name != "control":  # the control reads the bench, not the tracer
+            met = met and med >= GOAL
         ttft = spread(ratios[c.name]["p99_ttft_ms"])[1]
         tpot50 = spread(ratios[c.name]["median_tpot_ms"])[1]
         tpot = spread(ratios[c.name]["p99_tpot_ms"])[1]
         parts.append(
-            f"{LABEL[c.name][0]}/A {med:.3f}x (min {lo:.3f}, max {hi:.3f}; "
+            f"{short(c)}/A {med:.3f}x (min {lo:.3f}, max {hi:.3f}; "
             f"TTFT p99 {ttft:.3f}x, TPOT p50 {tpot50:.3f}x, p99 {tpot:.3f}x)"
         )
     print(
