@@ -10,7 +10,7 @@ import sys
 
 def cmd_attach(args: argparse.Namespace) -> int:
     """Follow a live stream: a compact line per step (or raw records with --json)."""
-    from tracer.render.stream import saved_line, status_line, step_line
+    from tracer.render.stream import saved_line, status_note, step_line
     from tracer.trace.attach import RunSaver, StreamFollower
 
     follower = StreamFollower(args.url, token=args.token or os.environ.get("SCHEDSCOPE_STREAM_TOKEN"))
@@ -18,7 +18,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
     try:
         for event in follower.events(max_reconnects=args.max_reconnects):
             if event.kind == "status":
-                print(f"# {status_line(event)}", file=sys.stderr, flush=True)
+                print(status_note(event), file=sys.stderr, flush=True)
                 continue
             if event.kind == "heartbeat":
                 continue  # liveness only: the idle status above says it once per idle period

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tracer.render.notes import note_sentence
+from tracer.render.notes import note_line
 from tracer.whatif.fidelity import Fidelity
 
 
@@ -29,7 +29,7 @@ def fidelity_lines(f: Fidelity) -> list[str]:
         for name, (rec, rep) in f.first.fields.items():
             lines.append(f"    {name}: recorded {_short(rec)}")
             lines.append(f"    {' ' * len(name)}  replayed {_short(rep)}")
-    lines.extend(f"  note: {note_sentence(note)}" for note in f.notes)
+    lines.extend(f"  {note_line(note)}" for note in f.notes)
     return lines
 
 

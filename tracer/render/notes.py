@@ -1,5 +1,5 @@
 """A replay's notes in words (tracer.whatif.notes keeps them as facts): what `replay` prints
-after `note:` and `replay --check` under its report; and `replay`'s closing line."""
+(`note_line`) and `replay --check` under its report; and `replay`'s closing line."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from tracer.whatif.notes import Approximate, NoFooter, Note, OtherVllm, Unrecord
 
 
 def note_sentence(note: Note) -> str:
-    """One note, as both commands print it (without their prefix)."""
+    """One note, as both commands print it after their prefix (`note_line`)."""
     match note:
         case UnrecordedUpdate(step=step, updated=updated):
             return f"step {step}: an update for an unrecorded step ({updated}); skipped"
@@ -24,6 +24,11 @@ def note_sentence(note: Note) -> str:
             )
         case OtherVllm(recorded_on=recorded_on, replayed_on=replayed_on):
             return f"recorded on vLLM {recorded_on}, replayed on {replayed_on}: their schedulers differ"
+
+
+def note_line(note: Note) -> str:
+    """One note, as `replay` prints it before its closing line (`replay --check` indents it)."""
+    return f"note: {note_sentence(note)}"
 
 
 def written_line(path: str | Path, requests: int, policy: str) -> str:

@@ -94,6 +94,12 @@ def status_line(event: StreamEvent) -> str:
     return note
 
 
+def status_note(event: StreamEvent) -> str:
+    """A follower's note as `attach` prints it on stderr: a comment line (`#`), so that a
+    script reading the stream's lines can tell them apart."""
+    return f"# {status_line(event)}"
+
+
 def saved_line(run: int, path: str | Path) -> str:
     """`attach --save`, on stderr when the server starts another run: where that run goes."""
     return f"# run {run} is saved to {path}"
