@@ -131,7 +131,8 @@ def test_the_ui_commands_are_found_unless_a_built_in_one_runs() -> None:
 def test_what_the_command_line_prints_while_it_opens_is_worded_in_render(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """tracer.inputs' loading progress and attaching line take their words from render.source."""
+    """tracer.inputs' loading progress and attaching line take their words from
+    render.command_lines."""
     from tracer.inputs import progress, viewer_args, viewer_inputs
 
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)

@@ -61,7 +61,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from tracer.trace.errors import TraceError, skippable
+    from tracer.trace.errors import TraceError
 
     argv = sys.argv[1:] if argv is None else list(argv)
     command = next((a for a in argv if not a.startswith("-")), None)  # options before it are the top level's
@@ -74,13 +74,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except TraceError as exc:
-        lenient = getattr(args, "lenient", True)
-        hint = ""
-        if not lenient and skippable(exc):
-            from tracer.render.source import lenient_hint
+        from tracer.render.command_lines import trace_error
 
-            hint = f" ({lenient_hint(exc)})"
-        print(f"schedscope: error: {exc}{hint}", file=sys.stderr)
+        print(trace_error(exc, lenient=getattr(args, "lenient", True)), file=sys.stderr)
         return 2
     except BrokenPipeError:  # `schedscope summary … | head`
         return 0

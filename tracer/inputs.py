@@ -18,9 +18,9 @@ if TYPE_CHECKING:
 def progress(done: int, total: int) -> None:
     """How much of a big trace is read, on a terminal's stderr."""
     if total > 64 << 20 and sys.stderr.isatty():
-        from tracer.render.source import loading_text
+        from tracer.render.command_lines import loading_text
 
-        print(f"\r{loading_text(done, total)}", end="" if done < total else "\n", file=sys.stderr)
+        print(loading_text(done, total), end="", file=sys.stderr)
 
 
 def open_traces(args: argparse.Namespace, *paths: str, entries: bool = False) -> Opened:
@@ -82,7 +82,7 @@ def viewer_inputs(args: argparse.Namespace, command: str, *, live_beside: bool =
     )
     check(spec, files=True)
     if attach:
-        from tracer.render.source import attaching_text
+        from tracer.render.command_lines import attaching_text
 
-        print(f"schedscope: {attaching_text(attach, args.save)}", file=sys.stderr)
+        print(attaching_text(attach, args.save), file=sys.stderr)
     return spec

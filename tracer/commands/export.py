@@ -6,18 +6,26 @@ import argparse
 import sys
 
 from tracer.inputs import open_trace
+from tracer.render.command_lines import (
+    ENGINE_IS_PARQUET,
+    EXPORT_NEEDS_OUTPUT,
+    OTLP_TAKES_NO_OUTPUT,
+    OTLP_TIMEOUT_POSITIVE,
+    cannot_write,
+    error_line,
+)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     if args.otlp or args.otlp_json:
         return _export_otlp(args)
     if not args.output:
-        print("schedscope: error: export needs -o/--output (or --otlp / --otlp-json)", file=sys.stderr)
+        print(EXPORT_NEEDS_OUTPUT, file=sys.stderr)
         return 2
     if args.format == "parquet":
         return _export_parquet(args)
     if args.engine:
-        print("schedscope: error: --engine names a parquet export's engine column", file=sys.stderr)
+        print(ENGINE_IS_PARQUET, file=sys.stderr)
         return 2
     from tracer.render.perfetto import export, written_line
 
@@ -25,7 +33,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     try:
         out = export(trace, args.output)
     except OSError as exc:
-        print(f"schedscope: error: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
+        print(cannot_write(args.output, exc), file=sys.stderr)
         return 2
     print(written_line(out, len(trace)))
     return 0
@@ -37,18 +45,18 @@ def _export_parquet(args: argparse.Namespace) -> int:
     try:
         require()  # before loading what may be a big trace
     except ParquetUnavailable as exc:
-        print(f"schedscope: error: {exc}", file=sys.stderr)
+        print(error_line(exc), file=sys.stderr)
         return 2
     trace = open_trace(args).trace
 
     def progress(done: int, total: int) -> None:
         if total >= 20_000 and sys.stderr.isatty():
-            print(progress_text(done, total), end="" if done < total else "\n", file=sys.stderr)
+            print(progress_text(done, total), end="", file=sys.stderr)
 
     try:
         steps, requests = export(trace, args.output, engine=args.engine, progress=progress)
     except OSError as exc:
-        print(f"schedscope: error: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
+        print(cannot_write(args.output, exc), file=sys.stderr)
         return 2
     print(written_line(steps, requests, len(trace)))
     return 0
@@ -63,25 +71,23 @@ def _export_otlp(args: argparse.Namespace) -> int:
     from tracer.send_spans import endpoint_url, send
 
     if args.output or args.format != "perfetto":
-        print(
-            "schedscope: error: --otlp/--otlp-json export spans; leave out -o and --format", file=sys.stderr
-        )
+        print(OTLP_TAKES_NO_OUTPUT, file=sys.stderr)
         return 2
     if not 0 < args.otlp_timeout < float("inf"):
-        print("schedscope: error: --otlp-timeout must be a positive number of seconds", file=sys.stderr)
+        print(OTLP_TIMEOUT_POSITIVE, file=sys.stderr)
         return 2
     try:
         otlp.require()
         url = endpoint_url(args.otlp) if args.otlp else None
     except (otlp.OtlpUnavailable, ValueError) as exc:
-        print(f"schedscope: error: {exc}", file=sys.stderr)
+        print(error_line(exc), file=sys.stderr)
         return 2
     session = open_trace(args)
     trace = session.trace
     try:
         phases = request_phases(session)
     except NoWallClock as exc:
-        print(f"schedscope: error: {otlp.no_wall_clock(exc)}", file=sys.stderr)
+        print(error_line(otlp.no_wall_clock(exc)), file=sys.stderr)
         return 2
     if not phases:
         print(otlp.nothing_line(trace.path), file=sys.stderr)
@@ -93,7 +99,7 @@ def _export_otlp(args: argparse.Namespace) -> int:
         try:
             spans = otlp.write_json(args.otlp_json, otlp.batches(phases, res, engine, run))
         except OSError as exc:
-            print(f"schedscope: error: cannot write {args.otlp_json}: {exc.strerror or exc}", file=sys.stderr)
+            print(cannot_write(args.otlp_json, exc), file=sys.stderr)
             return 2
         print(otlp.written_line(args.otlp_json, spans, len(phases)))
     if url is None:

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from tracer.inputs import open_trace, open_traces
+from tracer.render.command_lines import WHY_NEEDS_ONE, client_unreadable, error_line, json_bytes
 
 
 def cmd_summary(args: argparse.Namespace) -> int:
@@ -33,22 +34,18 @@ def cmd_summary(args: argparse.Namespace) -> int:
 
 
 def cmd_step(args: argparse.Namespace) -> int:
-    import orjson
-
     from tracer.render.empty import trace_lacks_step
 
     trace = open_trace(args).trace
     rows = [i for i, s in enumerate(trace.columns["step"]) if s == args.step]
     if not rows:
-        print(f"schedscope: error: {trace_lacks_step(args.trace, args.step)}", file=sys.stderr)
+        print(error_line(trace_lacks_step(args.trace, args.step)), file=sys.stderr)
         return 2
-    sys.stdout.buffer.write(orjson.dumps(trace.step(rows[0]), option=orjson.OPT_INDENT_2) + b"\n")
+    sys.stdout.buffer.write(json_bytes(trace.step(rows[0])))
     return 0
 
 
 def cmd_flags(args: argparse.Namespace) -> int:
-    import orjson
-
     from tracer.analysis.engines import Run
     from tracer.render.flags import flag_lines, flags_document
     from tracer.render.text import RunLine, run_row
@@ -69,7 +66,7 @@ def cmd_flags(args: argparse.Namespace) -> int:
         print(f"{where}{RunLine.of(trace, report).text}")
     if args.json:
         doc = docs[0] if not several else {"engines": docs}
-        sys.stdout.buffer.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
+        sys.stdout.buffer.write(json_bytes(doc))
     elif several:
         print(run_row(run.totals()))
     return 0
@@ -82,13 +79,13 @@ def cmd_why(args: argparse.Namespace) -> int:
     from tracer.render.why import step_document, step_lines, story_document, story_lines
 
     if (args.request is None) == (args.step is None):  # before the trace is read, which may take long
-        print("schedscope: error: give a REQUEST_ID or --step N (one of them)", file=sys.stderr)
+        print(WHY_NEEDS_ONE, file=sys.stderr)
         return 2
     session = open_trace(args)
     if args.step is not None:
         row = session.row_of(args.step)
         if row is None:
-            print(f"schedscope: error: {trace_lacks_step(args.trace, args.step)}", file=sys.stderr)
+            print(error_line(trace_lacks_step(args.trace, args.step)), file=sys.stderr)
             return 2
         why = session.step_why(row)
         if args.exact:
@@ -98,7 +95,7 @@ def cmd_why(args: argparse.Namespace) -> int:
         return _report(args, lambda: step_document(why), lambda: step_lines(why))
     story = session.request_story(args.request)
     if story is None:
-        print(f"schedscope: error: {trace_never_names(args.trace, args.request)}", file=sys.stderr)
+        print(error_line(trace_never_names(args.trace, args.request)), file=sys.stderr)
         near = session.matching_ids(args.request[:8], limit=5)
         if near:
             print(starting_alike(near), file=sys.stderr)
@@ -113,9 +110,7 @@ def cmd_why(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace, doc: Callable[[], Any], lines: Callable[[], Iterable[str]]) -> int:
     """Print a command's result: its JSON document with --json, else its lines."""
     if args.json:
-        import orjson
-
-        sys.stdout.buffer.write(orjson.dumps(doc(), option=orjson.OPT_INDENT_2) + b"\n")
+        sys.stdout.buffer.write(json_bytes(doc()))
     else:
         for line in lines():
             print(line)
@@ -139,10 +134,10 @@ def cmd_timing(args: argparse.Namespace) -> int:
             doc["client"] = client_doc(trace, result, args.client, args.client_prefix)
         except (OSError, orjson.JSONDecodeError, ClientMismatch) as exc:
             why = client_mismatch_sentence(exc) if isinstance(exc, ClientMismatch) else exc
-            print(f"schedscope: error: --client {args.client}: {why}", file=sys.stderr)
+            print(client_unreadable(args.client, why), file=sys.stderr)
             return 2
     if args.json:
-        sys.stdout.buffer.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
+        sys.stdout.buffer.write(json_bytes(doc))
     else:
         for line in timing_lines(doc):
             print(line)
@@ -173,7 +168,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             args.traces, url=args.metrics_url, metrics_file=args.metrics_file, strict=not args.lenient
         )
     except (OSError, ValueError) as exc:  # /metrics unreachable or unparsable, unreadable file
-        print(f"schedscope: error: {metrics_unreadable(exc)}", file=sys.stderr)
+        print(error_line(metrics_unreadable(exc)), file=sys.stderr)
         return 2
     for line in lines:
         print(line)

@@ -11,12 +11,24 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tracer.inputs import open_trace
+from tracer.render.command_lines import (
+    CHECK_NEEDS_TRACE,
+    REPLAY_NEEDS_OUTPUT,
+    TIMED_NEEDS_TRACE,
+    cannot_run,
+    error_line,
+    grid_not_a_number,
+    json_bytes,
+    plot_unavailable,
+    unknown_policy,
+    wrote_line,
+)
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from tracer.analysis.opening import Spec, open_input
     from tracer.render.fidelity import fidelity_lines
-    from tracer.render.notes import note_sentence, written_line
+    from tracer.render.notes import note_line, written_line
     from tracer.whatif.fidelity import check_fidelity
     from tracer.whatif.replay import replay
     from tracer.whatif.workload import WorkloadError, workload_from_file, workload_from_trace
@@ -25,10 +37,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
         return replay_in(args.python, args.argv)
     is_file = str(args.source).endswith((".json", ".yaml", ".yml"))
     if args.check and is_file:
-        print("schedscope: error: --check needs a recorded trace, not a workload file", file=sys.stderr)
+        print(CHECK_NEEDS_TRACE, file=sys.stderr)
         return 2
     if not args.check and not args.output:
-        print("schedscope: error: replay needs -o OUTPUT (or --check)", file=sys.stderr)
+        print(REPLAY_NEEDS_OUTPUT, file=sys.stderr)
         return 2
     try:
         if is_file:
@@ -51,12 +63,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
             from tracer.whatif.replay_clock import attach_frontend_delays, attach_idle_waits
 
             if recorded is None:
-                print("schedscope: error: --timed needs a recorded trace to fit on", file=sys.stderr)
+                print(TIMED_NEEDS_TRACE, file=sys.stderr)
                 return 2
             try:
                 clock = clock_for(recorded)
             except NoClock as exc:
-                print(f"schedscope: error: {no_clock_sentence(exc)}", file=sys.stderr)
+                print(error_line(no_clock_sentence(exc)), file=sys.stderr)
                 return 2
             header["replay"]["clock"] = clock_document(clock)  # type: ignore[index]
             attach_idle_waits(workload, recorded, clock)
@@ -82,10 +94,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
             num_kv_blocks=args.num_kv_blocks,
         )
     except WorkloadError as exc:
-        print(f"schedscope: error: {exc}", file=sys.stderr)
+        print(error_line(exc), file=sys.stderr)
         return 2
     for note in workload.notes:
-        print(f"note: {note_sentence(note)}")
+        print(note_line(note))
     print(written_line(out, len(workload.requests), policy))
     return 0
 
@@ -107,7 +119,7 @@ def replay_in(python: str, argv: Sequence[str]) -> int:
     try:
         return subprocess.run([python, "-m", "tracer.cli", *rest], env=env, check=False).returncode
     except OSError as exc:
-        print(f"schedscope: error: cannot run {python}: {exc}", file=sys.stderr)
+        print(cannot_run(python, exc), file=sys.stderr)
         return 2
 
 
@@ -117,8 +129,6 @@ def _ints(text: str | None) -> list[int | None]:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     """Replay a trace's workload over a grid of settings and rank them (tracer.whatif.sweep)."""
-    import orjson
-
     from tracer.analysis.clock import NoClock
     from tracer.render.clock import no_clock_sentence
     from tracer.render.sweep_report import progress_text, sweep_document, sweep_lines
@@ -128,9 +138,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     policies = [p.strip() for p in args.policy.split(",") if p.strip()]
     unknown = [p for p in policies if p not in POLICIES]
     if unknown:
-        print(
-            f"schedscope: error: unknown policy {unknown[0]!r}; one of {', '.join(POLICIES)}", file=sys.stderr
-        )
+        print(unknown_policy(unknown[0], POLICIES), file=sys.stderr)
         return 2
     try:
         methods = [None] if not args.method else [m.strip() for m in args.method.split(",")]
@@ -142,13 +150,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             methods,
         )
     except ValueError as exc:
-        print(f"schedscope: error: a grid value is not a number ({exc})", file=sys.stderr)
+        print(grid_not_a_number(exc), file=sys.stderr)
         return 2
     workers = args.workers or default_workers(len(settings))
 
     def progress(done: int, total: int, label: str) -> None:
-        end = "\n" if done == total else ""
-        print(progress_text(done, total, label), end=end, file=sys.stderr, flush=True)
+        print(progress_text(done, total, label), end="", file=sys.stderr, flush=True)
 
     trace = open_trace(args).trace
     try:
@@ -164,13 +171,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             )
         )
     except NoClock as exc:
-        print(f"schedscope: error: {no_clock_sentence(exc)}", file=sys.stderr)
+        print(error_line(no_clock_sentence(exc)), file=sys.stderr)
         return 2
     except WorkloadError as exc:
-        print(f"schedscope: error: {exc}", file=sys.stderr)
+        print(error_line(exc), file=sys.stderr)
         return 2
     if args.json:
-        sys.stdout.buffer.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
+        sys.stdout.buffer.write(json_bytes(doc))
     else:
         for line in sweep_lines(doc):
             print(line)
@@ -182,10 +189,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         try:
             write_plot = plots["sweep"].load()
         except (KeyError, ImportError) as exc:
-            print(
-                f"schedscope: error: the plot needs: pip install 'schedscope[web]' ({exc})", file=sys.stderr
-            )
+            print(plot_unavailable(exc), file=sys.stderr)
             return 2
         for path in write_plot(doc, html=args.plot, png=args.png):
-            print(f"wrote {path}", file=sys.stderr)
+            print(wrote_line(path), file=sys.stderr)
     return 0

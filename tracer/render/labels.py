@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
+from tracer.render.command_lines import error_line
+
 
 def _plain(text: str) -> str:
     return text
@@ -232,8 +234,8 @@ TUI_COMPARE_HELP = "compare TRACE and TRACE_B side by side"
 
 
 def error(problem: object) -> str:
-    """A viewer command's error line, on stderr."""
-    return f"schedscope: error: {problem}"
+    """A viewer command's error line, on stderr: the command line's (render.command_lines)."""
+    return error_line(problem)
 
 
 def needs_textual(problem: object) -> str:

@@ -34,6 +34,7 @@ import orjson
 
 from tracer import __version__
 from tracer.analysis.request_phases import NoWallClock, RequestPhases
+from tracer.render.command_lines import error_line
 
 # vLLM's span and attribute names (vllm.tracing.utils.SpanAttributes).
 REQUEST_SPAN = "llm_request"
@@ -259,8 +260,8 @@ def sent_line(endpoint: str, spans: int, requests: int, seconds: float) -> str:
 
 
 def failed_line(endpoint: str, reason: str, sent: int, dropped: int, timeout: float) -> str:
-    return (
-        f"schedscope: error: OTLP collector {endpoint}: {reason}; sent {sent:,} spans, dropped "
+    return error_line(
+        f"OTLP collector {endpoint}: {reason}; sent {sent:,} spans, dropped "
         f"{dropped:,} (a batch is given up after {timeout:g} s, retries included: --otlp-timeout)"
     )
 

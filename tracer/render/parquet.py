@@ -30,6 +30,7 @@ import numpy as np
 from tracer.analysis import step_bindings, why
 from tracer.analysis.budget import analyze
 from tracer.analysis.reasons import CODE_INDEX, CODES
+from tracer.render.command_lines import progress_frame
 from tracer.trace.columns import RUNNER_COLS
 from tracer.trace.compact import GROUPS
 from tracer.trace.trace_type import Trace
@@ -214,8 +215,8 @@ def export(
 
 
 def progress_text(done: int, total: int) -> str:
-    """`export --format parquet`'s progress on a terminal, redrawn in place (a leading CR)."""
-    return f"\rexporting {done / total:6.1%}"
+    """`export --format parquet`'s progress on a terminal: a frame redrawn in place."""
+    return progress_frame(f"exporting {done / total:6.1%}", done, total)
 
 
 def written_line(steps: str | Path, requests: str | Path, trace_steps: int) -> str:

@@ -1,6 +1,5 @@
-"""A trace source's state in one line, as both viewers show it (tracer.trace.source.SourceState),
-and what the command line says while it opens a trace (tracer.inputs, tracer.cli): how much of
-a big file is read, the stream it attaches to, and what `--lenient` would skip after an error."""
+"""A trace source's state in one line, as both viewers show it (tracer.trace.source.SourceState).
+What the command line says while it opens a trace is render.command_lines'."""
 
 from __future__ import annotations
 
@@ -8,7 +7,6 @@ from pathlib import Path
 
 from tracer.render.stream import link_status
 from tracer.trace.attach import LinkState
-from tracer.trace.errors import TraceError, TraceOrderError
 from tracer.trace.source import FILE, HEADER, Mode, Phase, SourceState
 
 
@@ -52,22 +50,3 @@ def _stream_line(state: SourceState) -> str:
     elif state.gaps:
         text += f" · {state.gaps} gap{'s' if state.gaps > 1 else ''}"
     return text
-
-
-# -- the command line, opening a trace (tracer.inputs, tracer.cli) --------------------------------
-def loading_text(done: int, total: int) -> str:
-    """How much of a big trace is read ("loading  42.0%"), as a command prints it on a terminal."""
-    return f"loading {done / total:6.1%}"
-
-
-def attaching_text(url: str, save: str | None) -> str:
-    """What a viewer attaches to (and where it keeps what it receives), before its screen opens."""
-    saving = f"; saving to {save}" if save else ""
-    return f"attaching to {url}{saving}"
-
-
-def lenient_hint(error: TraceError) -> str:
-    """What `--lenient` would skip past a reader's error (the command line says it when the
-    error is one it would skip: tracer.trace.errors.skippable)."""
-    what = "out-of-order steps" if isinstance(error, TraceOrderError) else "malformed lines"
-    return f"--lenient skips {what}"

@@ -7,6 +7,7 @@ from typing import Any
 
 from tracer.analysis.clock import StepClock
 from tracer.render.clock import clock_sentence, worded_clock
+from tracer.render.command_lines import progress_frame
 from tracer.render.text import TTFT_FROM_SENTENCE
 from tracer.whatif.sweep import OBJECTIVES
 
@@ -24,9 +25,9 @@ def sweep_document(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def progress_text(done: int, total: int, label: str) -> str:
-    """`sweep`'s progress bar on stderr, redrawn in place (a leading CR): settings done, the last one."""
+    """`sweep`'s progress bar on stderr, a frame redrawn in place: settings done, the last one."""
     bar = "#" * (20 * done // total)
-    return f"\rsweep [{bar:<20}] {done}/{total} {label[:40]:<40}"
+    return progress_frame(f"sweep [{bar:<20}] {done}/{total} {label[:40]:<40}", done, total)
 
 
 def error_text(err: float | None) -> str:
