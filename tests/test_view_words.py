@@ -26,13 +26,10 @@ import re
 from pathlib import Path
 
 from tests.conftest import ROOT
+from tests.words_support import MARKUP, reads_like_words
 
 VIEWS = ("tui", "web")
 
-# Markup is layout; what is between the tags is read: Rich/Textual's ("[b]", "[/]", "[b $primary]"),
-# HTML tags ("<br>", "<extra></extra>"), Plotly's %{y} fields and Dash's {%title%} page slots.
-_MARKUP = re.compile(r"\[/?[a-z $#0-9_.-]*\]|<[^<>]*>|%\{[^}]*\}|\{%[a-z_]+%\}")
-_WORD = re.compile(r"[A-Za-z]{2,}")
 # A word in a shown literal: two letters or more in a row, in any script ("ms", "µs", "KV").
 _LETTERS = re.compile(r"[^\W\d_]{2,}")
 
@@ -149,15 +146,6 @@ DASH_MODULES = {"html", "dcc"}
 # A VirtualList (tui.widgets.vlist) draws the (text, style) cells its subclasses' `header` and
 # `row_cells` return: the first item of each pair built there is shown.
 CELL_METHODS = {"header", "row_cells"}
-
-
-def reads_like_words(text: str) -> bool:
-    """Two words (a word of two letters or more and a space), or a capitalised word longer
-    than three characters: "Budget per step", "Quit", "[b]Requests[/b]", "‖ paused"."""
-    bare = _MARKUP.sub("", text).strip()
-    if _WORD.search(bare) and re.search(r"\s", bare):
-        return True
-    return len(bare) > 3 and bare[0].isupper()
 
 
 def _allowed(tree: ast.AST) -> set[int]:
@@ -314,7 +302,7 @@ def wordy_literals(source: str, filename: str = "<view>") -> list[str]:
     allowed = _allowed(tree)
     found: set[tuple[int, str]] = set()
     for line, text in shown_literals(tree):
-        if _LETTERS.search(_MARKUP.sub("", text)):
+        if _LETTERS.search(MARKUP.sub("", text)):
             found.add((line, text))
     for node in ast.walk(tree):
         if id(node) in allowed:
