@@ -52,6 +52,14 @@ took 0.15-0.43 CPU s each during 1.5-2.9 s runs). Against a 1% goal that is too
 much; `restart` costs about 40 s a run more and has nothing beside the run but
 the client and the machine's co-tenants. `kept` stays for a quicker look.
 
+On a 2-core host the engine and the API server share the cores. Left at the same priority,
+the CPU worker takes all it can while requests run; the API server and the client, starved,
+hand the engine fewer requests, its batches shrink, each token costs more CPU, and the run
+settles slow: stock itself has read 4,700 and 6,400 tok/s in two runs of one round. A GPU
+server's API server has cores of its own. `--engine-nice 10` renices each server's EngineCore
+and CPU worker once it is up (as the live tests do), so the API server and the client run
+when they have work; the trace process is at nice 10 already, beside EngineCore.
+
 Printed per run: output tok/s, TTFT and TPOT p50/p99, the server's CPU seconds
 (all its processes) per 1,000 output tokens, and in `kept` mode the idle servers'
 CPU. Then, per figure, the ratios B/A and C/A as median (min, max, n). The goal
@@ -92,7 +100,14 @@ sys.path.insert(0, str(ROOT))
 
 from _common import fmt_spread, machine, spread  # noqa: E402
 
-from tests.live_support import LiveServer, bench_serve, build_tiny_llama, free_port, start_server  # noqa: E402
+from tests.live_support import (  # noqa: E402
+    LiveServer,
+    bench_serve,
+    build_tiny_llama,
+    free_port,
+    renice_engine,
+    start_server,
+)
 
 CONTENDERS = ("stock", "control", "traced", "streamed", "traced-thread", "streamed-thread")
 LABEL = {
@@ -247,8 +262,9 @@ def contenders(
 
 
 @contextlib.contextmanager
-def serving(c: Contender, model: Path, workdir: Path) -> Iterator[LiveServer]:
-    """`c`'s server (and, when it streams, its viewer) for the block; always stopped."""
+def serving(c: Contender, model: Path, workdir: Path, engine_nice: int = 0) -> Iterator[LiveServer]:
+    """`c`'s server (and, when it streams, its viewer) for the block; always stopped. With
+    `engine_nice`, its EngineCore and CPU worker threads reniced to it once it is up."""
     for key in ("SCHEDSCOPE_TRACE", "SCHEDSCOPE_STREAM", "SCHEDSCOPE_METRICS"):
         if key not in c.env and os.environ.get(key):
             raise SystemExit(
@@ -260,6 +276,8 @@ def serving(c: Contender, model: Path, workdir: Path) -> Iterator[LiveServer]:
         model, extra_args=c.args, env=c.env, log_path=workdir / f"{c.name}.log", timeout=300
     ) as s:
         c.server = s
+        if engine_nice:
+            renice_engine(s, engine_nice)
         if c.stream_port is not None:
             c.viewer = Viewer(f"http://127.0.0.1:{c.stream_port}/trace")
             c.viewer.start()
@@ -428,6 +446,13 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also A': a second stock contender, so A'/A states the bench's own spread",
     )
+    ap.add_argument(
+        "--engine-nice",
+        type=int,
+        default=0,
+        metavar="N",
+        help="renice each server's EngineCore and CPU worker to N once it is up (see above)",
+    )
     ap.add_argument("--quick", action="store_true", help="smoke: 1 round, 64 prompts")
     ap.add_argument("--workdir", type=Path, help="keep logs, traces and results here")
     args = ap.parse_args(argv)
@@ -461,14 +486,15 @@ def measure(args: argparse.Namespace, workdir: Path) -> int:
         f"(--ignore-eos), {args.prompts} prompts, --max-concurrency {args.concurrency}, --seed {args.seed}; "
         f"server: tiny Llama on CPU, --async-scheduling, prefix caching, --max-num-seqs "
         f"{max(256, 2 * args.concurrency)}; {args.rounds} rounds, order rotated, servers {args.servers}; "
-        f"C: stream + one viewer, /metrics counting {'off' if args.no_metrics else 'on (default)'}",
+        f"C: stream + one viewer, /metrics counting {'off' if args.no_metrics else 'on (default)'}"
+        + (f"; EngineCore and its worker at nice {args.engine_nice}" if args.engine_nice else ""),
         flush=True,
     )
     with contextlib.ExitStack() as stack:
         if args.servers == "kept":
             for c in cs:  # one at a time: three start-ups at once on 2 cores crawl
                 t0 = time.monotonic()
-                stack.enter_context(serving(c, model, workdir))
+                stack.enter_context(serving(c, model, workdir, args.engine_nice))
                 warm_up(c, args, workdir)
                 print(f"  {LABEL[c.name]} up and warmed in {time.monotonic() - t0:.0f} s", flush=True)
         failures: list[str] = []
@@ -481,7 +507,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> int:
                 else:
                     for attempt in range(RETRIES + 1):
                         try:
-                            with serving(c, model, workdir):
+                            with serving(c, model, workdir, args.engine_nice):
                                 warm_up(c, args, workdir)
                                 run = measured_run(c, [], args, workdir, f"r{r}")
                             engine_cost(c, run)  # the server stopped: its footer is written
