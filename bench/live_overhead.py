@@ -272,8 +272,16 @@ def serving(c: Contender, model: Path, workdir: Path, engine_nice: int = 0) -> I
             )
     if c.trace is not None:
         c.trace.unlink(missing_ok=True)
+    port = free_port()
+    if c.stream_port is not None:
+        # Both ports fresh for each start, and apart: a stream port kept from an earlier start
+        # was once handed out again as the API server's (free again after that server stopped).
+        while (stream := free_port()) == port:
+            pass
+        c.stream_port = stream
+        c.env["SCHEDSCOPE_STREAM"] = f"127.0.0.1:{stream}"
     with start_server(
-        model, extra_args=c.args, env=c.env, log_path=workdir / f"{c.name}.log", timeout=300
+        model, port=port, extra_args=c.args, env=c.env, log_path=workdir / f"{c.name}.log", timeout=300
     ) as s:
         c.server = s
         if engine_nice:
