@@ -3,6 +3,7 @@ or vanish, resume with explicit gaps, garbage, and the loopback/token rules."""
 
 from __future__ import annotations
 
+import errno
 import socket
 import threading
 import time
@@ -312,5 +313,55 @@ def test_a_viewer_that_connects_before_the_header_still_gets_it() -> None:
         hub.publish(records([HEADER, step_line(1)]))
         viewer.join(10)
         assert [r["kind"] for r in got] == ["header", "step"]
+    finally:
+        server.close()
+
+
+# -- the stream's port: never one another socket holds --------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["stream", "metrics"])
+def test_a_port_the_api_server_has_bound_is_not_taken(kind: str) -> None:
+    """`vllm serve` binds its --port before its engine starts and listens on it after. A stream
+    (or metrics) port set to the same number must fail to start, which the tracer logs and goes
+    on without, and not take the port: with SO_REUSEADDR it did, vLLM's listen() failed and its
+    /health was answered by the stream."""
+    from tracer.live.metrics import MetricsServer, TraceMetrics
+
+    api = socket.socket()
+    api.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as vLLM's create_server_socket
+    api.bind(("127.0.0.1", 0))
+    port = api.getsockname()[1]
+    try:
+        with pytest.raises(OSError) as refused:
+            if kind == "stream":
+                StreamServer(StreamHub(), "127.0.0.1", port)
+            else:
+                MetricsServer(TraceMetrics(), "127.0.0.1", port)
+        assert refused.value.errno == errno.EADDRINUSE
+        api.listen()  # the API server still gets its port
+    finally:
+        api.close()
+
+
+def test_a_port_held_only_by_closed_connections_is_taken_again() -> None:
+    """A server restarted while its last run's viewer connections wait out TIME_WAIT gets its
+    stream port back (what SO_REUSEADDR was there for)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    client = socket.create_connection(("127.0.0.1", port))
+    conn, _ = listener.accept()
+    conn.close()  # the server's end closes first, so it is the one left in TIME_WAIT
+    client.recv(1)
+    client.close()
+    listener.close()
+    plain = socket.socket()
+    with pytest.raises(OSError) as held:  # the premise: a bind without SO_REUSEADDR is refused
+        plain.bind(("127.0.0.1", port))
+    plain.close()
+    assert held.value.errno == errno.EADDRINUSE
+    server = StreamServer(StreamHub(), "127.0.0.1", port)
+    try:
+        assert server.address[1] == port
     finally:
         server.close()

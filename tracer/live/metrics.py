@@ -30,7 +30,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import numpy as np
@@ -41,7 +41,7 @@ from tracer.analysis import flags as _flags
 from tracer.analysis import step_bindings, why
 from tracer.analysis.budget import analyze
 from tracer.analysis.reasons import CODES
-from tracer.live.net import is_loopback, parse_bind
+from tracer.live.net import OwnPortServer, is_loopback, parse_bind
 from tracer.record.writer import Record
 from tracer.trace import schema
 from tracer.trace.builder import TraceBuilder
@@ -280,7 +280,7 @@ class _Collector:
 
 
 class MetricsServer:
-    """GET /metrics on its own loopback port (ThreadingHTTPServer, daemon threads)."""
+    """GET /metrics on its own loopback port (net.OwnPortServer, daemon threads)."""
 
     def __init__(self, metrics: TraceMetrics, host: str, port: int, token: str | None = None) -> None:
         if not is_loopback(host) and not token:
@@ -301,8 +301,7 @@ class MetricsServer:
             def do_GET(self) -> None:
                 serve_metrics(self, server.metrics, server.token)
 
-        self.httpd = ThreadingHTTPServer((host, port), Handler)
-        self.httpd.daemon_threads = True
+        self.httpd = OwnPortServer((host, port), Handler)
         self.address = self.httpd.server_address
         self._thread = threading.Thread(
             target=self.httpd.serve_forever, name="schedscope-metrics", daemon=True

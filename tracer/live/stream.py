@@ -27,13 +27,13 @@ import logging
 import threading
 import time
 from collections import deque
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import orjson
 
-from tracer.live.net import is_loopback, parse_bind
+from tracer.live.net import OwnPortServer, is_loopback, parse_bind
 from tracer.record.writer import Record
 from tracer.trace import schema
 from tracer.trace.schema import HEARTBEAT_INTERVAL
@@ -210,7 +210,7 @@ class StreamHub:
 
 
 class StreamServer:
-    """ThreadingHTTPServer serving GET /trace to any number of viewers."""
+    """An HTTP server (net.OwnPortServer) serving GET /trace to any number of viewers."""
 
     def __init__(
         self,
@@ -244,8 +244,7 @@ class StreamServer:
             def do_GET(self) -> None:
                 server._serve(self)
 
-        self.httpd = ThreadingHTTPServer((host, port), Handler)
-        self.httpd.daemon_threads = True
+        self.httpd = OwnPortServer((host, port), Handler)
         self.address = self.httpd.server_address
         self._thread = threading.Thread(
             target=self.httpd.serve_forever, name="schedscope-stream", daemon=True
