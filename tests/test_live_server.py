@@ -376,3 +376,23 @@ def test_live_metrics_equal_the_trace(ngram_run: Run) -> None:
         assert scraped["schedscope_steps_total"] == len(ngram_run.trace) > 0
         (model, engine), *more = scraped["_labels"]
         assert not more and engine == "0" and model == str(ngram_run.trace.config["model"])
+
+
+def test_a_stream_on_the_servers_own_port_leaves_the_server_its_port(
+    models: dict[str, Path], tmp_path: Path
+) -> None:
+    """SCHEDSCOPE_STREAM naming `vllm serve`'s own --port (a slip, or a port handed out twice):
+    the API server keeps its port (it answers /health and serves completions), the tracer logs
+    that it cannot stream there, and the trace is recorded. (With SO_REUSEADDR the stream server
+    took the port while the engine started, and /health never answered.)"""
+    port = free_port()
+    trace_path = tmp_path / "own-port.jsonl"
+    env = {"SCHEDSCOPE_TRACE": str(trace_path), "SCHEDSCOPE_STREAM": f"127.0.0.1:{port}"}
+    args = ["--scheduler-cls", "tracer.scheduler.TracingScheduler", "--shutdown-timeout", "10"]
+    log = tmp_path / "server.log"
+    with start_server(models["target"], port=port, extra_args=args, env=env, log_path=log, timeout=180) as s:
+        responses = s.complete_many(PROMPTS[:2], 8, concurrency=2, ignore_eos=True)
+        assert len(responses) == 2
+    assert "cannot serve the live stream" in log.read_text()
+    trace = load(trace_path)
+    assert len(trace) > 0 and trace.footer is not None
