@@ -26,7 +26,7 @@ import re
 from pathlib import Path
 
 from tests.conftest import ROOT
-from tests.words_support import reads_like_words
+from tests.words_support import docstrings, reads_like_words
 
 # The parser's documentation, not output: see the module's docstring.
 PARSER_MODULE = ROOT / "tracer" / "commands" / "arguments.py"
@@ -55,12 +55,9 @@ def _allowed(tree: ast.AST) -> set[int]:
             allow(node.value)
             if isinstance(node.value, ast.Name):
                 parser_names.add(node.value.id)
+    for doc in docstrings(tree):
+        allow(doc)
     for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        scopes = ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef
-        first = body[0] if isinstance(node, scopes) and body else None
-        if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
-            allow(first)  # a docstring
         if isinstance(node, ast.Assign) and any(
             isinstance(t, ast.Name) and t.id in parser_names for t in node.targets
         ):

@@ -26,7 +26,7 @@ import re
 from pathlib import Path
 
 from tests.conftest import ROOT
-from tests.words_support import MARKUP, reads_like_words
+from tests.words_support import MARKUP, docstrings, reads_like_words
 
 VIEWS = ("tui", "web")
 
@@ -156,12 +156,9 @@ def _allowed(tree: ast.AST) -> set[int]:
         if node is not None:
             out.update(id(n) for n in ast.walk(node))
 
+    for doc in docstrings(tree):
+        allow(doc)
     for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        scopes = ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef
-        first = body[0] if isinstance(node, scopes) and body else None
-        if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
-            allow(first)  # a docstring
         if isinstance(node, ast.Assign | ast.AnnAssign):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             names = [t.id for t in targets if isinstance(t, ast.Name)]
