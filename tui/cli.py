@@ -8,6 +8,7 @@ import sys
 
 from tracer.inputs import viewer_args, viewer_inputs
 from tracer.render import labels
+from tracer.render.command_lines import error_line
 
 
 def cmd_tui(args: argparse.Namespace) -> int:
@@ -15,7 +16,7 @@ def cmd_tui(args: argparse.Namespace) -> int:
     try:
         inputs = viewer_inputs(args, "tui")
     except ValueError as exc:
-        print(labels.error(exc), file=sys.stderr)
+        print(error_line(exc), file=sys.stderr)
         return 2
     try:
         from tui import make_app
@@ -25,7 +26,7 @@ def cmd_tui(args: argparse.Namespace) -> int:
     app = make_app(spec=inputs)
     app.run()
     if app.error is not None:
-        print(labels.error(app.error), file=sys.stderr)
+        print(error_line(app.error), file=sys.stderr)
         return 2
     return 0
 

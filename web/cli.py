@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from tracer.inputs import viewer_args, viewer_inputs
 from tracer.render import labels
+from tracer.render.command_lines import error_line
 
 
 def cmd_web(args: argparse.Namespace) -> int:
@@ -18,7 +19,7 @@ def cmd_web(args: argparse.Namespace) -> int:
     try:
         inputs = viewer_inputs(args, "web", live_beside=True)
     except ValueError as exc:
-        print(labels.error(exc), file=sys.stderr)
+        print(error_line(exc), file=sys.stderr)
         return 2
     if not is_loopback(args.host):
         if not args.allow_remote:

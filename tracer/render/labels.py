@@ -233,13 +233,8 @@ TUI_DESCRIPTION = (
 TUI_COMPARE_HELP = "compare TRACE and TRACE_B side by side"
 
 
-def error(problem: object) -> str:
-    """A viewer command's error line, on stderr: the command line's (render.command_lines)."""
-    return error_line(problem)
-
-
 def needs_textual(problem: object) -> str:
-    return error(f"the terminal UI needs textual ({problem}): pip install 'schedscope[tui]'")
+    return error_line(f"the terminal UI needs textual ({problem}): pip install 'schedscope[tui]'")
 
 
 # == the web app ===============================================================================
@@ -429,7 +424,7 @@ SWEEP_HELP = "show a saved `schedscope sweep --json` on a Sweep page"
 
 
 def not_loopback(host: str) -> str:
-    return error(
+    return error_line(
         f"{host} is not a loopback address and the web app has no "
         "authentication; pass --allow-remote to serve it there anyway"
     )
@@ -443,11 +438,11 @@ def serving_remote(host: str, port: int) -> str:
 
 
 def needs_dash(problem: object) -> str:
-    return error(f"the web app needs: pip install 'schedscope[web]' ({problem})")
+    return error_line(f"the web app needs: pip install 'schedscope[web]' ({problem})")
 
 
 def bad_sweep(problem: object) -> str:
-    return error(f"--sweep {problem}")
+    return error_line(f"--sweep {problem}")
 
 
 def web_note(note: str) -> str:
