@@ -52,13 +52,12 @@ took 0.15-0.43 CPU s each during 1.5-2.9 s runs). Against a 1% goal that is too
 much; `restart` costs about 40 s a run more and has nothing beside the run but
 the client and the machine's co-tenants. `kept` stays for a quicker look.
 
-On a 2-core host the engine and the API server share the cores. Left at the same priority,
-the CPU worker takes all it can while requests run; the API server and the client, starved,
-hand the engine fewer requests, its batches shrink, each token costs more CPU, and the run
-settles slow: stock itself has read 4,700 and 6,400 tok/s in two runs of one round. A GPU
-server's API server has cores of its own. `--engine-nice 10` renices each server's EngineCore
-and CPU worker once it is up (as the live tests do), so the API server and the client run
-when they have work; the trace process is at nice 10 already, beside EngineCore.
+Two runs of one stock server can differ by a third here (4,700 and 6,400 tok/s in one round):
+in a slow run a few requests take seconds to reach the engine while it runs small batches.
+`--engine-nice N` renices each server's EngineCore and CPU worker once it is up (as the live
+tests do), to give the API server and the client the CPU first; on the 2-core machine this was
+written on it did not narrow the spread, and sampled slow runs showed the API server and
+EngineCore idle, not starved (docs/performance.md). The trace process is at nice 10 already.
 
 Printed per run: output tok/s, TTFT and TPOT p50/p99, the server's CPU seconds
 (all its processes) per 1,000 output tokens, and in `kept` mode the idle servers'
