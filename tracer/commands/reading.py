@@ -81,7 +81,9 @@ def cmd_why(args: argparse.Namespace) -> int:
     if (args.request is None) == (args.step is None):  # before the trace is read, which may take long
         print(WHY_NEEDS_ONE, file=sys.stderr)
         return 2
-    session = open_trace(args)
+    # A story reads the request index, made by the entry pass: its entry columns are
+    # collected by the load's own parse, not by a second read of every record.
+    session = open_trace(args, entries=args.request is not None)
     if args.step is not None:
         row = session.row_of(args.step)
         if row is None:
