@@ -27,7 +27,7 @@ from tracer.analysis import entry_features, requests, step_features
 from tracer.trace import compact, sidecar
 from tracer.trace.entries import HAND_BACK_PIECES, Entries
 from tracer.trace.reader import load
-from tracer.trace.trace_type import Trace, entries_of
+from tracer.trace.trace_type import WHILE_PARSING, Trace, entries_of
 
 SAMPLES = sorted((ROOT / "sample_traces").glob("*.jsonl"))
 
@@ -230,6 +230,28 @@ def test_kept_in_the_sidecar_and_mapped_back(
     asked = load(plain, entries=True)
     assert asked.entries is not None
     assert load(plain).entries is not None
+
+
+def test_collected_while_parsing_only_when_the_load_parses(
+    busy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """WHILE_PARSING (`why REQUEST`'s load): a load that parses the file collects the entry
+    columns on the way; one that maps a sidecar written without them leaves them out and the
+    sidecar as it was (a warm file's derived sidecars may make them needless)."""
+    monkeypatch.setattr(sidecar, "MIN_SOURCE_BYTES", 0)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    fresh = tmp_path / "f.jsonl"
+    fresh.write_bytes(busy.read_bytes())
+    parsed = load(fresh, entries=WHILE_PARSING)
+    assert parsed.entries is not None
+    assert_same_entries(parsed.entries, load(fresh).entries)  # kept in the sidecar too
+
+    warm = tmp_path / "w.jsonl"
+    warm.write_bytes(busy.read_bytes())
+    assert load(warm).entries is None  # its sidecar, written without them
+    assert load(warm, entries=WHILE_PARSING).entries is None
+    assert load(warm).entries is None  # not rewritten
+    assert load(warm, entries=True).entries is not None  # True still collects and keeps them
 
 
 def test_freed_memory_is_handed_back_through_glibc() -> None:

@@ -11,7 +11,7 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from tracer.analysis.opening import Opened, Spec
+    from tracer.analysis.opening import EntriesWanted, Opened, Spec
     from tracer.analysis.session import Session
 
 
@@ -23,7 +23,7 @@ def progress(done: int, total: int) -> None:
         print(loading_text(done, total), end="", file=sys.stderr)
 
 
-def open_traces(args: argparse.Namespace, *paths: str, entries: bool = False) -> Opened:
+def open_traces(args: argparse.Namespace, *paths: str, entries: EntriesWanted = False) -> Opened:
     """The traces a command names, through the one way in (tracer.analysis.opening): one
     trace, or several, which must be the engines of one run (refused otherwise)."""
     from tracer.analysis.opening import open_paths
@@ -31,7 +31,7 @@ def open_traces(args: argparse.Namespace, *paths: str, entries: bool = False) ->
     return open_paths(paths, strict=not args.lenient, progress=progress, entries=entries)
 
 
-def open_trace(args: argparse.Namespace, *, entries: bool = False) -> Session:
+def open_trace(args: argparse.Namespace, *, entries: EntriesWanted = False) -> Session:
     """The Session over the command's one TRACE."""
     from tracer.analysis.opening import open_path
 

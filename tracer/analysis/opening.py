@@ -26,7 +26,7 @@ from tracer.trace.builder import Progress
 from tracer.trace.ingest import load_bytes
 from tracer.trace.reader import load
 from tracer.trace.source import TraceSource
-from tracer.trace.trace_type import Trace
+from tracer.trace.trace_type import EntriesWanted, Trace
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class Spec:
     sources: tuple[TraceSource, ...] = ()  # sources already made (a file, a growing file or a stream)
     strict: bool = True
     progress: Progress | None = None  # bytes read of the traces opened whole
-    entries: bool = False  # collect one trace's entry columns (a pair always does)
+    entries: EntriesWanted = False  # collect one trace's entry columns (a pair always does)
     shown_while_loading: bool = False  # one trace: a TraceSource.file the viewer shows as it reads
     compare: bool = False  # the viewer was asked to compare (TRACE and TRACE_B)
     live_beside: bool = False  # the viewer can show a live input beside traces (the web app)
@@ -156,7 +156,7 @@ def open_paths(
     *,
     strict: bool = True,
     progress: Progress | None = None,
-    entries: bool = False,
+    entries: EntriesWanted = False,
 ) -> Opened:
     """The traces a command names, through `open_input`: one trace (`entries`: with its entry
     columns), or several, which must be the engines of one run (refused otherwise)."""
@@ -166,7 +166,7 @@ def open_paths(
 
 
 def open_path(
-    path: str | Path, *, strict: bool = True, progress: Progress | None = None, entries: bool = False
+    path: str | Path, *, strict: bool = True, progress: Progress | None = None, entries: EntriesWanted = False
 ) -> Session:
     """The Session over a command's one trace: the command line's door, one call."""
     return open_paths((path,), strict=strict, progress=progress, entries=entries).session

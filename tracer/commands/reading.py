@@ -81,9 +81,12 @@ def cmd_why(args: argparse.Namespace) -> int:
     if (args.request is None) == (args.step is None):  # before the trace is read, which may take long
         print(WHY_NEEDS_ONE, file=sys.stderr)
         return 2
-    # A story reads the request index, made by the entry pass: its entry columns are
-    # collected by the load's own parse, not by a second read of every record.
-    session = open_trace(args, entries=args.request is not None)
+    from tracer.trace.trace_type import WHILE_PARSING
+
+    # A story reads the request index, made by the entry pass: a load that parses the file
+    # collects its entry columns on the way, so the pass does not read every record again
+    # (a sidecar without them is mapped as it is: its derived sidecars may hold the index).
+    session = open_trace(args, entries=WHILE_PARSING if args.request is not None else False)
     if args.step is not None:
         row = session.row_of(args.step)
         if row is None:

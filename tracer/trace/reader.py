@@ -39,7 +39,7 @@ from tracer.trace.errors import TraceError, TraceHeaderError
 from tracer.trace.rows import with_defaults
 from tracer.trace.sidecar_restore import from_sidecar, write_sidecar
 from tracer.trace.store import MEMBER_DTYPE, PIECE, FileStore, GzipMemberStore, file_identity
-from tracer.trace.trace_type import Torn, Trace, entries_of
+from tracer.trace.trace_type import EntriesWanted, Torn, Trace, entries_of
 
 __all__ = ["kept_footer", "load", "open_builder", "reopen"]
 
@@ -153,14 +153,15 @@ def load(
     strict: bool = True,
     progress: Progress | None = None,
     sidecar: bool = True,
-    entries: bool = False,
+    entries: EntriesWanted = False,
 ) -> Trace:
     """Load a whole trace file. See the module docstring for the error contract.
 
     With `sidecar` (tracer.trace.sidecar), a big trace's columns are saved after the
     first load and mapped back on the next, instead of parsing the file again. With
     `entries`, the per-request entry columns (Trace.entries) are collected by the same
-    parse, or mapped from a sidecar that holds them (one that does is mapped anyway)."""
+    parse, or mapped from a sidecar that holds them (one that does is mapped anyway; see
+    EntriesWanted for one that does not)."""
     path = Path(path)
     try:
         with open(path, "rb", buffering=0) as f:
@@ -203,8 +204,14 @@ def kept_footer(path: Path, trace: Trace) -> dict[str, Any] | None:
 
 
 def _load_open(
-    path: Path, f: IO[bytes], strict: bool, progress: Progress | None, use_sidecar: bool, entries: bool
+    path: Path,
+    f: IO[bytes],
+    strict: bool,
+    progress: Progress | None,
+    use_sidecar: bool,
+    wanted: EntriesWanted,
 ) -> Trace:
+    entries, insist = bool(wanted), wanted is True  # collect them in a parse; and from a sidecar
     fd = f.fileno()
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):  # a pipe: no offsets to read back, so into memory
@@ -225,7 +232,7 @@ def _load_open(
     resumed = None
     if use_sidecar:
         fingerprint = sidecar.fingerprint(fd, st)
-        trace, resumed = from_sidecar(path, fd, st, strict, kind, progress, entries)
+        trace, resumed = from_sidecar(path, fd, st, strict, kind, progress, wanted)
         if trace is not None:
             trace.fingerprint = fingerprint
             return trace
@@ -238,7 +245,7 @@ def _load_open(
             )
         builder, torn, note = _parse_plain(resumed, fd, st.st_size, progress)
     trace = _built(path, builder, torn, note, st.st_size, progress)
-    if entries and trace.entries is None:
+    if insist and trace.entries is None:
         entries_of(trace)  # a sidecar without them, for a file that grew since
     if use_sidecar and builder.store is not None:
         write_sidecar(path, builder, torn, fingerprint, kind, trace)

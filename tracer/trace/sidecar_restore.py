@@ -21,7 +21,7 @@ from tracer.trace.entries import SIDECAR_DTYPES as ENTRY_DTYPES
 from tracer.trace.entries import Entries, EntryCollector
 from tracer.trace.errors import TraceError
 from tracer.trace.store import MEMBER_DTYPE, FileStore, GzipMemberStore, Store, file_identity
-from tracer.trace.trace_type import Torn, Trace, entries_of
+from tracer.trace.trace_type import EntriesWanted, Torn, Trace, entries_of
 
 logger = logging.getLogger("schedscope.reader")
 
@@ -100,7 +100,7 @@ def from_sidecar(
     strict: bool,
     kind: str,
     progress: Progress | None,
-    want_entries: bool = False,
+    want_entries: EntriesWanted = False,
 ) -> tuple[Trace | None, TraceBuilder | None]:
     """(the Trace, None) from a sidecar that matches the file; (None, a builder holding
     everything up to where the sidecar stopped) for a plain file that grew since; or
@@ -174,7 +174,7 @@ def from_sidecar(
         progress(st.st_size, st.st_size)
     trace = builder.build(torn)
     trace.entries = found
-    if want_entries and found is None and entries_of(trace) is not None:
+    if want_entries is True and found is None and entries_of(trace) is not None:
         # A sidecar written by a load without them: rewritten with them, so the next
         # open maps them too.
         keep = {k: v for k, v in meta.items() if k not in ("version", "arrays", "total", "data", "segment")}

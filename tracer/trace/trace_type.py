@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import orjson
@@ -23,6 +23,12 @@ from tracer.trace.store import MemoryStore, Store
 
 logger = logging.getLogger("schedscope.reader")
 _BATCH = 2048  # records per orjson call in steps_containing: bounds the parsed ones alive at once
+# What a load does about the per-request entry columns (Trace.entries): False, nothing; True,
+# collects them in its parse or maps them from a sidecar, which is rewritten with them when it
+# lacks them; WHILE_PARSING, collects them only when it parses the file anyway (a sidecar
+# without them is used as it is: a warm file's derived sidecars may make them needless).
+WHILE_PARSING = "while parsing"
+EntriesWanted = bool | Literal["while parsing"]
 
 
 @dataclass(frozen=True)
