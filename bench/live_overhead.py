@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The tracer's cost on a live server: `vllm bench serve` against a CPU `vllm serve`.
 
-Three contenders serve the same tiny local Llama (tests/live_support.py) in the
+Three contenders serve the same small local Llama (tests/live_support.py) in the
 configuration users run: `--async-scheduling`, prefix caching on
 (`--enable-prefix-caching`), `--max-num-seqs` above the client's concurrency:
 
@@ -52,12 +52,19 @@ took 0.15-0.43 CPU s each during 1.5-2.9 s runs). Against a 1% goal that is too
 much; `restart` costs about 40 s a run more and has nothing beside the run but
 the client and the machine's co-tenants. `kept` stays for a quicker look.
 
-Two runs of one stock server can differ by a third here (4,700 and 6,400 tok/s in one round):
-in a slow run a few requests take seconds to reach the engine while it runs small batches.
+The model. A Llama of `--hidden-size` 512 and `--layers` 4 (random weights, tests/live_support.py)
+with a 512 MiB KV cache, so all 64 concurrent requests run at once: its decode steps take tens of
+milliseconds on 2 cores, as a GPU server's do. The smallest model the live tests use (64 x 2,
+6-12 ms steps) makes the API server and the client, which work per token, as hungry as EngineCore:
+three processes on two cores, and two runs of one stock server differed by up to 2.4x in
+consecutive runs (docs/performance.md). With the engine the bottleneck the runs agree far better.
+`--hidden-size 64 --layers 2 --kv-mib 64` is that small model, for comparison.
+
+Keep-alive. Every server runs with VLLM_HTTP_TIMEOUT_KEEP_ALIVE=120: uvicorn's default of 5 s
+closes a connection the client left idle that long, and a request the client sends on it as it
+closes fails (a TCP reset), which cost a run a few dozen failed requests and a re-run.
 `--engine-nice N` renices each server's EngineCore and CPU worker once it is up (as the live
-tests do), to give the API server and the client the CPU first; on the 2-core machine this was
-written on it did not narrow the spread, and sampled slow runs showed the API server and
-EngineCore idle, not starved (docs/performance.md). The trace process is at nice 10 already.
+tests do). The trace process is at nice 10 already.
 
 Printed per run: output tok/s, TTFT and TPOT p50/p99, the server's CPU seconds
 (all its processes) per 1,000 output tokens, and in `kept` mode the idle servers'
@@ -65,9 +72,9 @@ CPU. Then, per figure, the ratios B/A and C/A as median (min, max, n). The goal
 is at most 1% throughput loss: output tok/s B/A and C/A >= 0.99. The last line
 is the figure.
 
-The tiny model's forward pass is short, so the scheduler and the tracer are a
-larger share of a step here than on a real model: the loss measured here is, if
-anything, larger than a GPU server's.
+The footer's figures (EngineCore's time in the tracer, hooks and shipping per step) depend on
+the requests per step, not on the model; their share of a run shrinks as the steps grow, so
+they are printed beside the ratios, for the small model too.
 
     .venv/bin/python bench/live_overhead.py                # 3 rounds x 3 contenders, 256 prompts
     .venv/bin/python bench/live_overhead.py --rounds 5 --prompts 512
@@ -223,13 +230,20 @@ def short(c: Contender) -> str:
 
 
 def contenders(
-    workdir: Path, max_num_seqs: int, metrics: bool, writer_thread: bool = False, control: bool = False
+    workdir: Path,
+    max_num_seqs: int,
+    kv_mib: int,
+    metrics: bool,
+    writer_thread: bool = False,
+    control: bool = False,
 ) -> list[Contender]:
     common = [
         "--async-scheduling", "--enable-prefix-caching", "--max-num-seqs", str(max_num_seqs),
-        "--shutdown-timeout", "10",
+        "--shutdown-timeout", "10", "--kv-cache-memory-bytes", str(kv_mib << 20),
     ]  # fmt: skip
-    dev = {"VLLM_SERVER_DEV_MODE": "1"}  # POST /reset_prefix_cache (loopback only)
+    # POST /reset_prefix_cache (dev mode, loopback only); a keep-alive longer than the client
+    # leaves a connection idle, so no request goes out on a connection as the server closes it.
+    dev = {"VLLM_SERVER_DEV_MODE": "1", "VLLM_HTTP_TIMEOUT_KEEP_ALIVE": "120"}
     traced_args = [*common, "--scheduler-cls", "tracer.scheduler.TracingAsyncScheduler"]
     stream_port = free_port()
     streamed_env = {**dev, "SCHEDSCOPE_TRACE": str(workdir / "streamed.jsonl")}
@@ -441,6 +455,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prefix-len", type=int, default=64, help="shared prefix (prefix caching hits)")
     ap.add_argument("--output-len", type=int, default=128, help="output tokens per request (--ignore-eos)")
     ap.add_argument("--seed", type=int, default=0, help="bench serve --seed, the same for every run")
+    ap.add_argument("--hidden-size", type=int, default=512, help="the model's hidden size (see above)")
+    ap.add_argument("--layers", type=int, default=4, help="the model's layers")
+    ap.add_argument("--kv-mib", type=int, default=512, help="the server's KV cache, MiB (all requests fit)")
     ap.add_argument("--servers", choices=("restart", "kept"), default="restart", help="see above")
     ap.add_argument("--no-metrics", action="store_true", help="C with SCHEDSCOPE_METRICS=off")
     ap.add_argument(
@@ -483,16 +500,27 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def measure(args: argparse.Namespace, workdir: Path) -> int:
-    model = build_tiny_llama(Path(tempfile.gettempdir()) / "schedscope-bench-tiny-llama")
+    shape = f"{args.hidden_size}x{args.layers}"
+    model = build_tiny_llama(
+        Path(tempfile.gettempdir()) / f"schedscope-bench-llama-{shape}",
+        hidden_size=args.hidden_size,
+        num_layers=args.layers,
+    )
     cs = contenders(
-        workdir, max(256, 2 * args.concurrency), not args.no_metrics, args.writer_thread, args.control
+        workdir,
+        max(256, 2 * args.concurrency),
+        args.kv_mib,
+        not args.no_metrics,
+        args.writer_thread,
+        args.control,
     )
     print(f"Live server overhead: {machine()}")
     print(
         f"vllm bench serve: random {args.prefix_len}+{args.input_len} -> {args.output_len} tokens "
         f"(--ignore-eos), {args.prompts} prompts, --max-concurrency {args.concurrency}, --seed {args.seed}; "
-        f"server: tiny Llama on CPU, --async-scheduling, prefix caching, --max-num-seqs "
-        f"{max(256, 2 * args.concurrency)}; {args.rounds} rounds, order rotated, servers {args.servers}; "
+        f"server: Llama {shape} on CPU, {args.kv_mib} MiB KV cache, --async-scheduling, prefix caching, "
+        f"--max-num-seqs {max(256, 2 * args.concurrency)}; "
+        f"{args.rounds} rounds, order rotated, servers {args.servers}; "
         f"C: stream + one viewer, /metrics counting {'off' if args.no_metrics else 'on (default)'}"
         + (f"; EngineCore and its worker at nice {args.engine_nice}" if args.engine_nice else ""),
         flush=True,
