@@ -14,6 +14,7 @@ import itertools
 import mmap
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -209,13 +210,23 @@ def test_corners(tmp_path: Path) -> None:
     assert step_features._run(trace).features.context_recorded is False
 
 
-def test_kept_in_the_sidecar_and_mapped_back(
-    busy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def copy_of_busy(busy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[str], Path]:
+    """Copies of the busy trace, named as asked, whose loads keep a sidecar whatever their size
+    (in a cache of this test's own)."""
     monkeypatch.setattr(sidecar, "MIN_SOURCE_BYTES", 0)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    path = tmp_path / "t.jsonl"
-    path.write_bytes(busy.read_bytes())
+
+    def copy(name: str) -> Path:
+        path = tmp_path / name
+        path.write_bytes(busy.read_bytes())
+        return path
+
+    return copy
+
+
+def test_kept_in_the_sidecar_and_mapped_back(copy_of_busy: Callable[[str], Path]) -> None:
+    path = copy_of_busy("t.jsonl")
     first = load(path, entries=True)
     assert first.entries is not None
     again = load(path)  # a load that did not ask: the sidecar's entries are mapped anyway
@@ -224,30 +235,23 @@ def test_kept_in_the_sidecar_and_mapped_back(
     assert_equals_reference(again)
 
     # A sidecar written without them: a load that asks collects them and rewrites it.
-    plain = tmp_path / "p.jsonl"
-    plain.write_bytes(busy.read_bytes())
+    plain = copy_of_busy("p.jsonl")
     assert load(plain).entries is None
     asked = load(plain, entries=True)
     assert asked.entries is not None
     assert load(plain).entries is not None
 
 
-def test_collected_while_parsing_only_when_the_load_parses(
-    busy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_collected_while_parsing_only_when_the_load_parses(copy_of_busy: Callable[[str], Path]) -> None:
     """WHILE_PARSING (`why REQUEST`'s load): a load that parses the file collects the entry
     columns on the way; one that maps a sidecar written without them leaves them out and the
     sidecar as it was (a warm file's derived sidecars may make them needless)."""
-    monkeypatch.setattr(sidecar, "MIN_SOURCE_BYTES", 0)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    fresh = tmp_path / "f.jsonl"
-    fresh.write_bytes(busy.read_bytes())
+    fresh = copy_of_busy("f.jsonl")
     parsed = load(fresh, entries=WHILE_PARSING)
     assert parsed.entries is not None
     assert_same_entries(parsed.entries, load(fresh).entries)  # kept in the sidecar too
 
-    warm = tmp_path / "w.jsonl"
-    warm.write_bytes(busy.read_bytes())
+    warm = copy_of_busy("w.jsonl")
     assert load(warm).entries is None  # its sidecar, written without them
     assert load(warm, entries=WHILE_PARSING).entries is None
     assert load(warm).entries is None  # not rewritten
