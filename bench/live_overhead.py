@@ -230,41 +230,36 @@ def short(c: Contender) -> str:
 
 
 def contenders(
-    workdir: Path,
-    max_num_seqs: int,
-    kv_mib: int,
-    metrics: bool,
-    writer_thread: bool = False,
-    control: bool = False,
+    workdir: Path, max_num_seqs: int, metrics: bool, writer_thread: bool = False, control: bool = False
 ) -> list[Contender]:
     common = [
         "--async-scheduling", "--enable-prefix-caching", "--max-num-seqs", str(max_num_seqs),
-        "--shutdown-timeout", "10", "--kv-cache-memory-bytes", str(kv_mib << 20),
+        "--shutdown-timeout", "10",
     ]  # fmt: skip
     # POST /reset_prefix_cache (dev mode, loopback only); a keep-alive longer than the client
     # leaves a connection idle, so no request goes out on a connection as the server closes it.
-    dev = {"VLLM_SERVER_DEV_MODE": "1", "VLLM_HTTP_TIMEOUT_KEEP_ALIVE": "120"}
+    base_env = {"VLLM_SERVER_DEV_MODE": "1", "VLLM_HTTP_TIMEOUT_KEEP_ALIVE": "120"}
     traced_args = [*common, "--scheduler-cls", "tracer.scheduler.TracingAsyncScheduler"]
     stream_port = free_port()
-    streamed_env = {**dev, "SCHEDSCOPE_TRACE": str(workdir / "streamed.jsonl")}
+    streamed_env = {**base_env, "SCHEDSCOPE_TRACE": str(workdir / "streamed.jsonl")}
     streamed_env["SCHEDSCOPE_STREAM"] = f"127.0.0.1:{stream_port}"
     if not metrics:
         streamed_env["SCHEDSCOPE_METRICS"] = "off"
     cs = [
-        Contender("stock", common, dict(dev)),
+        Contender("stock", common, dict(base_env)),
         Contender(
             "traced",
             traced_args,
-            {**dev, "SCHEDSCOPE_TRACE": str(workdir / "traced.jsonl")},
+            {**base_env, "SCHEDSCOPE_TRACE": str(workdir / "traced.jsonl")},
             workdir / "traced.jsonl",
         ),
         Contender("streamed", traced_args, streamed_env, workdir / "streamed.jsonl", stream_port),
     ]
     if control:
-        cs.insert(1, Contender("control", common, dict(dev)))
+        cs.insert(1, Contender("control", common, dict(base_env)))
     if writer_thread:
         thread = {"SCHEDSCOPE_WRITER": "thread"}
-        traced_env = {**dev, **thread, "SCHEDSCOPE_TRACE": str(workdir / "traced-thread.jsonl")}
+        traced_env = {**base_env, **thread, "SCHEDSCOPE_TRACE": str(workdir / "traced-thread.jsonl")}
         port = free_port()
         streamed_trace = workdir / "streamed-thread.jsonl"
         streamed_thread = {**streamed_env, **thread, "SCHEDSCOPE_TRACE": str(streamed_trace)}
@@ -275,9 +270,12 @@ def contenders(
 
 
 @contextlib.contextmanager
-def serving(c: Contender, model: Path, workdir: Path, engine_nice: int = 0) -> Iterator[LiveServer]:
-    """`c`'s server (and, when it streams, its viewer) for the block; always stopped. With
-    `engine_nice`, its EngineCore and CPU worker threads reniced to it once it is up."""
+def serving(
+    c: Contender, model: Path, workdir: Path, kv_mib: int, engine_nice: int = 0
+) -> Iterator[LiveServer]:
+    """`c`'s server (and, when it streams, its viewer) for the block, with a KV cache of
+    `kv_mib`; always stopped. With `engine_nice`, its EngineCore and CPU worker threads reniced
+    to it once it is up."""
     for key in ("SCHEDSCOPE_TRACE", "SCHEDSCOPE_STREAM", "SCHEDSCOPE_METRICS"):
         if key not in c.env and os.environ.get(key):
             raise SystemExit(
@@ -293,8 +291,10 @@ def serving(c: Contender, model: Path, workdir: Path, engine_nice: int = 0) -> I
             pass
         c.stream_port = stream
         c.env["SCHEDSCOPE_STREAM"] = f"127.0.0.1:{stream}"
+    log = workdir / f"{c.name}.log"
+    kv = kv_mib << 20
     with start_server(
-        model, port=port, extra_args=c.args, env=c.env, log_path=workdir / f"{c.name}.log", timeout=300
+        model, port=port, extra_args=c.args, env=c.env, log_path=log, timeout=300, kv_cache_bytes=kv
     ) as s:
         c.server = s
         if engine_nice:
@@ -507,12 +507,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> int:
         num_layers=args.layers,
     )
     cs = contenders(
-        workdir,
-        max(256, 2 * args.concurrency),
-        args.kv_mib,
-        not args.no_metrics,
-        args.writer_thread,
-        args.control,
+        workdir, max(256, 2 * args.concurrency), not args.no_metrics, args.writer_thread, args.control
     )
     print(f"Live server overhead: {machine()}")
     print(
@@ -529,7 +524,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> int:
         if args.servers == "kept":
             for c in cs:  # one at a time: three start-ups at once on 2 cores crawl
                 t0 = time.monotonic()
-                stack.enter_context(serving(c, model, workdir, args.engine_nice))
+                stack.enter_context(serving(c, model, workdir, args.kv_mib, args.engine_nice))
                 warm_up(c, args, workdir)
                 print(f"  {LABEL[c.name]} up and warmed in {time.monotonic() - t0:.0f} s", flush=True)
         failures: list[str] = []
@@ -542,7 +537,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> int:
                 else:
                     for attempt in range(RETRIES + 1):
                         try:
-                            with serving(c, model, workdir, args.engine_nice):
+                            with serving(c, model, workdir, args.kv_mib, args.engine_nice):
                                 warm_up(c, args, workdir)
                                 run = measured_run(c, [], args, workdir, f"r{r}")
                             engine_cost(c, run)  # the server stopped: its footer is written

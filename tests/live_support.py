@@ -197,7 +197,9 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-def server_command(model_dir: Path, port: int, extra_args: Sequence[str] = ()) -> list[str]:
+def server_command(
+    model_dir: Path, port: int, extra_args: Sequence[str] = (), kv_cache_bytes: int = 64 * 1024 * 1024
+) -> list[str]:
     # fmt: off
     return [
         sys.executable, "-m", "tracer.launch", "serve", str(model_dir),
@@ -205,10 +207,10 @@ def server_command(model_dir: Path, port: int, extra_args: Sequence[str] = ()) -
         "--dtype", "float32",  # CPU: no bf16 surprises with the tiny model
         "--enforce-eager",  # skip torch.compile: saves minutes on 2 cores
         "--block-size", "32",  # CPU kernels want a multiple of 32 (default 128)
-        # Explicit 64 MiB KV cache (65k tokens): left on auto, the CPU worker
-        # claims most of the NUMA node's memory, or fails when it is in use.
+        # Explicit KV cache (64 MiB: 65k tokens of the tiny model): left on auto, the CPU
+        # worker claims most of the NUMA node's memory, or fails when it is in use.
         # (Equivalent: env VLLM_CPU_KVCACHE_SPACE=<GiB>, which overrides this.)
-        "--kv-cache-memory-bytes", str(64 * 1024 * 1024),
+        "--kv-cache-memory-bytes", str(kv_cache_bytes),
         "--max-model-len", "1024",
         *extra_args,
     ]
@@ -224,6 +226,7 @@ def start_server(
     env: dict[str, str] | None = None,
     log_path: Path,
     timeout: float = 180,
+    kv_cache_bytes: int = 64 * 1024 * 1024,
 ) -> Iterator[LiveServer]:
     """Start ``vllm serve`` on loopback, wait for /health, stop it on exit."""
     port = port or free_port()
@@ -238,7 +241,7 @@ def start_server(
         **(env or {}),
     }
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    cmd = server_command(Path(model_dir), port, extra_args)
+    cmd = server_command(Path(model_dir), port, extra_args, kv_cache_bytes)
     with open(log_path, "ab") as log:
         log.write(("$ " + " ".join(cmd) + "\n").encode())
         log.flush()
