@@ -348,10 +348,12 @@ def test_attach_shows_idle_then_a_new_run(
         hub_b = StreamHub()
         hub_b.publish(records([restarted, *src[1:3]]))
         servers.append(StreamServer(hub_b, "127.0.0.1", port, heartbeat=0.1))
-        dash_duo.wait_for_contains_text("#live-status", "new run 2 (the server restarted)", timeout=5)
-        dash_duo.wait_for_contains_text("#summary", "live: live.1.jsonl", timeout=5)
-        dash_duo.wait_for_contains_text("#summary", "| 2 steps", timeout=5)
-        deadline = time.monotonic() + 5
+        # What is checked is that the restart is shown, not how fast: the page polls, and in
+        # the full suite on 2 cores the reconnect and the next poll once took over 5 s.
+        dash_duo.wait_for_contains_text("#live-status", "new run 2 (the server restarted)", timeout=20)
+        dash_duo.wait_for_contains_text("#summary", "live: live.1.jsonl", timeout=10)
+        dash_duo.wait_for_contains_text("#summary", "| 2 steps", timeout=10)
+        deadline = time.monotonic() + 10
         while _graph(dash_duo)[0]["x"] != [1, 2] and time.monotonic() < deadline:
             time.sleep(0.05)
         assert _graph(dash_duo)[0]["x"] == [1, 2]  # the new run's steps, not appended to the old
