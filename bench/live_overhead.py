@@ -63,6 +63,20 @@ consecutive runs (docs/performance.md). With the engine the bottleneck the runs 
 Keep-alive. Every server runs with VLLM_HTTP_TIMEOUT_KEEP_ALIVE=120: uvicorn's default of 5 s
 closes a connection the client left idle that long, and a request the client sends on it as it
 closes fails (a TCP reset), which cost a run a few dozen failed requests and a re-run.
+
+Pinning. vLLM's CPU worker binds its OpenMP threads to all CPUs but one and leaves that one
+"reserved" (its log: `core ids=[0]`, `reserved_cpus=[1]` on 2 CPUs) for EngineCore, the API
+server and whatever else runs, but binds nothing else there: the API server, EngineCore, the
+trace process and the client float over both CPUs and take turns on the worker's, slowing its
+forward passes by whatever lands there. `--pin` (the default, `auto`) does what the reservation
+means: this process and every process it starts (servers, client, viewer) run on the last CPU,
+and VLLM_CPU_OMP_THREADS_BIND gives the worker the rest. On the 2-CPU machine, stock runs of
+512 prompts read 2,328-2,386 tok/s pinned against 2,165-2,282 unpinned (two server starts, three
+runs each), 2.5% apart where they were 5.4%; the spread between rounds did not narrow (the host's
+speed drifts over an hour: docs/performance.md). The tracer's own work (the trace process, the
+stream, the viewer) then competes with the API server and the client on the reserved CPU, not
+with the forward pass. `--pin off` leaves placement to the kernel, as before.
+
 `--engine-nice N` renices each server's EngineCore and CPU worker once it is up (as the live
 tests do). The trace process is at nice 10 already.
 
@@ -222,6 +236,23 @@ class Contender:
     server: LiveServer | None = None
     viewer: Viewer | None = None
     runs: list[dict[str, Any]] = field(default_factory=list)
+
+
+def pin(spec: str) -> str:
+    """Apply `--pin` to this process (its children inherit it) and the environment the servers
+    get; what was done, for the header line. `auto`: the worker on every allowed CPU but the
+    last, everything else on the last."""
+    if spec == "off":
+        return "pinning off"
+    if os.environ.get("VLLM_CPU_OMP_THREADS_BIND"):
+        return "pinning off (VLLM_CPU_OMP_THREADS_BIND is set: the worker's CPUs are yours)"
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return f"pinning off (one CPU allowed: {cpus})"
+    worker, rest = cpus[:-1], cpus[-1]
+    os.sched_setaffinity(0, {rest})
+    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, worker))
+    return f"CPU worker on CPUs {worker}, everything else on CPU {rest}"
 
 
 def short(c: Contender) -> str:
@@ -477,6 +508,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="N",
         help="renice each server's EngineCore and CPU worker to N once it is up (see above)",
     )
+    ap.add_argument(
+        "--pin",
+        choices=("auto", "off"),
+        default="auto",
+        help="auto: the CPU worker alone on all CPUs but the last, the rest on it (see above)",
+    )
     ap.add_argument("--quick", action="store_true", help="smoke: 1 round, 64 prompts")
     ap.add_argument("--workdir", type=Path, help="keep logs, traces and results here")
     args = ap.parse_args(argv)
@@ -509,7 +546,8 @@ def measure(args: argparse.Namespace, workdir: Path) -> int:
     cs = contenders(
         workdir, max(256, 2 * args.concurrency), not args.no_metrics, args.writer_thread, args.control
     )
-    print(f"Live server overhead: {machine()}")
+    placement = pin(args.pin)
+    print(f"Live server overhead: {machine()}; {placement}")
     print(
         f"vllm bench serve: random {args.prefix_len}+{args.input_len} -> {args.output_len} tokens "
         f"(--ignore-eos), {args.prompts} prompts, --max-concurrency {args.concurrency}, --seed {args.seed}; "
@@ -583,6 +621,19 @@ def measure(args: argparse.Namespace, workdir: Path) -> int:
             values = [run[key] / base[key] for run, base in zip(c.runs, stock, strict=True) if base[key] > 0]
             ratios[c.name][key] = values
             print(f"    {short(c)}/A {name:20s} {fmt_spread(values)}")
+    if any(c.name == "control" for c in cs):
+        # Both stock runs of a round as its reference: half the reference's own noise. The
+        # figure and its verdict stay B/A and C/A, read against A'/A.
+        control_runs = next(c for c in cs if c.name == "control").runs
+        for c in cs[1:]:
+            if c.name == "control":
+                continue
+            key = "output_throughput"
+            both = [
+                run[key] / ((a[key] + a2[key]) / 2)
+                for run, a, a2 in zip(c.runs, stock, control_runs, strict=True)
+            ]
+            print(f"    {short(c)}/(A+A')/2 output tok/s {fmt_spread(both)}")
     for c in cs[1:]:
         shares = [run["engine_share"] for run in c.runs if "engine_share" in run]
         if shares:
