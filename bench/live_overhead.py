@@ -622,7 +622,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> int:
             ratios[c.name][key] = values
             print(f"    {short(c)}/A {name:20s} {fmt_spread(values)}")
     if any(c.name == "control" for c in cs):
-        # Both stock runs of a round as its reference: half the reference's own noise. The
+        # Both stock runs of a round as its reference: the reference's variance halved. The
         # figure and its verdict stay B/A and C/A, read against A'/A.
         control_runs = next(c for c in cs if c.name == "control").runs
         for c in cs[1:]:
