@@ -11,8 +11,8 @@ import orjson
 import pytest
 
 from tests.conftest import ROOT
-from tracer.analysis.opening import Spec
 from tracer.cli import build_parser, main
+from tracer.opening.door import Spec
 
 SAMPLE = str(ROOT / "sample_traces" / "dflash_k7_additive.jsonl")
 
@@ -55,9 +55,9 @@ def test_gaps_from_a_live_stream_are_shown(tmp_path: Path, capsys: pytest.Captur
 
 def test_the_door_makes_live_sources_from_follow_attach_save_and_lenient(tmp_path: Path) -> None:
     """--follow FILE and --attach URL (--save FILE) become a source through the one way in
-    (tracer.analysis.opening), made but not started; what may not go together is refused."""
-    from tracer.analysis.opening import open_input
+    (tracer.opening.door), made but not started; what may not go together is refused."""
     from tracer.inputs import viewer_inputs
+    from tracer.opening.door import open_input
     from tracer.trace.source import Mode
 
     def spec(**kw: object) -> Spec:
@@ -89,7 +89,7 @@ def test_the_door_makes_live_sources_from_follow_attach_save_and_lenient(tmp_pat
     ],
 )
 def test_viewer_inputs_are_checked_before_any_view_opens(argv: list[str], error: str) -> None:
-    """One rule for both viewers' inputs (tracer.analysis.opening.check, through
+    """One rule for both viewers' inputs (tracer.opening.door.check, through
     tracer.inputs.viewer_inputs), told before the terminal switches screens or anything is served."""
     from tracer.cli import build_parser
     from tracer.inputs import viewer_inputs

@@ -234,6 +234,19 @@ def test_every_import_runs_down_the_layer_table() -> None:
     assert layer_violations(graph, layer_table()) == []
 
 
+# What reads a trace input (a file, a recording's sidecar, an upload, a growing file or a stream):
+# the opening layer's, never analysis's, which computes over the Traces it is handed.
+OPENERS = {"tracer.trace.reader", "tracer.trace.ingest", "tracer.trace.source", "tracer.trace.attach"}
+
+
+def test_analysis_opens_nothing() -> None:
+    graph = import_graph()
+    opening = {m for m, imports in graph.items() if m.startswith("tracer.analysis.") and imports & OPENERS}
+    assert opening == set()
+    # The check sees an opener where there is one: the door's.
+    assert graph["tracer.opening.door"] & OPENERS
+
+
 def test_no_import_cycle_between_modules() -> None:
     assert import_cycles(import_graph()) == []
 

@@ -1,5 +1,5 @@
 """`schedscope diff` opens two traces without an index at once: B parsed in a child process
-that leaves its sidecars, A here (tracer.analysis.open_pair). Real traces from the recorder's
+that leaves its sidecars, A here (tracer.opening.open_pair). Real traces from the recorder's
 writer (bench/gen_trace.py), past the size below which no sidecar is kept."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from tracer.analysis import open_pair
 from tracer.analysis.compare import compare
+from tracer.opening import open_pair
 from tracer.render.compare import diff_lines
 from tracer.trace import index_files, sidecar
 from tracer.trace.errors import TraceError

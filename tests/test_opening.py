@@ -1,4 +1,4 @@
-"""The one way in (tracer.analysis.opening): every kind of input opens into Sessions and sources."""
+"""The one way in (tracer.opening.door): every kind of input opens into Sessions and sources."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 
 from tests.conftest import ROOT
 from tracer.analysis.engines import Run
-from tracer.analysis.opening import Spec, Upload, check, open_input
 from tracer.analysis.session import Session
+from tracer.opening.door import Spec, Upload, check, open_input
 from tracer.trace.errors import TraceError
 from tracer.trace.reader import load
 from tracer.trace.source import Mode, TraceSource

@@ -277,7 +277,7 @@ def test_stream_bench_quick_completes_without_drops(mode: list[str]) -> None:
 def test_attach_saves_a_trace_with_gaps_and_reads_the_same(tmp_path: Path) -> None:
     """`tui/web --attach URL --save FILE`: the source feeds its builder from the stream and tees
     it into FILE; the saved file loads to the same trace the viewer was shown."""
-    from tracer.analysis.opening import Spec, open_input
+    from tracer.opening.door import Spec, open_input
 
     hub = StreamHub(backlog=3)
     server = StreamServer(hub, "127.0.0.1", 0)

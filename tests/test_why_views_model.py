@@ -11,10 +11,10 @@ import pytest
 
 from tests.conftest import ROOT
 from tracer.analysis import request_lanes as rl
-from tracer.analysis.opening import Spec, open_input
 from tracer.analysis.reasons import CODES, REASONS, color
 from tracer.analysis.session import Session
 from tracer.analysis.step_bindings import waiting_weights
+from tracer.opening.door import Spec, open_input
 from tracer.render.why import lanes_note, segment_text, state_label
 
 SAMPLES = ROOT / "sample_traces"

@@ -29,21 +29,13 @@ STEPS = 60  # the trace's
 
 MOST = 2
 # Pairs still crossed at more sites than MOST, at the figure reached: lower it when a change
-# brings one down (the test fails on a rise, never on a fall).
-# analysis->trace: 30 before issue 34's walk, then 8, then 4, now 3: the load
-# (tracer.analysis.opening.open_input -> reader.load), the entry pass's bundle
-# (entry_features.computed -> trace_type.entry_columns) and the story's read of its span
-# (request_story -> Trace.steps_containing): three different reads (docs/architecture.md says
-# why none joins another). The load now collects the entry columns in its own parse, so the
-# bundle no longer re-reads every record, but it is still a crossing of its own. The heap
-# trims went with release_memory into analysis, its only user. Gone since 8: the header's two
-# (the config and the schema version are fields the Trace sets when made: why.Config and
-# has_why_fields read attributes), the chunks (in memory they come as a plain list of views;
-# only a recording index's mapped pieces are read chunk by chunk) and the derived sidecars'
-# read (looked for only with a fingerprint, a big file loaded whole: this small one has none).
-# commands->analysis (4 before) is down to 2: the way in
-# (tracer.inputs -> tracer.analysis.opening) is one call where it was 3.
-KNOWN_OVER: dict[str, int] = {"analysis->trace": 3}
+# brings one down (the test fails on a rise, never on a fall). None is left: analysis->trace
+# went from 30 to 8, 4, 3, and is 2 since the opening of inputs left analysis for a layer of
+# its own (tracer.opening): the load is opening->trace (door.open_input -> reader.load), and
+# analysis reads what it is handed at 2 sites, the entry pass's bundle
+# (entry_features.computed -> trace_type.entry_columns) and the story's span
+# (request_story -> Trace.steps_containing). commands->analysis was 4, then 2, now 1.
+KNOWN_OVER: dict[str, int] = {}
 # Finalizers run where an object happens to die (a Trace's memo dropped, its file closed when
 # main returns): not calls the walk makes.
 FINALIZERS = ("tracer.analysis.memo.memo.<locals>.<lambda>", "tracer.trace.store._LazyFile.__del__")
@@ -156,12 +148,12 @@ def test_why_checks_its_arguments_before_it_opens_the_trace(
 ) -> None:
     """What can be wrong without the trace is refused before it is opened: the trace exists
     here, and opening it would fail the test."""
-    from tracer.analysis import opening
+    from tracer.opening import door
 
     def refused(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("the trace was opened before the arguments were checked")
 
-    monkeypatch.setattr(opening, "open_input", refused)
+    monkeypatch.setattr(door, "open_input", refused)
     assert main(["why", str(TRACE), *argv]) == 2
     assert capsys.readouterr().err.strip() == f"schedscope: error: {error}"
 

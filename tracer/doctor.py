@@ -406,7 +406,7 @@ def run(
     strict: bool = True,
 ) -> tuple[int, list[str]]:
     """Load the traces (and the metrics), diagnose; (exit code, output lines)."""
-    from tracer.analysis.opening import Spec, open_input
+    from tracer.opening.door import Spec, open_input
 
     # Each trace through the one way in, on its own: doctor checks every trace it is given
     # (`Spec(engines=...)` would refuse traces that are not one run's).

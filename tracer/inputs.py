@@ -1,4 +1,4 @@
-"""What the command line asks to open, as the one way in's Spec (tracer.analysis.opening):
+"""What the command line asks to open, as the one way in's Spec (tracer.opening.door):
 the traces a command names (`open_traces`, `open_trace`) and what a viewer was asked to open
 (`viewer_args`, `viewer_inputs`). The viewers (tui/cli.py, web/cli.py) import this module, so
 they need not load the whole command line to read their options."""
@@ -11,8 +11,8 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from tracer.analysis.opening import EntriesWanted, Opened, Spec
     from tracer.analysis.session import Session
+    from tracer.opening.door import EntriesWanted, Opened, Spec
 
 
 def progress(done: int, total: int) -> None:
@@ -24,16 +24,16 @@ def progress(done: int, total: int) -> None:
 
 
 def open_traces(args: argparse.Namespace, *paths: str, entries: EntriesWanted = False) -> Opened:
-    """The traces a command names, through the one way in (tracer.analysis.opening): one
+    """The traces a command names, through the one way in (tracer.opening.door): one
     trace, or several, which must be the engines of one run (refused otherwise)."""
-    from tracer.analysis.opening import open_paths
+    from tracer.opening.door import open_paths
 
     return open_paths(paths, strict=not args.lenient, progress=progress, entries=entries)
 
 
 def open_trace(args: argparse.Namespace, *, entries: EntriesWanted = False) -> Session:
     """The Session over the command's one TRACE."""
-    from tracer.analysis.opening import open_path
+    from tracer.opening.door import open_path
 
     return open_path(args.trace, strict=not args.lenient, progress=progress, entries=entries)
 
@@ -61,10 +61,10 @@ def viewer_args(p: argparse.ArgumentParser) -> None:
 
 def viewer_inputs(args: argparse.Namespace, command: str, *, live_beside: bool = False) -> Spec:
     """What `schedscope tui|web` was asked to open, as the one way in's Spec, checked there
-    (tracer.analysis.opening.check): ValueError with the sentence to print, before the terminal
+    (tracer.opening.door.check): ValueError with the sentence to print, before the terminal
     switches screens or anything is served, so the user reads it. `live_beside`: the viewer can
     show a live source beside traces (the web app compares them)."""
-    from tracer.analysis.opening import Spec, check
+    from tracer.opening.door import Spec, check
 
     attach = getattr(args, "attach", None)
     spec = Spec(

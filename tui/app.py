@@ -12,7 +12,7 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
 
-from tracer.analysis.opening import Spec, check, open_input
+from tracer.opening.door import Spec, check, open_input
 from tracer.render import keys, labels
 from tracer.trace.errors import TraceError, skippable
 from tracer.trace.source import TraceSource
@@ -34,7 +34,7 @@ class SchedscopeApp(App[None]):
 
     def __init__(self, spec: Spec) -> None:
         super().__init__()
-        self.spec = spec  # what to open, checked (tracer.analysis.opening)
+        self.spec = spec  # what to open, checked (tracer.opening.door)
         self.marks: dict[str, float] = {"start": time.perf_counter()}
         self.error: str | None = None  # set when a trace could not be opened
 
@@ -93,7 +93,7 @@ def make_app(
     `trace`: a `TraceSource` (a file, `--follow FILE` or `--attach URL`, as the web app takes
     it), or a path, opened as a complete file; `follow`: a path, followed as it grows. The
     screen starts the source and closes it when the app ends. ValueError for what the command
-    line refuses (tracer.analysis.opening.check, the same check).
+    line refuses (tracer.opening.door.check, the same check).
     """
     if spec is None:
         given = trace if isinstance(trace, TraceSource) else None  # a source opens alone

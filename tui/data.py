@@ -38,7 +38,7 @@ class CompareModel:
 
     @classmethod
     def build(cls, a: TraceModel | Trace, b: TraceModel | Trace) -> CompareModel:
-        """Over two TraceModels (as tracer.analysis.opening made them: nothing is computed
+        """Over two TraceModels (as tracer.opening.door made them: nothing is computed
         again), or two traces."""
         a_model, b_model = (m if isinstance(m, TraceModel) else TraceModel.build(m) for m in (a, b))
         comparison = compare(a_model, b_model)  # the sessions' reports: nothing detects twice
@@ -58,7 +58,7 @@ class RunModel(ReadsRun):
     """The engines of one data-parallel run (tracer.analysis.engines.Run), each a TraceModel. The
     shared step axis and the totals are the Run's, read through, never copied."""
 
-    run: Run  # opened with TraceModel.build (tracer.analysis.opening)
+    run: Run  # opened with TraceModel.build (tracer.opening.door)
 
     @property
     def models(self) -> list[TraceModel]:

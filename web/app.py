@@ -8,8 +8,8 @@ from typing import Any
 from dash import Dash
 
 from tracer.analysis.engines import Run
-from tracer.analysis.opening import Opened, Spec, open_input
 from tracer.analysis.session import Session
+from tracer.opening.door import Opened, Spec, open_input
 from tracer.render import labels
 from tracer.trace.source import TraceSource
 from tracer.trace.trace_type import Trace
@@ -40,7 +40,7 @@ def make_app(
 ) -> Dash:
     """A Dash app over traces (A, optionally B) and/or a live source.
 
-    `opened`: what `schedscope web` opened (tracer.analysis.opening). Otherwise: `trace_a`, a
+    `opened`: what `schedscope web` opened (tracer.opening.door). Otherwise: `trace_a`, a
     loaded Trace or Session, or a `TraceSource` (the one the TUI takes): a complete file shows
     as A while it loads; a growing file or a live stream is the live trace, as is `follow` (a
     path is followed as it grows, `strict` or not). The sources start here; `app.feeds` hold

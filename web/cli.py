@@ -31,7 +31,7 @@ def cmd_web(args: argparse.Namespace) -> int:
     except ImportError as exc:
         print(labels.needs_dash(exc), file=sys.stderr)
         return 2
-    from tracer.analysis.opening import open_input
+    from tracer.opening.door import open_input
 
     # One trace is shown while it loads; two (compare) and --engines are opened whole, the two
     # at once, the engines checked to be one run (a TraceError names file and field).

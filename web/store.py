@@ -1,7 +1,7 @@
 """Server-side registry of loaded traces, and opening uploads.
 
 The browser names a trace only by the key the server gave it; it never sends a
-path. Uploads are opened through tracer.analysis.opening: parsed in memory by
+path. Uploads are opened through tracer.opening.door: parsed in memory by
 tracer.trace.ingest (no pickle, no eval, nothing written to disk); only the newest few are kept.
 """
 
@@ -15,8 +15,8 @@ from typing import Any
 
 from tracer.analysis.compare import Comparison, compare
 from tracer.analysis.memo import Memo, joint_memo
-from tracer.analysis.opening import Spec, Upload, open_input
 from tracer.analysis.session import Session
+from tracer.opening.door import Spec, Upload, open_input
 from tracer.render import labels
 from tracer.trace.errors import TraceError
 from tracer.trace.trace_type import Trace

@@ -109,7 +109,7 @@ def test_compare_totals_show_throughput_and_latency_side_by_side() -> None:
     ],
 )
 def test_make_app_refuses_what_the_command_line_refuses(kwargs: dict[str, Any], message: str) -> None:
-    """tui.make_app runs the command line's one check (tracer.analysis.opening.check)."""
+    """tui.make_app runs the command line's one check (tracer.opening.door.check)."""
     from tui import make_app
 
     with pytest.raises(ValueError, match=message):
@@ -117,9 +117,9 @@ def test_make_app_refuses_what_the_command_line_refuses(kwargs: dict[str, Any], 
 
 
 def test_the_compare_screen_compares_the_sessions_the_door_opened() -> None:
-    """A and B opened through tracer.analysis.opening with TraceModel.build are the compare
+    """A and B opened through tracer.opening.door with TraceModel.build are the compare
     model's sides: their reports are not computed again."""
-    from tracer.analysis.opening import Spec, open_input
+    from tracer.opening.door import Spec, open_input
 
     spec = Spec(traces=(ADDITIVE, SAMPLES / "dflash_k7_separate.jsonl"), session=TraceModel.build)
     a, b = open_input(spec).pair

@@ -11,8 +11,8 @@ from dash import Dash
 from dash.exceptions import PreventUpdate
 
 from tests.engine_support import engine_copy
-from tracer.analysis.engines import Run
 from tracer.cli import main
+from tracer.opening.open_run import open_run
 from web import layout as ids
 from web.app import engines_figure, make_app
 
@@ -32,7 +32,7 @@ def paths(tmp_path: Path) -> list[Path]:
 
 @pytest.fixture
 def app(paths: list[Path]) -> Iterator[Dash]:
-    made = make_app(engines=Run.load(paths))
+    made = make_app(engines=open_run(paths))
     yield made
     for feed in made.feeds:  # type: ignore[attr-defined]
         feed.stop()

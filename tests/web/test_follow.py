@@ -242,7 +242,7 @@ def test_the_page_holds_a_loading_file_until_its_first_figure_is_shown(
 def test_the_web_app_keeps_the_sessions_it_is_given_and_refuses_two_live_sources(tmp_path: Path) -> None:
     """make_app shows the Sessions the door opened (nothing computed again) and runs the door's
     one check: a live source and a file to follow are two live sources."""
-    from tracer.analysis.opening import Spec, open_input
+    from tracer.opening.door import Spec, open_input
 
     a, b = open_input(Spec(traces=(ADDITIVE, ADDITIVE))).pair
     report = a.report

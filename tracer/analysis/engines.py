@@ -10,8 +10,7 @@ header field that differs: engines of one server share every one of these.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,9 +18,7 @@ import numpy as np
 
 from tracer.analysis.memo import Memo, joint_memo
 from tracer.analysis.session import Session
-from tracer.trace.builder import Progress
 from tracer.trace.errors import TraceHeaderError
-from tracer.trace.reader import load
 from tracer.trace.trace_type import Trace
 
 # Header fields every engine of one server shares; (section, key): section None is the header.
@@ -100,36 +97,6 @@ class Run:
         sessions = [Session.of(s) for s in sessions]
         check_one_run([s.trace for s in sessions])
         return cls([Engine(label(i, s.trace), s) for i, s in enumerate(sessions)])
-
-    @classmethod
-    def load(
-        cls,
-        paths: Sequence[str | Path],
-        *,
-        strict: bool = True,
-        progress: Progress | None = None,
-        session: Callable[[Trace], Session] = Session,
-    ) -> Run:
-        """Each trace in turn, then the one-run check (TraceError if not one run). `progress`
-        covers the whole run, in bytes of the files; `session` makes each engine's Session
-        (a viewer's subclass, built with what its first frame draws)."""
-        sizes = []
-        for p in paths:
-            try:
-                sizes.append(os.stat(p).st_size)
-            except OSError:
-                sizes.append(0)  # load names the problem
-        whole = max(1, sum(sizes))
-        sessions = []
-        for i, path in enumerate(paths):
-            before = sum(sizes[:i])
-
-            def each(done: int, total: int, before: int = before, size: int = sizes[i]) -> None:
-                if progress is not None:  # the files differ in size: their share of the whole
-                    progress(before + size * done // max(1, total), whole)
-
-            sessions.append(session(load(path, strict=strict, progress=each)))
-        return cls.of(sessions)
 
     def totals(self) -> RunTotals:
         return self.memo.once("totals", self._totals)  # every view asks for the same numbers

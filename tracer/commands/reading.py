@@ -151,10 +151,10 @@ def cmd_timing(args: argparse.Namespace) -> int:
 
 def cmd_diff(args: argparse.Namespace) -> int:
     from tracer.analysis.compare import compare
-    from tracer.analysis.opening import Spec, open_input
+    from tracer.opening.door import Spec, open_input
     from tracer.render.compare import diff_lines
 
-    # Both at once, each on a core (tracer.analysis.open_pair); the request index and the step pass
+    # Both at once, each on a core (tracer.opening.open_pair); the request index and the step pass
     # read the entry columns, collected by the same parse.
     a, b = open_input(Spec(traces=(args.trace_a, args.trace_b), strict=not args.lenient)).pair
     comparison = compare(a, b)

@@ -26,7 +26,7 @@ from tracer.render.command_lines import (
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from tracer.analysis.opening import Spec, open_input
+    from tracer.opening.door import Spec, open_input
     from tracer.render.fidelity import fidelity_lines
     from tracer.render.notes import note_line, written_line
     from tracer.whatif.fidelity import check_fidelity

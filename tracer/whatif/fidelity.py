@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tracer.analysis import why
-from tracer.analysis.opening import Spec, open_input
+from tracer.opening.door import Spec, open_input
 from tracer.trace import schema
 from tracer.trace.trace_type import Trace
 from tracer.whatif.notes import Note, OtherVllm

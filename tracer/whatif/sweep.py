@@ -24,8 +24,8 @@ from typing import Any
 
 from tracer.analysis import timing
 from tracer.analysis.clock import StepClock, clock_for, performance
-from tracer.analysis.opening import Spec, open_input
 from tracer.analysis.step_features import step_pass
+from tracer.opening.door import Spec, open_input
 from tracer.trace.trace_type import Trace
 from tracer.whatif.replay_clock import attach_frontend_delays, attach_idle_waits
 

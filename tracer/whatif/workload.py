@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tracer.analysis.opening import Spec, open_input
+from tracer.opening.door import Spec, open_input
 from tracer.trace.trace_type import Trace
 from tracer.whatif.notes import Approximate, NoFooter, Note, UnrecordedUpdate
 from tracer.whatif.offline import EngineSpec, RequestSpec

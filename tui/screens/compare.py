@@ -13,7 +13,7 @@ from textual.containers import Horizontal, Vertical
 from textual.markup import escape
 from textual.widgets import Footer, ProgressBar, Static
 
-from tracer.analysis.opening import Spec, open_input
+from tracer.opening.door import Spec, open_input
 from tracer.render import keys, labels, moves
 from tracer.render.compare import headline_sentences, performance_note, performance_rows
 from tracer.render.step import arithmetic
@@ -77,7 +77,7 @@ class CompareScreen(StepScreen):
 
     def __init__(self, spec: Spec) -> None:
         super().__init__()
-        self.spec = spec  # A and B (tracer.analysis.opening)
+        self.spec = spec  # A and B (tracer.opening.door)
         self.strict = spec.strict
         self.model: CompareModel | None = None
         self.loaded = False

@@ -17,7 +17,7 @@ from textual.containers import Horizontal, Vertical
 from textual.markup import escape
 from textual.widgets import Footer, ProgressBar, Static
 
-from tracer.analysis.opening import Spec, open_input
+from tracer.opening.door import Spec, open_input
 from tracer.render import keys, labels
 from tracer.render.text import run_totals_line
 from tracer.trace.errors import TraceError
@@ -63,7 +63,7 @@ class EnginesScreen(StepScreen):
 
     def __init__(self, spec: Spec) -> None:
         super().__init__()
-        self.spec = spec  # the run's traces (tracer.analysis.opening)
+        self.spec = spec  # the run's traces (tracer.opening.door)
         self.strict = spec.strict
         self.model: RunModel | None = None
         self.selected = 0

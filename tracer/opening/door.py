@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from tracer.analysis.engines import Run
-from tracer.analysis.open_pair import load_pair
 from tracer.analysis.session import Session
+from tracer.opening.open_pair import load_pair
+from tracer.opening.open_run import open_run
 from tracer.trace.builder import Progress
 from tracer.trace.ingest import load_bytes
 from tracer.trace.reader import load
@@ -127,8 +128,8 @@ def open_input(spec: Spec) -> Opened:
     """Check `spec` (ValueError), then open it (TraceError naming file, line and field).
 
     One trace is read whole into a Session, or, `shown_while_loading`, made a TraceSource.file;
-    two are opened at once (tracer.analysis.open_pair); engines are read in turn and checked to be
-    one run (tracer.analysis.engines); an upload is parsed in memory (tracer.trace.ingest). A
+    two are opened at once (tracer.opening.open_pair); engines are read in turn and checked to be
+    one run (tracer.opening.open_run); an upload is parsed in memory (tracer.trace.ingest). A
     live input becomes a TraceSource, not started."""
     check(spec)
     opened = Opened(live=_live(spec), source=next((s for s in spec.sources if not s.live), None))
@@ -138,7 +139,7 @@ def open_input(spec: Spec) -> Opened:
         trace = load_bytes(up.data, up.name, strict=spec.strict, max_decompressed=up.max_decompressed)
         opened.sessions.append(make(trace))
     elif spec.engines:
-        opened.run = Run.load(list(spec.engines), strict=spec.strict, progress=spec.progress, session=make)
+        opened.run = open_run(list(spec.engines), strict=spec.strict, progress=spec.progress, session=make)
         opened.sessions = [e.session for e in opened.run.engines]
     elif len(spec.traces) == 2:
         a, b = spec.traces

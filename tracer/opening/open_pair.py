@@ -5,7 +5,7 @@ A trace with a sidecar or a recording index (tracer.trace.sidecar) opens in a se
 mostly in NumPy, which lets go of the GIL: two threads share the cores. A trace without one
 (an older trace, a first open) is parsed record by record, which holds the GIL, so two such
 parses in two threads take turns on one core. Then B is opened in a child process
-(`python -m tracer.analysis.open_pair B`), as a first open of it would: parsed, its passes
+(`python -m tracer.opening.open_pair B`), as a first open of it would: parsed, its passes
 computed (`compare.prepare`), its sidecars written (the reader's, the step pass's and the
 request index's). Meanwhile this process parses A, then maps B's sidecars.
 
@@ -43,7 +43,7 @@ def load_pair(
     session: Callable[[Trace], Session] = Session,
 ) -> tuple[Session, Session]:
     """Sessions over A and B, their entry columns collected (`load(..., entries=True)`);
-    `session` makes each (a viewer's Session class). Opened through tracer.analysis.opening."""
+    `session` makes each (a viewer's Session class). Opened through tracer.opening.door."""
     with ThreadPoolExecutor(2, thread_name_prefix="schedscope-load") as pool:
         # Each from its index when it has one (mostly NumPy: both at once).
         a, b = pool.map(lambda p: _reopened(p, strict, session), (path_a, path_b))
@@ -106,7 +106,7 @@ def _child(path: str | Path, strict: bool) -> subprocess.Popen[bytes] | None:
     args = [
         sys.executable,
         "-m",
-        "tracer.analysis.open_pair",
+        "tracer.opening.open_pair",
         os.fspath(path),
         *([] if strict else ["--lenient"]),
     ]
@@ -121,7 +121,7 @@ def _child(path: str | Path, strict: bool) -> subprocess.Popen[bytes] | None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m tracer.analysis.open_pair",
+        prog="python -m tracer.opening.open_pair",
         description="Open one trace as `schedscope diff` opens its B in a child process: parse it, "
         "compute its passes and leave its sidecars for the parent to map.",
     )
