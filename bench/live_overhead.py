@@ -88,7 +88,9 @@ is the figure.
 
 The footer's figures (EngineCore's time in the tracer, hooks and shipping per step) depend on
 the requests per step, not on the model; their share of a run shrinks as the steps grow, so
-they are printed beside the ratios, for the small model too.
+they are printed beside the ratios, for the small model too. A server whose EngineCore vLLM's
+process manager killed at shutdown (its log says so) is marked, and counted per contender: a
+traced one's trace process goes with it, before the footer is written.
 
     .venv/bin/python bench/live_overhead.py                # 3 rounds x 3 contenders, 256 prompts
     .venv/bin/python bench/live_overhead.py --rounds 5 --prompts 512
@@ -236,6 +238,7 @@ class Contender:
     server: LiveServer | None = None
     viewer: Viewer | None = None
     runs: list[dict[str, Any]] = field(default_factory=list)
+    killed_at_shutdown: bool = False  # the last stop: vLLM's process manager killed EngineCore
 
 
 def pin(spec: str) -> str:
@@ -323,6 +326,7 @@ def serving(
         c.stream_port = stream
         c.env["SCHEDSCOPE_STREAM"] = f"127.0.0.1:{stream}"
     log = workdir / f"{c.name}.log"
+    logged = log.stat().st_size if log.exists() else 0  # the log is appended to at each start
     kv = kv_mib << 20
     with start_server(
         model, port=port, extra_args=c.args, env=c.env, log_path=log, timeout=300, kv_cache_bytes=kv
@@ -341,6 +345,9 @@ def serving(
             c.server = None
     if c.viewer is not None:
         c.viewer.join(15)
+    with open(log, "rb") as f:
+        f.seek(logged)
+        c.killed_at_shutdown = KILLED_AT_SHUTDOWN in f.read()
 
 
 def workload(args: argparse.Namespace, seed: int, prompts: int) -> list[str]:
@@ -391,6 +398,10 @@ class FailedRun(RuntimeError):
 # Requests failing client-side (no error in the server's log) were seen on stock vLLM as well
 # as traced, at 1,024 prompts: a failed run is retried on a fresh server, and counted.
 RETRIES = 2
+# vLLM's process manager logs this when a process outlived the shutdown's wait and is killed with
+# its children: on CPU, the worker sometimes exits first and EngineCore is killed, and a traced
+# server's trace process with it, before it writes the footer. It happens after the measured run.
+KILLED_AT_SHUTDOWN = b"force killing remaining process"
 
 
 def measured_run(
@@ -461,6 +472,7 @@ def fmt_run(c: Contender, run: dict) -> str:
         + (f", idle servers' CPU: {idle} s" if idle else "")
         + (f" (its trace processes {own:.1f} s)" if own else "")
         + cost
+        + (", vLLM killed EngineCore at shutdown" if run.get("killed_at_shutdown") else "")
         + f", load {run['load']:.1f}"
     )
 
@@ -578,6 +590,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> int:
                             with serving(c, model, workdir, args.kv_mib, args.engine_nice):
                                 warm_up(c, args, workdir)
                                 run = measured_run(c, [], args, workdir, f"r{r}")
+                            run["killed_at_shutdown"] = c.killed_at_shutdown
                             engine_cost(c, run)  # the server stopped: its footer is written
                             break
                         except FailedRun as e:
@@ -593,6 +606,11 @@ def measure(args: argparse.Namespace, workdir: Path) -> int:
     print(f"  runs with failed requests, each run again: {len(failures)}")
     for f in failures:
         print(f"    {f}")
+    if args.servers != "kept":
+        killed = ", ".join(
+            f"{c.name} {sum(r['killed_at_shutdown'] for r in c.runs)}/{len(c.runs)}" for c in cs
+        )
+        print(f"  EngineCores vLLM killed at shutdown (a traced one loses its footer): {killed}")
     for c in cs[1:]:
         if c.trace is None:
             continue  # the control: a stock server
