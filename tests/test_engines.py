@@ -12,7 +12,7 @@ import pytest
 from tests.engine_support import engine_copy
 from tracer.analysis.engines import Run, check_one_run
 from tracer.analysis.session import Session
-from tracer.opening.open_run import open_run
+from tracer.opening.door import Spec, open_input
 from tracer.render.summary import summary_lines
 from tracer.trace.errors import TraceHeaderError
 from tracer.trace.reader import load
@@ -34,7 +34,7 @@ def engines(tmp_path: Path) -> list[Path]:
 
 
 def test_a_run_is_its_engines_in_order_with_the_totals_of_all(engines: list[Path]) -> None:
-    run = open_run(engines)
+    run = open_input(Spec(engines=tuple(engines))).run
     assert [e.label for e in run.engines] == [f"engine {i} (pid {4101 + i})" for i in range(3)]
     one = Session(load(PREEMPT))
     totals = run.totals()
@@ -47,7 +47,7 @@ def test_a_run_is_its_engines_in_order_with_the_totals_of_all(engines: list[Path
 def test_a_runs_axis_and_totals_are_kept_for_its_sessions(engines: list[Path]) -> None:
     """Kept in the one memo (tracer.analysis.memo.joint_memo), keyed by the engines'
     Sessions: another Run over the same Sessions reads them; new Sessions compute afresh."""
-    run = open_run(engines)
+    run = open_input(Spec(engines=tuple(engines))).run
     again = Run.of([e.session for e in run.engines])
     assert again.axis is run.axis and again.totals() is run.totals()
     other = Run.of([Session(e.trace) for e in run.engines])

@@ -12,7 +12,7 @@ from dash.exceptions import PreventUpdate
 
 from tests.engine_support import engine_copy
 from tracer.cli import main
-from tracer.opening.open_run import open_run
+from tracer.opening.door import Spec, open_input
 from web import layout as ids
 from web.app import engines_figure, make_app
 
@@ -32,7 +32,7 @@ def paths(tmp_path: Path) -> list[Path]:
 
 @pytest.fixture
 def app(paths: list[Path]) -> Iterator[Dash]:
-    made = make_app(engines=open_run(paths))
+    made = make_app(engines=open_input(Spec(engines=tuple(paths))).run)
     yield made
     for feed in made.feeds:  # type: ignore[attr-defined]
         feed.stop()
