@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import platform
+import random
 import resource
 import statistics
 import sys
@@ -34,6 +35,20 @@ def spread(values: Sequence[float]) -> tuple[float, float, float]:
 def fmt_spread(values: Sequence[float], unit: str = "x", digits: int = 3) -> str:
     lo, med, hi = spread(values)
     return f"{med:.{digits}f}{unit} (min {lo:.{digits}f}, max {hi:.{digits}f}, n={len(values)})"
+
+
+def mean_interval(
+    values: Sequence[float], level: float = 0.95, resamples: int = 10_000
+) -> tuple[float, float, float]:
+    """(low, mean, high): the mean of `values` and a bootstrap interval for it at `level` (the
+    percentiles of `resamples` means of samples drawn with replacement; a fixed seed, so one
+    run's figures print the same again). No normal or t assumption: the live bench's ratios
+    have a long tail on the slow side (a run the host slowed)."""
+    rng = random.Random(0)
+    n = len(values)
+    means = sorted(statistics.fmean(rng.choices(values, k=n)) for _ in range(resamples))
+    tail = (1 - level) / 2
+    return means[int(tail * resamples)], statistics.fmean(values), means[int((1 - tail) * resamples) - 1]
 
 
 def peak_rss_bytes() -> int:

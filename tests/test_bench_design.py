@@ -1,0 +1,53 @@
+"""The live bench's design: the rounds' orders balance place and predecessor, and the verdict's
+interval is a bootstrap interval of the mean that covers as it says."""
+
+from __future__ import annotations
+
+import random
+import statistics
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+sys.path.insert(0, str(BENCH))
+
+from _common import mean_interval  # noqa: E402
+from live_overhead import williams_orders  # noqa: E402
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 5, 6])
+def test_williams_orders_balance_place_and_predecessor(n: int) -> None:
+    rows = williams_orders(n)
+    assert len(rows) == (n if n % 2 == 0 else 2 * n)
+    assert all(sorted(row) == list(range(n)) for row in rows)
+    per = len(rows) // n
+    for place in range(n):  # each contender in each place equally often
+        assert Counter(row[place] for row in rows) == dict.fromkeys(range(n), per)
+    follows = Counter((row[i], row[i + 1]) for row in rows for i in range(n - 1))
+    # every ordered pair once (an even n) or twice (an odd n, the mirrored rows)
+    assert follows == {(a, b): per for a in range(n) for b in range(n) if a != b}
+
+
+def test_williams_orders_of_the_bench_with_the_control() -> None:
+    # stock, control, traced, streamed: B no longer always comes right after A'
+    rows = williams_orders(4)
+    assert rows[0] == [0, 1, 3, 2]
+    assert {row[row.index(2) - 1] for row in rows if row.index(2)} == {0, 1, 3}
+
+
+def test_mean_interval_holds_the_mean_and_covers() -> None:
+    lo, mean, hi = mean_interval([1.0, 2.0, 3.0, 4.0, 5.0])
+    assert mean == 3.0 and lo < mean < hi
+    assert mean_interval([2.0] * 8) == (2.0, 2.0, 2.0)
+    # 95% intervals of 40 draws from a known mean hold it in about 95 of 100 samples
+    rng = random.Random(7)
+    held = 0
+    for _ in range(100):
+        values = [rng.gauss(1.0, 0.046) for _ in range(40)]
+        lo, mean, hi = mean_interval(values, resamples=2_000)
+        assert lo <= statistics.fmean(values) <= hi
+        held += lo <= 1.0 <= hi
+    assert 85 <= held <= 100
