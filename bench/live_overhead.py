@@ -615,8 +615,21 @@ def main(argv: list[str] | None = None) -> int:
         help="auto: the CPU worker alone on all CPUs but the last, the rest on it (see above)",
     )
     ap.add_argument("--quick", action="store_true", help="smoke: 1 round, 64 prompts")
-    ap.add_argument("--workdir", type=Path, help="keep logs, traces and results here")
+    ap.add_argument(
+        "--workdir", type=Path, help="keep logs, traces and results here (the runs in rounds.json)"
+    )
+    ap.add_argument(
+        "--pool",
+        type=Path,
+        nargs="+",
+        metavar="ROUNDS_JSON",
+        help="measure nothing: the summary and verdict of the rounds of earlier runs (their "
+        "rounds.json, e.g. bench/data/live_overhead/), pooled; every run's rounds are paired in "
+        "themselves, so runs of one workload and contenders pool",
+    )
     args = ap.parse_args(argv)
+    if args.pool:
+        return pool(args)
     # A SIGTERM unwinds like Ctrl-C, so every server (stopped or not) is continued and shut down.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.quick:
@@ -652,7 +665,7 @@ def measure(args: argparse.Namespace, workdir: Path) -> int:
     )
     placement = pin(args.pin)
     print(f"Live server overhead: {machine()}; {placement}")
-    print(
+    header = (
         f"vllm bench serve: random {args.prefix_len}+{args.input_len} -> {args.output_len} tokens "
         f"(--ignore-eos), {args.prompts} prompts, --max-concurrency {args.concurrency}, --seed {args.seed}; "
         f"server: Llama {shape} on CPU, {args.kv_mib} MiB KV cache, --async-scheduling, prefix caching, "
@@ -660,9 +673,9 @@ def measure(args: argparse.Namespace, workdir: Path) -> int:
         f"{args.rounds} rounds, Williams orders, servers {args.servers}"
         f"{f' (afresh every {args.restart_every} rounds)' if args.restart_every else ''}; "
         f"C: stream + one viewer, /metrics counting {'off' if args.no_metrics else 'on (default)'}"
-        + (f"; EngineCore and its worker at nice {args.engine_nice}" if args.engine_nice else ""),
-        flush=True,
+        + (f"; EngineCore and its worker at nice {args.engine_nice}" if args.engine_nice else "")
     )
+    print(header, flush=True)
     kept, paused = args.servers != "restart", args.servers == "paused"
     orders = williams_orders(len(cs))
     block = args.restart_every or args.rounds
@@ -701,6 +714,31 @@ def measure(args: argparse.Namespace, workdir: Path) -> int:
                 engine_cost(c, c.runs[first:])
     # Every server is stopped here (footers written).
     report(cs, args, failures)
+    if args.workdir is not None:
+        saved = workdir / "rounds.json"
+        saved.write_text(json.dumps({"header": header, "runs": {c.name: c.runs for c in cs}}, indent=1))
+        print(f"The runs: {saved} (pool runs with --pool)")
+    return 0
+
+
+def pool(args: argparse.Namespace) -> int:
+    """`--pool`: the rounds of earlier runs (their rounds.json), one after another, summarized as
+    one run (traces and viewers are not read again: their lines are the runs' own)."""
+    runs: dict[str, list[dict]] = {}
+    for path in args.pool:
+        try:
+            saved = json.loads(path.read_text())
+            names = list(saved["runs"])
+            if runs and names != list(runs):
+                raise SystemExit(f"{path}: contenders {names}, not {list(runs)} as the files before it")
+            print(f"  {path}: {len(saved['runs'][names[0]])} rounds; {saved['header']}")
+            for name in names:
+                runs.setdefault(name, []).extend(saved["runs"][name])
+        except (OSError, ValueError, KeyError, IndexError) as exc:
+            raise SystemExit(f"{path}: not a rounds.json of this bench ({exc!r})") from exc
+    cs = [Contender(name, [], {}, runs=rs) for name, rs in runs.items()]
+    args.rounds = len(cs[0].runs)
+    report(cs, args, [])
     return 0
 
 
@@ -713,7 +751,7 @@ def report(cs: list[Contender], args: argparse.Namespace, failures: list[str]) -
     print(f"  runs with failed requests, each run again: {len(failures)}")
     for f in failures:
         print(f"    {f}")
-    if args.servers == "restart":
+    if args.servers == "restart" and not args.pool:
         killed = ", ".join(
             f"{c.name} {sum(r['killed_at_shutdown'] for r in c.runs)}/{len(c.runs)}" for c in cs
         )
