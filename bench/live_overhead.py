@@ -42,36 +42,34 @@ least 0.99x traced and 0.98x streamed with a viewer, TPOT p50 at most 1.01x.
 
 Three ways to hold the servers:
 
-  --servers restart  (default) each run starts its contender's server, warms it
-                     up, waits for it to go quiet, runs, and stops it: only one
-                     server is ever up. About 40 s a start on an idle machine.
-  --servers kept     the three servers start once and stay up; the runs alternate
-                     between them (after waiting until all three are quiet). The
-                     idle servers' CPU time during each run (their process groups,
-                     from /proc) is printed beside it.
-
-Why restart is the default: both were tried on the 2-core machine this was
-written on. An idle server is not free: over 20 quiet seconds the stock server's
-processes took 0.16 CPU s (0.8% of a core; mostly the CPU worker's polling) and
-the streamed one's 0.29 s (1.5%: the trace writer wakes every 20 ms, the stream
-sends heartbeats). With `kept`, the two idle servers beside a run are therefore
-different for each contender (A runs beside two traced servers, B and C beside
-the stock one): A gets more background, which flatters the tracer by a few tenths of a percent of
-the machine, and a server goes on working for a moment after its run ends (in
-the first `kept` smoke run, before the bench waited for quiet, the idle servers
-took 0.15-0.43 CPU s each during 1.5-2.9 s runs). Against a 1% goal that is too
-much; `restart` costs about 40 s a run more and has nothing beside the run but
-the client and the machine's co-tenants. `kept` stays for a quicker look.
-
-  --servers paused   as `kept`, but every server but the measured one is stopped (SIGSTOP to
-                     each of its processes, the trace process included) for the run and
-                     continued (SIGCONT) for its own: nothing idles beside a run, and a run
-                     costs its 30 s, not a 40 s start and a warm-up more. The runs of a round
-                     then sit about a minute apart, not five, so the host's drift between
-                     them is smaller. What it cannot average out: a difference that lasts a
-                     server's whole life (where its memory landed, say) is the same in every
-                     round; `--restart-every K` starts all servers afresh every K rounds, and
+  --servers paused   (default) every server starts once and stays up, but every server
+                     but the measured one is stopped (SIGSTOP to each of its processes, the
+                     trace process included) during a run and continued (SIGCONT) for its
+                     own: nothing idles beside a run, and a run costs its 30 s, not a 40 s
+                     start and a warm-up more, so a round takes under 3 minutes, not 5.5.
+                     What it cannot average out is a difference that lasts a server's whole
+                     life (where its memory landed, say); `--restart-every K` starts all
+                     servers afresh every K rounds (by default every cycle of orders), and
                      A'/A (`--control`) says whether such a difference is there.
+  --servers restart  each run starts its contender's server, warms it up, waits for it
+                     to go quiet, runs, and stops it: only one server is ever up. About
+                     40 s a start on an idle machine. The default until 2026-12-07.
+  --servers kept     as paused, but the idle servers keep running beside a run; their
+                     CPU time during it (their process groups, from /proc) is printed.
+
+Why not `kept`: an idle server is not free. On the 2-core machine this was written on,
+over 20 quiet seconds the stock server's processes took 0.16 CPU s (0.8% of a core;
+mostly the CPU worker's polling) and the streamed one's 0.29 s (1.5%: the trace writer
+wakes every 20 ms, the stream sends heartbeats). With `kept`, the idle servers beside
+a run are therefore different for each contender (A runs beside two traced servers, B
+and C beside the stock one): A gets more background, which flatters the tracer by a few
+tenths of a percent of the machine, and a server goes on working for a moment after its
+run ends (in the first `kept` smoke run, before the bench waited for quiet, the idle
+servers took 0.15-0.43 CPU s each during 1.5-2.9 s runs). Against a 1% goal that is too
+much. `paused` removes that background, and `restart` never had it; `kept` stays for a
+quicker look. Two runs of one stock server differ as much under `paused` as under
+`restart` (docs/performance.md): the spread is the host's, run to run, and `paused`
+buys twice the rounds an hour, and no EngineCore killed at shutdown between them.
 
 The model. A Llama of `--hidden-size` 512 and `--layers` 4 (random weights, tests/live_support.py)
 with a 512 MiB KV cache, so all 64 concurrent requests run at once: its decode steps take tens of
@@ -117,6 +115,9 @@ traced one's trace process goes with it, before the footer is written.
     .venv/bin/python bench/live_overhead.py --rounds 5 --prompts 512
     .venv/bin/python bench/live_overhead.py --rounds 4 --control   # with the A/A control
     .venv/bin/python bench/live_overhead.py --quick        # smoke: 1 round, 64 prompts
+    .venv/bin/python bench/live_overhead.py --rounds 16 --prompts 512 --control \
+        --servers paused --restart-every 4 --workdir /dev/shm/live   # rounds.json kept there
+    .venv/bin/python bench/live_overhead.py --pool bench/data/live_overhead/*.json
 """
 
 from __future__ import annotations
@@ -582,13 +583,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hidden-size", type=int, default=512, help="the model's hidden size (see above)")
     ap.add_argument("--layers", type=int, default=4, help="the model's layers")
     ap.add_argument("--kv-mib", type=int, default=512, help="the server's KV cache, MiB (all requests fit)")
-    ap.add_argument("--servers", choices=("restart", "kept", "paused"), default="restart", help="see above")
+    ap.add_argument("--servers", choices=("restart", "kept", "paused"), default="paused", help="see above")
     ap.add_argument(
         "--restart-every",
         type=int,
-        default=0,
         metavar="K",
-        help="kept or paused: start every server afresh every K rounds (default: once, for all rounds)",
+        help="kept or paused: start every server afresh every K rounds (default: every cycle of "
+        "orders, 4 rounds with --control, 6 without; 0: never)",
     )
     ap.add_argument("--no-metrics", action="store_true", help="C with SCHEDSCOPE_METRICS=off")
     ap.add_argument(
@@ -636,8 +637,8 @@ def main(argv: list[str] | None = None) -> int:
         args.rounds, args.prompts = 1, 64
     if args.rounds < 1 or args.prompts < 1 or args.concurrency < 1:
         ap.error("--rounds, --prompts and --concurrency must be positive")
-    if args.restart_every < 0 or (args.restart_every and args.servers == "restart"):
-        ap.error("--restart-every K takes a positive K, with --servers kept or paused")
+    if args.restart_every is not None and (args.restart_every < 0 or args.servers == "restart"):
+        ap.error("--restart-every K takes K >= 0, with --servers kept or paused")
 
     tmp = None
     if args.workdir is None:
@@ -663,6 +664,10 @@ def measure(args: argparse.Namespace, workdir: Path) -> int:
     cs = contenders(
         workdir, max(256, 2 * args.concurrency), not args.no_metrics, args.writer_thread, args.control
     )
+    kept, paused = args.servers != "restart", args.servers == "paused"
+    orders = williams_orders(len(cs))
+    if args.restart_every is None:  # one cycle of orders per set of servers
+        args.restart_every = len(orders) if kept else 0
     placement = pin(args.pin)
     print(f"Live server overhead: {machine()}; {placement}")
     header = (
@@ -676,8 +681,6 @@ def measure(args: argparse.Namespace, workdir: Path) -> int:
         + (f"; EngineCore and its worker at nice {args.engine_nice}" if args.engine_nice else "")
     )
     print(header, flush=True)
-    kept, paused = args.servers != "restart", args.servers == "paused"
-    orders = williams_orders(len(cs))
     block = args.restart_every or args.rounds
     failures: list[str] = []
     for first in range(0, args.rounds, block):
