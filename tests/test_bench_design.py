@@ -3,6 +3,7 @@ interval is a bootstrap interval of the mean that covers as it says."""
 
 from __future__ import annotations
 
+import json
 import random
 import statistics
 import sys
@@ -51,3 +52,23 @@ def test_mean_interval_holds_the_mean_and_covers() -> None:
         assert lo <= statistics.fmean(values) <= hi
         held += lo <= 1.0 <= hi
     assert 85 <= held <= 100
+
+
+def test_pool_reads_the_committed_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from live_overhead import main
+
+    files = sorted((BENCH / "data" / "live_overhead").glob("*.json"))
+    assert len(files) >= 7
+    assert main(["--pool", *map(str, files)]) == 0
+    out = capsys.readouterr().out
+    rounds = sum(len(json.loads(f.read_text())["runs"]["stock"]) for f in files)
+    assert f"{rounds} rounds, median per round" in out
+    assert "A'/A output tok/s mean" in out and "B/(A+A')/2 TPOT p50 mean" in out
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"header": "h", "runs": {"stock": [], "traced": []}}))
+    with pytest.raises(SystemExit, match="other.json: contenders"):
+        main(["--pool", str(files[0]), str(other)])
+    torn = tmp_path / "torn.json"
+    torn.write_text(files[0].read_text()[:500])
+    with pytest.raises(SystemExit, match="torn.json: not a rounds.json of this bench"):
+        main(["--pool", str(torn)])
