@@ -66,9 +66,9 @@ def test_pool_reads_the_committed_runs(tmp_path: Path, capsys: pytest.CaptureFix
     assert "A'/A output tok/s mean" in out and "B/(A+A')/2 TPOT p50 mean" in out
     other = tmp_path / "other.json"
     other.write_text(json.dumps({"header": "h", "runs": {"stock": [], "traced": []}}))
-    with pytest.raises(SystemExit, match="other.json: contenders"):
+    with pytest.raises(SystemExit, match=r"other\.json: contenders"):
         main(["--pool", str(files[0]), str(other)])
     torn = tmp_path / "torn.json"
     torn.write_text(files[0].read_text()[:500])
-    with pytest.raises(SystemExit, match="torn.json: not a rounds.json of this bench"):
+    with pytest.raises(SystemExit, match=r"torn\.json: not a rounds\.json of this bench"):
         main(["--pool", str(torn)])
