@@ -46,7 +46,8 @@ Three ways to hold the servers:
                      but the measured one is stopped (SIGSTOP to each of its processes, the
                      trace process included) during a run and continued (SIGCONT) for its
                      own: nothing idles beside a run, and a run costs its 30 s, not a 40 s
-                     start and a warm-up more, so a round takes under 3 minutes, not 5.5.
+                     start and a warm-up more: with four contenders a round took 3.2 minutes,
+                     a set's starts included, against 5.4 restarted (2026-12-07).
                      What it cannot average out is a difference that lasts a server's whole
                      life (where its memory landed, say); `--restart-every K` starts all
                      servers afresh every K rounds (by default every cycle of orders), and
@@ -69,7 +70,7 @@ servers took 0.15-0.43 CPU s each during 1.5-2.9 s runs). Against a 1% goal that
 much. `paused` removes that background, and `restart` never had it; `kept` stays for a
 quicker look. Two runs of one stock server differ as much under `paused` as under
 `restart` (docs/performance.md): the spread is the host's, run to run, and `paused`
-buys twice the rounds an hour, and no EngineCore killed at shutdown between them.
+buys 1.7 times the rounds an hour, and no EngineCore killed at shutdown between them.
 
 The model. A Llama of `--hidden-size` 512 and `--layers` 4 (random weights, tests/live_support.py)
 with a 512 MiB KV cache, so all 64 concurrent requests run at once: its decode steps take tens of
@@ -115,8 +116,8 @@ traced one's trace process goes with it, before the footer is written.
     .venv/bin/python bench/live_overhead.py --rounds 5 --prompts 512
     .venv/bin/python bench/live_overhead.py --rounds 4 --control   # with the A/A control
     .venv/bin/python bench/live_overhead.py --quick        # smoke: 1 round, 64 prompts
-    .venv/bin/python bench/live_overhead.py --rounds 16 --prompts 512 --control \
-        --servers paused --restart-every 4 --workdir /dev/shm/live   # rounds.json kept there
+    .venv/bin/python bench/live_overhead.py --rounds 20 --prompts 512 --control \
+        --workdir /dev/shm/live   # paused, afresh every 4 rounds; rounds.json kept there
     .venv/bin/python bench/live_overhead.py --pool bench/data/live_overhead/*.json
 """
 
@@ -666,8 +667,9 @@ def measure(args: argparse.Namespace, workdir: Path) -> int:
     )
     kept, paused = args.servers != "restart", args.servers == "paused"
     orders = williams_orders(len(cs))
-    if args.restart_every is None:  # one cycle of orders per set of servers
-        args.restart_every = len(orders) if kept else 0
+    every = args.restart_every
+    if every is None:  # one cycle of orders per set of servers
+        every = len(orders) if kept else 0
     placement = pin(args.pin)
     print(f"Live server overhead: {machine()}; {placement}")
     header = (
@@ -676,12 +678,12 @@ def measure(args: argparse.Namespace, workdir: Path) -> int:
         f"server: Llama {shape} on CPU, {args.kv_mib} MiB KV cache, --async-scheduling, prefix caching, "
         f"--max-num-seqs {max(256, 2 * args.concurrency)}; "
         f"{args.rounds} rounds, Williams orders, servers {args.servers}"
-        f"{f' (afresh every {args.restart_every} rounds)' if args.restart_every else ''}; "
+        f"{f' (afresh every {every} rounds)' if every else ''}; "
         f"C: stream + one viewer, /metrics counting {'off' if args.no_metrics else 'on (default)'}"
         + (f"; EngineCore and its worker at nice {args.engine_nice}" if args.engine_nice else "")
     )
     print(header, flush=True)
-    block = args.restart_every or args.rounds
+    block = every or args.rounds
     failures: list[str] = []
     for first in range(0, args.rounds, block):
         with contextlib.ExitStack() as stack:
