@@ -117,7 +117,7 @@ traced one's trace process goes with it, before the footer is written.
     .venv/bin/python bench/live_overhead.py --rounds 4 --control   # with the A/A control
     .venv/bin/python bench/live_overhead.py --quick        # smoke: 1 round, 64 prompts
     .venv/bin/python bench/live_overhead.py --rounds 20 --prompts 512 --control \
-        --workdir /dev/shm/live   # paused, afresh every 4 rounds; rounds.json kept there
+        --workdir /dev/shm/live   # paused, afresh every 4 rounds; rounds.json there, after each round
     .venv/bin/python bench/live_overhead.py --pool bench/data/live_overhead/*.json
 """
 
@@ -618,7 +618,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--quick", action="store_true", help="smoke: 1 round, 64 prompts")
     ap.add_argument(
-        "--workdir", type=Path, help="keep logs, traces and results here (the runs in rounds.json)"
+        "--workdir",
+        type=Path,
+        help="keep logs, traces and results here (the rounds in rounds.json, saved after each round)",
     )
     ap.add_argument(
         "--pool",
@@ -671,7 +673,8 @@ def measure(args: argparse.Namespace, workdir: Path) -> int:
     if every is None:  # one cycle of orders per set of servers
         every = len(orders) if kept else 0
     placement = pin(args.pin)
-    print(f"Live server overhead: {machine()}; {placement}")
+    host = machine()
+    print(f"Live server overhead: {host}; {placement}")
     header = (
         f"vllm bench serve: random {args.prefix_len}+{args.input_len} -> {args.output_len} tokens "
         f"(--ignore-eos), {args.prompts} prompts, --max-concurrency {args.concurrency}, --seed {args.seed}; "
@@ -714,16 +717,27 @@ def measure(args: argparse.Namespace, workdir: Path) -> int:
                     else:
                         run = restarted_run(c, model, args, workdir, f"r{r}", failures)
                     print(fmt_run(c, run), flush=True)
+                save_rounds(workdir, host, header, cs)
         if kept:  # the block's servers stopped: their footers are written
             for c in cs:
                 engine_cost(c, c.runs[first:])
+            save_rounds(workdir, host, header, cs)
     # Every server is stopped here (footers written).
     report(cs, args, failures)
     if args.workdir is not None:
-        saved = workdir / "rounds.json"
-        saved.write_text(json.dumps({"header": header, "runs": {c.name: c.runs for c in cs}}, indent=1))
-        print(f"The runs: {saved} (pool runs with --pool)")
+        print(f"The runs: {workdir / 'rounds.json'} (pool runs with --pool)")
     return 0
+
+
+def save_rounds(workdir: Path, host: str, header: str, cs: list[Contender]) -> None:
+    """Every whole round so far, in the workdir's rounds.json: written after each round (a run
+    stopped or lost mid-way keeps what it measured) and replaced whole (a temporary file, then
+    a rename), so the file is always one that `--pool` reads."""
+    saved = workdir / "rounds.json"
+    tmp = saved.with_suffix(".json.tmp")
+    runs = {c.name: c.runs for c in cs}
+    tmp.write_text(json.dumps({"host": host, "header": header, "runs": runs}, indent=1))
+    tmp.replace(saved)
 
 
 def pool(args: argparse.Namespace) -> int:
@@ -736,7 +750,8 @@ def pool(args: argparse.Namespace) -> int:
             names = list(saved["runs"])
             if runs and names != list(runs):
                 raise SystemExit(f"{path}: contenders {names}, not {list(runs)} as the files before it")
-            print(f"  {path}: {len(saved['runs'][names[0]])} rounds; {saved['header']}")
+            host = saved.get("host", "host not recorded")
+            print(f"  {path}: {len(saved['runs'][names[0]])} rounds; {host}; {saved['header']}")
             for name in names:
                 runs.setdefault(name, []).extend(saved["runs"][name])
         except (OSError, ValueError, KeyError, IndexError) as exc:

@@ -72,3 +72,23 @@ def test_pool_reads_the_committed_runs(tmp_path: Path, capsys: pytest.CaptureFix
     torn.write_text(files[0].read_text()[:500])
     with pytest.raises(SystemExit, match=r"torn\.json: not a rounds\.json of this bench"):
         main(["--pool", str(torn)])
+
+
+def test_saved_rounds_pool_as_they_were(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """What the bench saves after each round is a whole rounds.json, its host named, that
+    --pool reads back to the same rounds; saving again replaces it whole."""
+    from live_overhead import Contender, main, save_rounds
+
+    committed = json.loads(sorted((BENCH / "data" / "live_overhead").glob("*paused*.json"))[0].read_text())
+    cs = [Contender(name, [], {}, runs=runs[:2]) for name, runs in committed["runs"].items()]
+    save_rounds(tmp_path, "a host", "a header", cs)
+    for c in cs:
+        c.runs = committed["runs"][c.name][:3]
+    save_rounds(tmp_path, "a host", "a header", cs)
+    saved = json.loads((tmp_path / "rounds.json").read_text())
+    assert saved["host"] == "a host"
+    assert saved["runs"] == {name: runs[:3] for name, runs in committed["runs"].items()}
+    assert not list(tmp_path.glob("*.tmp"))
+    assert main(["--pool", str(tmp_path / "rounds.json")]) == 0
+    out = capsys.readouterr().out
+    assert "3 rounds; a host; a header" in out and "3 rounds, median per round" in out
