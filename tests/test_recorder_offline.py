@@ -6,6 +6,7 @@ Ground truth for budgets is vLLM itself: probe_schedule reads the final
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 from pathlib import Path
@@ -290,3 +291,28 @@ def test_the_footer_says_what_the_tracer_took_of_enginecore(
     _, lines = doctor.run([trace_env])
     cost = [ln for ln in lines if "tracer cost" in ln]
     assert len(cost) == 1 and "µs a step in the tracer's hooks" in cost[0], lines
+
+
+def test_a_step_whose_output_was_dropped_is_still_written(trace_env: Path) -> None:
+    """A step waits for its update_from_output() under its SchedulerOutput's id. When an output
+    is dropped without one (vLLM's own tests call schedule() and discard the output), the next
+    output can be built at the same address, so under the same id: the dropped step must then
+    be written at once, without outcomes, not overwritten."""
+    from tracer.scheduler import TracingScheduler
+    from tracer.whatif.offline import make_request
+
+    spec, requests = SCENARIOS["ngram_preempt"]
+    sched = build_scheduler(spec, TracingScheduler)
+    for r in requests[:4]:
+        sched.add_request(make_request(r.id, r.prompt_len, r.max_tokens))
+    for _ in range(30):
+        out = sched.schedule()  # dropped: no update_from_output
+        del out
+        gc.collect()  # a SchedulerOutput is freed here, and its address can be the next one's
+    # The same, made certain: the next step's output under a pending step's id.
+    out = sched.schedule()
+    sched._schedscope.after_schedule(sched, out, None, 0.0, 0)
+    sched.shutdown()
+    trace = load(trace_env)
+    assert list(trace.columns["step"]) == list(range(1, 33))
+    assert trace.footer["errors"] == 0 and trace.footer["records_dropped"] == 0

@@ -239,7 +239,12 @@ class Recorder:
         ]
         self._inputs = []
         pending = self._pending
-        pending[id(out)] = snap
+        key = id(out)
+        if key in pending:
+            # That step's output was dropped without its update (its address is this one's
+            # now), so no update will come: it and every older step are written as they are.
+            self._emit_through(pending[key][0])
+        pending[key] = snap
         if len(pending) > MAX_PENDING:
             self.writer.emit(pending.pop(next(iter(pending))))
 
@@ -304,17 +309,21 @@ class Recorder:
         if isinstance(sampled, list) and len(sampled) == len(req_ids):
             # The stop check trimmed the lists already; the encoder zips the counts into the record.
             snap[SAMPLED] = self._token_counts(list(req_ids), sampled)
-        emit = self.writer.emit
         for note in getattr(runner_output, RUNNER_NOTES_ATTR, None) or ():
-            emit(RunnerPass(step, note))
+            self.writer.emit(RunnerPass(step, note))
         # Steps finish in order: an older step still pending will never get its update.
-        pending = self._pending
+        self._emit_through(step)
+        self.writer.emit(snap)
+
+    def _emit_through(self, step: int) -> None:
+        """Write every pending step up to `step`, oldest first, without waiting any longer for
+        their updates (pending steps are in step order)."""
+        pending, emit = self._pending, self.writer.emit
         while pending:
             key = next(iter(pending))
             if pending[key][0] > step:
                 break
             emit(pending.pop(key))
-        emit(snap)
 
     def fail(self, where: str) -> None:
         """Called by the wrappers when tracer code raised: log once, keep serving."""
