@@ -53,7 +53,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger("schedscope.recorder")
 
 # A step whose update_from_output never arrives is written without outcomes
-# once this many newer steps are pending (async scheduling keeps one or two).
+# once this many newer steps are pending (async scheduling keeps one or two), or at once
+# when a newer SchedulerOutput gets its output's id (the address of one dropped and freed).
 MAX_PENDING = 16
 
 
