@@ -5,11 +5,14 @@
 num_computed_tokens` off each running vLLM `Request` before schedule(). That read is
 the largest part of the tracer's hooks at 256 running (P1). This bench times it on
 the P1 scheduler's own requests (bench/p1_tracer_overhead.py: real vLLM Scheduler, ngram
-K=3, after warm-up steps), two ways in one run:
+K=3, after warm-up steps), three ways in one run:
 
-  warm  the requests were just read (as right after vLLM's own schedule() loop);
-  cold  after copying `--evict` MiB through the cache (more than the L2), as before_schedule
-        meets them in a server, after a forward pass or another scheduler's step.
+  warm    the requests were just read (as right after vLLM's own schedule() loop);
+  cold    after copying `--evict` MiB through the cache (more than the L2): the requests as
+          a forward pass leaves them;
+  engine  where before_schedule runs in a server: the cache flushed as above (the forward
+          pass), then update_from_output() and update_draft_token_ids(), which EngineCore
+          calls between the forward pass and the next schedule().
 
 Each form of the loop is timed both ways, alternated, `--reps` times; the medians are printed.
 The forms give the same list (checked), so any of them could replace the one in use. One
@@ -90,10 +93,12 @@ def main() -> None:
     args = ap.parse_args()
     if args.quick:
         args.reps = 30
-    sched = build(args.requests, 64)
+    warmup = 20  # past the prefills: every request decoding with drafts
+    timed_steps = args.reps * 7  # one engine step per form and rep (seven forms)
+    sched = build(args.requests, warmup + timed_steps)
     loop = Loop(sched)
-    for _ in range(20):  # past the prefills: every request decoding with drafts
-        loop.step()
+    loop.run(warmup)
+    loop.apply()  # as before_schedule meets them: the output applied, the drafts handed over
     running = list(sched.running)
     timed = forms(running)
     expected = timed["comprehension"]()
@@ -102,6 +107,7 @@ def main() -> None:
     src, dst = bytearray(os.urandom(args.evict << 20)), bytearray(args.evict << 20)
     warm: dict[str, list[int]] = {name: [] for name in timed}
     cold: dict[str, list[int]] = {name: [] for name in timed}
+    engine: dict[str, list[int]] = {name: [] for name in timed}
     clock = time.perf_counter_ns
     for _ in range(args.reps):
         for name, f in timed.items():
@@ -113,18 +119,30 @@ def main() -> None:
             t = clock()
             f()
             cold[name].append(clock() - t)
+            # One engine step: schedule(), the forward pass (the flush), the output applied.
+            loop.pending = sched.schedule()
+            loop.driver.step_index += 1
+            dst[:] = src
+            loop.apply()
+            t = clock()
+            f()
+            engine[name].append(clock() - t)
+    assert sched.running == running and timed["comprehension"]() == expected, "the requests changed"
     print(f"demand read: {machine()}")
     print(f"{args.requests} running requests of the P1 scheduler; median of {args.reps}, us a step")
-    print(f"  {'form':14s} {'warm':>7s} {'cold':>7s}  cold per request")
+    print(f"  {'form':14s} {'warm':>7s} {'cold':>7s} {'engine':>7s}  cold per request")
     for name in timed:
         w, c = statistics.median(warm[name]) / 1000, statistics.median(cold[name]) / 1000
-        print(f"  {name:14s} {w:7.1f} {c:7.1f}  {c * 1000 / args.requests:5.0f} ns")
-    loop = statistics.median(cold["comprehension"]) / 1000
+        e = statistics.median(engine[name]) / 1000
+        print(f"  {name:14s} {w:7.1f} {c:7.1f} {e:7.1f}  {c * 1000 / args.requests:5.0f} ns")
+    cold_loop = statistics.median(cold["comprehension"]) / 1000
+    engine_loop = statistics.median(engine["comprehension"]) / 1000
     split = (statistics.median(cold["split_before"]) + statistics.median(warm["split_after"])) / 1000
     print(f"  split around schedule(): split_before cold + split_after warm = {split:.1f} us")
     print(
-        f"demand read figure: the recorder's loop at {args.requests} running, cold, {loop:.1f} us; "
-        f"split around schedule() {split:.1f} us ({split / loop:.2f}x)"
+        f"demand read figure: the recorder's loop at {args.requests} running, cold, {cold_loop:.1f} us; "
+        f"in EngineCore's order {engine_loop:.1f} us; split around schedule() {split:.1f} us "
+        f"({split / cold_loop:.2f}x cold)"
     )
 
 

@@ -9,9 +9,16 @@ after a few warm-up steps every step is a steady-state decode step with ngram
 K=3 drafts and a deterministic mix of full, partial and no acceptance.
 
 The three take each step back to back (the order rotates from step to step, so
-all see the same machine noise); only schedule() + update_from_output() is
-timed, in the thread's CPU time (wall time beside it: on a shared machine a
-co-tenant taking the core mid-step lands in wall time only). A round is
+all see the same machine noise). Each steps in EngineCore's order (`Loop`): the
+previous step's update_from_output(), the drafts' update_draft_token_ids(), then
+schedule(); update_from_output() and schedule() are timed, in the thread's CPU
+time (wall time beside it: on a shared machine a co-tenant taking the core
+mid-step lands in wall time only). The forward pass falls between schedule() and
+the next update_from_output(); there the writer drains and the other contenders
+take their steps, so each update_from_output() starts with a cold cache and the
+schedule() after it finds the requests warm, as in a server. (Until 2026-12-07 the
+forward pass came between update_from_output() and the next schedule(), so the
+recorder's `before_schedule` met requests no server leaves cold.) A round is
 `--block` steps; ratio per round = B/A (and A'/A); the figure is the median
 over rounds.
 
@@ -23,9 +30,9 @@ starts with misses. Were A and A' one class, every contender of another class
 `Scheduler` timed that way beside two stock ones read 1.013-1.014x (beside three,
 1.009-1.011x). A server runs one class only; here every contender pays alike.
 
-Between steps the trace writer drains, outside the timed calls, as it does in
-a server while the engine waits for the model's forward pass (the GIL is
-released then). So the ratio is the scheduler thread's cost; the writer
+In the forward pass the trace writer drains, outside the timed calls, as it does in
+a server while the engine waits for the model (the GIL is released then). So the
+ratio is the scheduler thread's cost; the writer
 thread's encoding is reported beside it, per step, from a separate timed pass, and so is
 the CPU of the process that builds the trace's recording index beside the server
 (tracer.trace.index_follower), which the scheduler thread never waits for.
@@ -167,7 +174,18 @@ def baseline_scheduler(ref: str, workdir: Path) -> type:
 
 
 class Loop:
-    """Steps one scheduler as EngineCore does; times schedule() + update_from_output() only."""
+    """Steps one scheduler in EngineCore's order and times the scheduler thread's calls of a step.
+
+    EngineCore (vllm/v1/engine/core.py: `step`, `post_step`, `step_with_batch_queue`) calls
+    schedule(), waits for the forward pass, then update_from_output() and, with drafts,
+    update_draft_token_ids(), and goes straight on to the next schedule(). So the forward pass
+    (`gap`: the writer drains then, its GIL released, and here the other contenders run) sits
+    between schedule() and update_from_output(), and a step runs the previous output's
+    update_from_output(), the drafts' update_draft_token_ids(), then schedule(), back to back
+    as in a server. P1 times update_from_output() and schedule(); the model's output and the
+    drafts are made untimed, and update_draft_token_ids() runs untimed (its hook is timed
+    apart, in `hook_times`).
+    """
 
     def __init__(self, sched: Any, gap: Callable[[], Any] | None = None) -> None:
         from tracer.whatif.offline import Driver
@@ -175,30 +193,47 @@ class Loop:
         self.sched = sched
         self.driver = Driver(sched, mixed_accept)
         self.gap = gap
+        self.pending: Any = None  # the SchedulerOutput whose forward pass is under way
 
-    def step(self) -> tuple[int, int, int]:
-        """One engine step: (CPU ns and wall ns in schedule() + update_from_output(),
-        tokens scheduled). CPU time is this thread's: a co-tenant taking the core
-        mid-step does not count, which on a shared machine is most of the noise."""
+    def apply(self) -> tuple[int, int]:
+        """The pending output applied and the next drafts handed over: (CPU ns, wall ns) in
+        update_from_output()."""
         from vllm.v1.outputs import DraftTokenIds
 
-        sched, driver, cpu, wall = self.sched, self.driver, time.thread_time_ns, time.perf_counter_ns
-        driver.step_index += 1
+        if self.pending is None:
+            return 0, 0
+        sched, cpu, wall = self.sched, time.thread_time_ns, time.perf_counter_ns
+        runner_output = self.driver.model_output(self.pending)  # the forward pass's result
         w0, c0 = wall(), cpu()
-        out = sched.schedule()
+        sched.update_from_output(self.pending, runner_output)
         c1, w1 = cpu(), wall()
-        runner_output = driver.model_output(out)
-        w2, c2 = wall(), cpu()
-        sched.update_from_output(out, runner_output)
-        c3, w3 = cpu(), wall()
-        ids = [r.request_id for r in sched.running]
-        sched.update_draft_token_ids(DraftTokenIds(req_ids=ids, draft_token_ids=[[7] * K for _ in ids]))
+        self.pending = None
+        ids = [r.request_id for r in sched.running]  # the proposer's drafts
+        drafts = DraftTokenIds(req_ids=ids, draft_token_ids=[[7] * K for _ in ids])
+        sched.update_draft_token_ids(drafts)
+        return c1 - c0, w1 - w0
+
+    def step(self) -> tuple[int, int, int]:
+        """One engine step: (CPU ns and wall ns in update_from_output() + schedule(),
+        tokens scheduled). CPU time is this thread's:
+        a co-tenant taking the core mid-step does not count, which on a shared machine is
+        most of the noise."""
+        cpu_ns, wall_ns = self.apply()
+        self.driver.step_index += 1
+        w0, c0 = time.perf_counter_ns(), time.thread_time_ns()
+        out = self.sched.schedule()
+        c1, w1 = time.thread_time_ns(), time.perf_counter_ns()
+        self.pending = out
         if self.gap is not None:
             self.gap()  # the model's forward pass: the writer drains here, untimed
-        return (c1 - c0) + (c3 - c2), (w1 - w0) + (w3 - w2), out.total_num_scheduled_tokens
+        return cpu_ns + (c1 - c0), wall_ns + (w1 - w0), out.total_num_scheduled_tokens
 
     def run(self, k: int) -> int:
         return sum(self.step()[0] for _ in range(k))
+
+    def finish(self) -> None:
+        """The last output applied, so its step is recorded with its outcomes."""
+        self.apply()
 
 
 def measure(
@@ -546,7 +581,8 @@ def main(argv: list[str] | None = None) -> int:
     lo, med, hi = spread(headline["ratio"])
     verdict = "met" if med <= 1.01 else "NOT met"
     print(
-        f"P1 figure: traced/stock schedule()+update_from_output() at {headline['n']} running requests: "
+        f"P1 figure: traced/stock schedule()+update_from_output() at {headline['n']} running requests, "
+        "in EngineCore's order: "
         f"{med:.3f}x (min {lo:.3f}, max {hi:.3f}; control {spread(headline['control'])[1]:.3f}x); "
         f"target <= 1.01x: {verdict}"
     )

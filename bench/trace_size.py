@@ -45,6 +45,7 @@ def record(n: int, steps: int, warmup: int, path: Path) -> list[bytes]:
     sched = build(n, warmup + steps, TracingScheduler, path)
     loop = Loop(sched, sched._schedscope.writer.force_flush)
     loop.run(warmup + steps)
+    loop.finish()
     assert len(sched.running) == n
     sched.shutdown()
     lines = [line + b"\n" for line in path.read_bytes().splitlines()]
