@@ -22,6 +22,7 @@ from tracer.record.snapshot import (
     SchedulerItem,
     StepSnapshot,
     counted,
+    draft_counts,
     step_snapshot,
 )
 from tracer.record.writer import Record
@@ -151,7 +152,7 @@ class StepEncoder:
                     if position is None:
                         position = dict(zip(order, range(len(order)), strict=True))
                     ids = list(map(position.get, ids, ids))
-                out.append(["d", ids, event.counts])
+                out.append(["d", ids, draft_counts(event.counts)])
             else:
                 out.append(["x", event.ids, event.status])
         return out

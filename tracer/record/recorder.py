@@ -291,7 +291,9 @@ class Recorder:
         """update_draft_token_ids(): how many drafts the proposer offered each request."""
         ids = list(getattr(draft_token_ids, "req_ids", None) or ())
         drafts = getattr(draft_token_ids, "draft_token_ids", None) or ()
-        self._inputs.append(Drafts(ids, list(map(len, drafts))))
+        # The proposer's lists become the requests' drafts, which vLLM replaces, never edits.
+        counts = self._token_counts(ids, drafts)
+        self._inputs.append(Drafts(ids, counts if type(counts) is Uncounted else counts[1]))
 
     def after_update(self, out: Any, runner_output: Any, result: Any = None) -> None:
         snap = self._pending.pop(id(out), None)

@@ -46,7 +46,7 @@ class Abort(NamedTuple):  # finish_requests() from outside: ["x", ids, status]
 
 class Drafts(NamedTuple):  # update_draft_token_ids(): ["d", ids (or positions), counts]
     ids: list[str]
-    counts: list[int]
+    counts: list[int] | Uncounted  # Uncounted: the proposer's lists, counted off the scheduler thread
 
 
 class Uncounted(NamedTuple):
@@ -57,8 +57,11 @@ class Uncounted(NamedTuple):
     after schedule() and update_from_output() (the GPU n-gram proposer and
     update_draft_token_ids_in_output put new ones in the dict; the stop check trims a
     sampled list inside update_from_output, before it is kept) but never changes one it
-    handed over, so the counts are the same read later. The recorder keeps them only while
-    the writer keeps up (`LAZY_BACKLOG`): a backlog of steps would hold them alive.
+    handed over, so the counts are the same read later. The proposer's drafts
+    (update_draft_token_ids) are kept the same way: vLLM makes them the requests' drafts,
+    which it validates into new lists, slices or replaces, never edits. The recorder keeps
+    them only while the writer keeps up (`LAZY_BACKLOG`): a backlog of steps would hold them
+    alive.
     """
 
     ids: list[str]
@@ -75,6 +78,11 @@ def counted(pairs: tuple[list[str], list[int]] | Uncounted) -> tuple[list[str], 
     if type(pairs) is Uncounted:
         return pairs.ids, list(map(len, pairs.lists))
     return pairs
+
+
+def draft_counts(counts: list[int] | Uncounted) -> list[int]:
+    """A `Drafts` input's counts, counting its lists if they were handed over uncounted."""
+    return list(map(len, counts.lists)) if type(counts) is Uncounted else counts
 
 
 class Preemption(NamedTuple):  # one _preempt_request() call inside schedule()
@@ -133,6 +141,7 @@ RUNNING, WAITING_REFS = CANDIDATE_FIELDS.index("running"), CANDIDATE_FIELDS.inde
 KV_FREE = CANDIDATE_FIELDS.index("kv_free")
 CANDIDATES, STATUSES = STEP_FIELDS.index("candidates"), STEP_FIELDS.index("statuses")
 SPEC, SAMPLED, ENDS = STEP_FIELDS.index("spec"), STEP_FIELDS.index("sampled"), STEP_FIELDS.index("ends")
+INPUTS = STEP_FIELDS.index("inputs")
 PORTABLE = STEP_FIELDS.index("portable")
 
 
@@ -180,10 +189,13 @@ SchedulerItem = list[Any] | RunnerPass | dict[str, Any]
 def portable(item: SchedulerItem) -> SchedulerItem:
     """`item` with nothing of vLLM's left in it, so it pickles without vLLM: each request
     object's id (fixed at construction, so safe to read off the scheduler thread), each
-    status's name and each token list's length. In place: the step belongs to the writer
-    side once emitted."""
+    status's name and each token list's length (the drafts' among its inputs too). In place:
+    the step belongs to the writer side once emitted."""
     if type(item) is list and not item[PORTABLE]:
         item[SPEC] = counted(item[SPEC])
+        item[INPUTS] = [
+            Drafts(e.ids, draft_counts(e.counts)) if type(e) is Drafts else e for e in item[INPUTS]
+        ]
         if item[SAMPLED] is not None:
             item[SAMPLED] = counted(item[SAMPLED])
         cand = item[CANDIDATES]
