@@ -23,6 +23,13 @@ lengths, a shared `--random-prefix-len` prefix (so prefix caching hits),
 same cache state whatever ran before it on that server; each server gets one
 short warm-up run (another seed) after it starts.
 
+Two workloads stress the scheduler more, as real traffic does: `--stop-early` drops
+`--ignore-eos`, so a request ends where the model samples its end-of-sequence token
+(`--output-len` the most it makes), and `--kv-mib 64` leaves the KV cache too small for
+64 requests at once, so requests wait for blocks and running ones are preempted. Each run
+prints its output tokens and vLLM's own preemption count (`vllm:num_preemptions_total`
+on /metrics, before and after the run), so both can be seen to happen.
+
 Alternation. A round runs each contender once, in the orders of a Williams design
 (`williams_orders`): over a cycle of rounds (4 with the control, 6 without) each
 contender runs in each place once and comes right after each other contender
@@ -154,6 +161,7 @@ from tests.live_support import (  # noqa: E402
     renice_engine,
     start_server,
 )
+from tracer.doctor import METRIC_PREEMPTIONS as PREEMPTIONS  # noqa: E402
 
 CONTENDERS = ("stock", "control", "traced", "streamed", "traced-thread", "streamed-thread")
 LABEL = {
@@ -411,10 +419,11 @@ def serving(
 
 
 def workload(args: argparse.Namespace, seed: int, prompts: int) -> list[str]:
+    eos = [] if args.stop_early else ["--ignore-eos"]  # --stop-early: the model's EOS ends a request
     return [
         "--dataset-name", "random", "--random-input-len", str(args.input_len),
         "--random-output-len", str(args.output_len), "--random-prefix-len", str(args.prefix_len),
-        "--random-range-ratio", "0", "--ignore-eos", "--num-prompts", str(prompts),
+        "--random-range-ratio", "0", *eos, "--num-prompts", str(prompts),
         "--max-concurrency", str(args.concurrency), "--request-rate", "inf", "--seed", str(seed),
         "--percentile-metrics", "ttft,tpot,itl", "--metric-percentiles", "50,99", "--disable-tqdm",
     ]  # fmt: skip
@@ -473,9 +482,11 @@ def measured_run(
     reset_prefix_cache(c.server)
     settle([c, *idle])
     idle_before = {o.name: group_cpu_seconds(o.server.proc.pid) for o in idle if o.server is not None}
+    preempted0 = c.server.metric(PREEMPTIONS)
     (group0, own0), load0 = server_cpu_seconds(c.server.proc.pid), os.getloadavg()[0]
     result = bench_serve(c.server, out, *workload(args, args.seed, args.prompts), timeout=1800)
     group1, own1 = server_cpu_seconds(c.server.proc.pid)
+    preemptions = int(c.server.metric(PREEMPTIONS) - preempted0)
     cpu, tracer_processes = group1 + own1 - group0 - own0, own1 - own0
     idle_cpu = {
         o.name: group_cpu_seconds(o.server.proc.pid) - idle_before[o.name]
@@ -493,6 +504,7 @@ def measured_run(
         cpu_s_per_1k_tokens=1000 * cpu / max(1, int(result["total_output_tokens"])),
         idle_cpu_s=idle_cpu,
         load=load0,
+        preemptions=preemptions,
     )
     c.runs.append(run)
     return run
@@ -551,7 +563,8 @@ def fmt_run(c: Contender, run: dict) -> str:
         f"TTFT p50 {run['median_ttft_ms']:8.1f} p99 {run['p99_ttft_ms']:8.1f} ms  "
         f"TPOT p50 {run['median_tpot_ms']:6.2f} p99 {run['p99_tpot_ms']:6.2f} ms  "
         f"{run['duration']:6.1f} s, server CPU {run['server_cpu_s']:6.1f} s "
-        f"({run['cpu_s_per_1k_tokens']:.3f} s/1k tok)"
+        f"({run['cpu_s_per_1k_tokens']:.3f} s/1k tok), {run['output_tokens']:,} tokens, "
+        f"{run.get('preemptions', 0):,} preemptions"
         + (f", idle servers' CPU: {idle} s" if idle else "")
         + (f" (its trace processes {own:.1f} s)" if own else "")
         + cost
@@ -572,18 +585,30 @@ def footer(path: Path) -> dict[str, Any] | None:
     return None
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3, help="rounds; each runs every contender once")
     ap.add_argument("--prompts", type=int, default=256, help="requests per measured run")
     ap.add_argument("--concurrency", type=int, default=64, help="bench serve --max-concurrency")
     ap.add_argument("--input-len", type=int, default=128, help="random tokens after the shared prefix")
     ap.add_argument("--prefix-len", type=int, default=64, help="shared prefix (prefix caching hits)")
-    ap.add_argument("--output-len", type=int, default=128, help="output tokens per request (--ignore-eos)")
+    ap.add_argument(
+        "--output-len", type=int, default=128, help="output tokens per request (the most, with --stop-early)"
+    )
+    ap.add_argument(
+        "--stop-early",
+        action="store_true",
+        help="no --ignore-eos: a request ends at the model's end-of-sequence token, as real ones do",
+    )
     ap.add_argument("--seed", type=int, default=0, help="bench serve --seed, the same for every run")
     ap.add_argument("--hidden-size", type=int, default=512, help="the model's hidden size (see above)")
     ap.add_argument("--layers", type=int, default=4, help="the model's layers")
-    ap.add_argument("--kv-mib", type=int, default=512, help="the server's KV cache, MiB (all requests fit)")
+    ap.add_argument(
+        "--kv-mib",
+        type=int,
+        default=512,
+        help="the server's KV cache, MiB (all requests fit; 64 puts the default workload under KV pressure)",
+    )
     ap.add_argument("--servers", choices=("restart", "kept", "paused"), default="paused", help="see above")
     ap.add_argument(
         "--restart-every",
@@ -631,6 +656,11 @@ def main(argv: list[str] | None = None) -> int:
         "rounds.json, e.g. bench/data/live_overhead/), pooled; every run's rounds are paired in "
         "themselves, so runs of one workload and contenders pool",
     )
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = parser()
     args = ap.parse_args(argv)
     if args.pool:
         return pool(args)
@@ -677,7 +707,8 @@ def measure(args: argparse.Namespace, workdir: Path) -> int:
     print(f"Live server overhead: {host}; {placement}")
     header = (
         f"vllm bench serve: random {args.prefix_len}+{args.input_len} -> {args.output_len} tokens "
-        f"(--ignore-eos), {args.prompts} prompts, --max-concurrency {args.concurrency}, --seed {args.seed}; "
+        f"({'at most: EOS ends a request' if args.stop_early else '--ignore-eos'}), {args.prompts} prompts, "
+        f"--max-concurrency {args.concurrency}, --seed {args.seed}; "
         f"server: Llama {shape} on CPU, {args.kv_mib} MiB KV cache, --async-scheduling, prefix caching, "
         f"--max-num-seqs {max(256, 2 * args.concurrency)}; "
         f"{args.rounds} rounds, Williams orders, servers {args.servers}"

@@ -92,3 +92,15 @@ def test_saved_rounds_pool_as_they_were(tmp_path: Path, capsys: pytest.CaptureFi
     assert main(["--pool", str(tmp_path / "rounds.json")]) == 0
     out = capsys.readouterr().out
     assert "3 rounds; a host; a header" in out and "3 rounds, median per round" in out
+
+
+def test_stop_early_lets_eos_end_requests() -> None:
+    """`--stop-early` is the one difference from the usual workload: no --ignore-eos."""
+    from live_overhead import parser, workload
+
+    args = ["--rounds", "1", "--output-len", "96"]
+    usual = workload(parser().parse_args(args), 0, 8)
+    early = workload(parser().parse_args([*args, "--stop-early"]), 0, 8)
+    assert "--ignore-eos" in usual
+    assert [a for a in usual if a != "--ignore-eos"] == early
+    assert early[early.index("--random-output-len") + 1] == "96"
