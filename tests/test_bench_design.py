@@ -55,21 +55,28 @@ def test_mean_interval_holds_the_mean_and_covers() -> None:
 
 
 def test_pool_reads_the_committed_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from live_overhead import main
+    from live_overhead import main, workload_of
 
-    files = sorted((BENCH / "data" / "live_overhead").glob("*.json"))
-    assert len(files) >= 7
-    assert main(["--pool", *map(str, files)]) == 0
-    out = capsys.readouterr().out
-    rounds = sum(len(json.loads(f.read_text())["runs"]["stock"]) for f in files)
-    assert f"{rounds} rounds, median per round" in out
-    assert "A'/A output tok/s mean" in out and "B/(A+A')/2 TPOT p50 mean" in out
+    committed = sorted((BENCH / "data" / "live_overhead").glob("*.json"))
+    by_workload: dict[str, list[Path]] = {}
+    for f in committed:
+        by_workload.setdefault(workload_of(json.loads(f.read_text())["header"]), []).append(f)
+    assert len(by_workload) >= 2 and max(map(len, by_workload.values())) >= 7
+    for files in by_workload.values():
+        assert main(["--pool", *map(str, files)]) == 0
+        out = capsys.readouterr().out
+        rounds = sum(len(json.loads(f.read_text())["runs"]["stock"]) for f in files)
+        assert f"{rounds} rounds, median per round" in out
+        assert "A'/A output tok/s mean" in out and "B/(A+A')/2 TPOT p50 mean" in out
+    one, other_load = [group[0] for group in by_workload.values()][:2]
+    with pytest.raises(SystemExit, match=rf"{other_load.name}: workload"):
+        main(["--pool", str(one), str(other_load)])
     other = tmp_path / "other.json"
     other.write_text(json.dumps({"header": "h", "runs": {"stock": [], "traced": []}}))
     with pytest.raises(SystemExit, match=r"other\.json: contenders"):
-        main(["--pool", str(files[0]), str(other)])
+        main(["--pool", str(committed[0]), str(other)])
     torn = tmp_path / "torn.json"
-    torn.write_text(files[0].read_text()[:500])
+    torn.write_text(committed[0].read_text()[:500])
     with pytest.raises(SystemExit, match=r"torn\.json: not a rounds\.json of this bench"):
         main(["--pool", str(torn)])
 
@@ -92,15 +99,3 @@ def test_saved_rounds_pool_as_they_were(tmp_path: Path, capsys: pytest.CaptureFi
     assert main(["--pool", str(tmp_path / "rounds.json")]) == 0
     out = capsys.readouterr().out
     assert "3 rounds; a host; a header" in out and "3 rounds, median per round" in out
-
-
-def test_stop_early_lets_eos_end_requests() -> None:
-    """`--stop-early` is the one difference from the usual workload: no --ignore-eos."""
-    from live_overhead import parser, workload
-
-    args = ["--rounds", "1", "--output-len", "96"]
-    usual = workload(parser().parse_args(args), 0, 8)
-    early = workload(parser().parse_args([*args, "--stop-early"]), 0, 8)
-    assert "--ignore-eos" in usual
-    assert [a for a in usual if a != "--ignore-eos"] == early
-    assert early[early.index("--random-output-len") + 1] == "96"
