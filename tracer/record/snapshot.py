@@ -82,7 +82,7 @@ def counted(pairs: tuple[list[str], list[int]] | Uncounted) -> tuple[list[str], 
 
 def draft_counts(counts: list[int] | Uncounted) -> list[int]:
     """A `Drafts` input's counts, counting its lists if they were handed over uncounted."""
-    return list(map(len, counts.lists)) if type(counts) is Uncounted else counts
+    return counted(counts)[1] if type(counts) is Uncounted else counts
 
 
 class Preemption(NamedTuple):  # one _preempt_request() call inside schedule()
