@@ -39,6 +39,9 @@ the CPU of the process that builds the trace's recording index beside the server
 
 `--baseline REF` loads the whole `tracer` package of git revision REF beside today's
 and times its TracingScheduler in the same rounds: before and after in one run.
+`--baseline hooks-off` times today's TracingScheduler with its recorder's hooks emptied
+instead (the wrappers, clock reads, writer and trace process all as B's, nothing noted):
+B against it is what the hooks cost, it against stock what the rest costs.
 
 The order the contenders are built in matters too: a scheduler built later reads slower (its
 requests' objects land elsewhere in the heap), by up to 1.7% between two slots running the
@@ -51,6 +54,7 @@ reports when nothing differs, build order included.
     .venv/bin/python bench/p1_tracer_overhead.py            # 32, 256, 1024 running requests
     .venv/bin/python bench/p1_tracer_overhead.py --quick    # 256 only, fewer rounds
     .venv/bin/python bench/p1_tracer_overhead.py --requests 256 --baseline cd1c43d
+    .venv/bin/python bench/p1_tracer_overhead.py --requests 256 --baseline hooks-off
     .venv/bin/python bench/p1_tracer_overhead.py --requests 256 --rotation 0   # one build order, in-process
 """
 
@@ -144,10 +148,46 @@ def build_contenders(n: int, steps: int, workdir: Path, baseline: type | None, r
     return built
 
 
+# `--baseline` names this instead of a git revision: today's tracer, its hooks emptied.
+HOOKS_OFF = "hooks-off"
+# The recorder's scheduler-thread hooks (tracer.record.recorder), which HOOKS_OFF empties.
+RECORDER_HOOKS = (
+    "before_schedule",
+    "after_schedule",
+    "after_update",
+    "on_drafts",
+    "on_add",
+    "on_finish",
+    "on_preempt",
+)
+
+
+def _noted_nothing(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+def hooks_off_scheduler() -> type:
+    """Today's TracingScheduler with every recorder hook a no-op: its wrappers, its clock
+    reads, its writer and its trace process are B's, and it notes nothing (its trace holds
+    the header only)."""
+    from tracer.scheduler import TracingScheduler
+
+    class HooksOff(TracingScheduler):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            for name in RECORDER_HOOKS:
+                setattr(self._schedscope, name, _noted_nothing)
+
+    return HooksOff
+
+
 def baseline_scheduler(ref: str, workdir: Path) -> type:
     """The TracingScheduler of git revision `ref`, its whole `tracer` package loaded beside
     today's (as `tracer_before`), so one run times today's tracer against an earlier one:
-    its hooks on the scheduler thread and its writer thread, whatever modules they live in."""
+    its hooks on the scheduler thread and its writer thread, whatever modules they live in.
+    `HOOKS_OFF` instead: today's, its hooks emptied (`hooks_off_scheduler`)."""
+    if ref == HOOKS_OFF:
+        return hooks_off_scheduler()
     import io
     import re
     import subprocess
@@ -355,6 +395,7 @@ def hook_times(rec: Any, loop: Loop, steps: int) -> dict[str, float]:
         return wrapper
 
     hooks = ("before_schedule", "after_schedule", "after_update", "on_drafts")
+    own = {name: vars(rec)[name] for name in hooks if name in vars(rec)}  # HOOKS_OFF's no-ops
     for name in hooks:
         setattr(rec, name, timed(name, getattr(rec, name)))
     # Bench-only peeks at EngineCore's writer thread: what it does per step. A writer thread
@@ -372,7 +413,10 @@ def hook_times(rec: Any, loop: Loop, steps: int) -> dict[str, float]:
         index.add = timed("recording_index", index.add)
     loop.run(steps)
     for name in hooks:
-        delattr(rec, name)
+        if name in own:
+            setattr(rec, name, own[name])
+        else:
+            delattr(rec, name)
     if "ship" in times:  # a frame a step (the loop flushes after each), empty ones aside
         times["ship"] = times["ship"][:steps]
     if index is not None:
@@ -533,7 +577,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--baseline",
         metavar="REF",
-        help="also time the tracer of git revision REF in the same rounds (before/after in one run)",
+        help="also time the tracer of git revision REF in the same rounds (before/after in one run); "
+        f"'{HOOKS_OFF}': today's tracer with its recorder hooks emptied (what the hooks cost)",
     )
     ap.add_argument("--waiting", type=int, default=0, help="requests kept waiting behind max_num_seqs")
     ap.add_argument(

@@ -212,3 +212,23 @@ def test_scheduler_benches_run() -> None:
         [str(BENCH / "trace_size.py"), "--requests", "32", "--steps", "4", "--warmup", "4"], timeout=180
     )
     assert last.startswith("Trace size figure:"), last
+
+
+@pytest.mark.vllm
+def test_hooks_off_contender_notes_nothing_and_still_ships(tmp_path: Path) -> None:
+    # P1's `--baseline hooks-off`: B's scheduler, wrappers and trace process, the hooks emptied.
+    sys.path.insert(0, str(BENCH))
+    import p1_tracer_overhead as p1
+
+    trace = tmp_path / "off.jsonl"
+    sched = p1.build(8, 40, p1.baseline_scheduler(p1.HOOKS_OFF, tmp_path), trace)
+    rec = sched._schedscope
+    loop = p1.Loop(sched, rec.writer.force_flush)
+    assert loop.run(6) > 0
+    parts = p1.hook_times(rec, loop, 4)
+    assert rec.step == 0 and not rec._inputs and not rec._pending  # nothing noted
+    assert parts["before_schedule"] < 5  # timed, as B's are
+    assert all(vars(rec)[name] is p1._noted_nothing for name in p1.RECORDER_HOOKS)  # kept emptied
+    sched.shutdown()
+    kinds = [orjson.loads(line)["kind"] for line in trace.read_text().splitlines()]
+    assert kinds[0] == "header" and "step" not in kinds, kinds
