@@ -150,16 +150,10 @@ def build_contenders(n: int, steps: int, workdir: Path, baseline: type | None, r
 
 # `--baseline` names this instead of a git revision: today's tracer, its hooks emptied.
 HOOKS_OFF = "hooks-off"
-# The recorder's scheduler-thread hooks (tracer.record.recorder), which HOOKS_OFF empties.
-RECORDER_HOOKS = (
-    "before_schedule",
-    "after_schedule",
-    "after_update",
-    "on_drafts",
-    "on_add",
-    "on_finish",
-    "on_preempt",
-)
+# The recorder's scheduler-thread hooks (tracer.record.recorder): those `hook_times` times per
+# step, and all of them, which HOOKS_OFF empties.
+STEP_HOOKS = ("before_schedule", "after_schedule", "after_update", "on_drafts")
+RECORDER_HOOKS = (*STEP_HOOKS, "on_add", "on_finish", "on_preempt")
 
 
 def _noted_nothing(*args: Any, **kwargs: Any) -> None:
@@ -394,7 +388,7 @@ def hook_times(rec: Any, loop: Loop, steps: int) -> dict[str, float]:
 
         return wrapper
 
-    hooks = ("before_schedule", "after_schedule", "after_update", "on_drafts")
+    hooks = STEP_HOOKS
     own = {name: vars(rec)[name] for name in hooks if name in vars(rec)}  # HOOKS_OFF's no-ops
     for name in hooks:
         setattr(rec, name, timed(name, getattr(rec, name)))

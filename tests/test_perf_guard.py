@@ -215,9 +215,11 @@ def test_scheduler_benches_run() -> None:
 
 
 @pytest.mark.vllm
-def test_hooks_off_contender_notes_nothing_and_still_ships(tmp_path: Path) -> None:
+def test_hooks_off_contender_notes_nothing_and_still_ships(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # P1's `--baseline hooks-off`: B's scheduler, wrappers and trace process, the hooks emptied.
-    sys.path.insert(0, str(BENCH))
+    monkeypatch.syspath_prepend(str(BENCH))
     import p1_tracer_overhead as p1
 
     trace = tmp_path / "off.jsonl"
